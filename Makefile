@@ -1,0 +1,47 @@
+# The two commands that matter: `make run` and `make test`. Everything installs itself.
+VENV    ?= .venv
+PYTHON  := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+CONFIG  ?= conf/gateway.conf
+
+.PHONY: install run test unit integration lint stack-up stack-down stack-status clean
+
+install: $(STAMP)
+
+# Re-install only when the dependency list changes; the package itself is editable.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev,rollup]'
+	touch $(STAMP)
+
+stack-up: install
+	$(PYTHON) scripts/stack.py up
+
+stack-down:
+	python3 scripts/stack.py down
+
+stack-status:
+	python3 scripts/stack.py status
+
+run: install stack-up
+	$(VENV)/bin/starlight-rabbitmq -c $(CONFIG)
+
+lint: install
+	$(VENV)/bin/ruff check gateway tests scripts bench
+	$(VENV)/bin/ruff format --check gateway tests scripts bench
+	$(VENV)/bin/mypy
+
+# The whole suite. The test session starts the local stack if it is not up and stops what it
+# started, so the machine is left as it was found.
+test: install lint
+	$(VENV)/bin/pytest
+
+unit: install
+	$(VENV)/bin/pytest tests/unit
+
+integration: install
+	$(VENV)/bin/pytest tests/integration
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Authentication (SASL PLAIN/AMQPLAIN/EXTERNAL, JWT, TLS identity) and vhost authorization."""

@@ -1,0 +1,1 @@
+"""The metadata store: a MetadataStore protocol, its ZooKeeper and in-memory implementations."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics, the HTTP endpoint (/metrics, /healthz, /readyz), usage events."""

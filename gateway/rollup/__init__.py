@@ -1,0 +1,1 @@
+"""The Spark Structured Streaming job rolling up per-vhost throughput (extra: [rollup])."""

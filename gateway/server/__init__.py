@@ -1,0 +1,1 @@
+"""The trio shell: listeners, one nursery per connection, writer task, heartbeats, shutdown."""
