@@ -1,0 +1,122 @@
+"""The listeners and the fleet of connections of one gateway process, and its graceful stop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+
+import trio
+
+from gateway.amqp.errors import AMQPError, ReplyCode
+from gateway.auth.authenticator import Authenticator, PeerIdentity
+from gateway.server.connection import ClientConnection
+from gateway.server.session import Session
+from gateway.server.settings import ListenAddress, ServerSettings
+
+log = logging.getLogger("gateway.server")
+
+# RabbitMQ's own words when a node shuts down; some clients log them, none parse them.
+SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+
+
+class StartupError(Exception):
+    """The gateway cannot start; the message names what is wrong in one line."""
+
+
+class GatewayServer:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        authenticator: Authenticator,
+        session_factory: Callable[[], Session],
+    ) -> None:
+        self._settings = settings
+        self._authenticator = authenticator
+        self._session_factory = session_factory
+        self._connections: set[ClientConnection] = set()
+        self._stop_requested = trio.Event()
+        self.bound: list[tuple[str, int]] = []
+
+    @property
+    def connections(self) -> frozenset[ClientConnection]:
+        return frozenset(self._connections)
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``request_stop``; ``task_status`` reports the bound (host, port) pairs."""
+        listeners = await self._open_listeners()
+        try:
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(
+                            partial(
+                                trio.serve_listeners,
+                                self._handle_stream,
+                                [listener],
+                                handler_nursery=connections,
+                            )
+                        )
+                    log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
+                    task_status.started(self.bound)
+                    await self._stop_requested.wait()
+                    acceptors.cancel_scope.cancel()
+                # Stop accepting at the socket too, so that nobody waits in the backlog.
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+                await self._drain()
+                connections.cancel_scope.cancel()
+        finally:
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+        log.info("stopped")
+
+    async def _open_listeners(self) -> list[trio.SocketListener]:
+        listeners: list[trio.SocketListener] = []
+        for address in self._settings.listeners:
+            listeners.extend(await self._listen(address))
+        self.bound = [listener.socket.getsockname()[:2] for listener in listeners]
+        return listeners
+
+    async def _listen(self, address: ListenAddress) -> list[trio.SocketListener]:
+        if address.scheme != "amqp":
+            raise StartupError(f"{address}: TLS listeners (amqps://) are not supported yet")
+        try:
+            return await trio.open_tcp_listeners(address.port, host=address.host)
+        except OSError as error:
+            raise StartupError(f"cannot listen on {address}: {error.strerror or error}") from None
+
+    async def _drain(self) -> None:
+        """Send Connection.Close 320 to every client and give them the close timeout to answer."""
+        if not self._connections:
+            return
+        log.info("closing %d connection(s)", len(self._connections))
+        shutdown = AMQPError(ReplyCode.CONNECTION_FORCED, SHUTDOWN_TEXT)
+        for connection in list(self._connections):
+            await connection.request_close(shutdown)
+        with trio.move_on_after(self._settings.close_timeout):
+            for connection in list(self._connections):
+                await connection.finished.wait()
+
+    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = PeerIdentity(address=f"{host}:{port}")
+        except OSError:
+            # The client hung up between accept and here; there is nobody to serve.
+            await trio.aclose_forcefully(stream)
+            return
+        connection = ClientConnection(
+            stream, self._settings, self._authenticator, self._session_factory(), peer
+        )
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        except Exception:
+            # One connection's bug must never take the listener down with it.
+            log.exception("connection from %s failed", peer.address)
+        finally:
+            self._connections.discard(connection)
