@@ -1,0 +1,71 @@
+"""Run a GatewayServer on its own trio loop in a thread, so that blocking clients can talk to it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from gateway.auth.authenticator import AcceptAnyone, Authenticator
+from gateway.server.server import GatewayServer
+from gateway.server.session import Session, UnsupportedSession
+from gateway.server.settings import ListenAddress, ServerSettings
+
+START_TIMEOUT = 10.0
+
+
+class GatewayInThread:
+    def __init__(
+        self,
+        settings: ServerSettings | None = None,
+        *,
+        authenticator: Authenticator | None = None,
+        session_factory: Callable[[], Session] = UnsupportedSession,
+    ) -> None:
+        self.settings = settings or ServerSettings(listeners=(ListenAddress("amqp", "127.0.0.1", 0),))
+        self.server = GatewayServer(self.settings, authenticator or AcceptAnyone(), session_factory)
+        self.port = 0
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as error:  # reported to the test thread by start()/stop()
+            self._error = error
+            self._started.set()
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(self.server.serve)
+            self.port = bound[0][1]
+            self._started.set()
+
+    def start(self) -> GatewayInThread:
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT) or self._error is not None:
+            raise RuntimeError(f"gateway did not start: {self._error!r}")
+        return self
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` on the gateway's loop (for inspecting or steering it from a test)."""
+        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive():
+            self.call(self.server.request_stop)
+            self._thread.join(timeout)
+            assert not self._thread.is_alive(), "gateway did not stop in time"
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> GatewayInThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
