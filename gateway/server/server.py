@@ -36,18 +36,33 @@ class GatewayServer:
         self._session_factory = session_factory
         self._connections: set[ClientConnection] = set()
         self._stop_requested = trio.Event()
+        self._listeners: list[trio.SocketListener] = []
+        self.stopped = trio.Event()
         self.bound: list[tuple[str, int]] = []
 
     @property
     def connections(self) -> frozenset[ClientConnection]:
         return frozenset(self._connections)
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
     def request_stop(self) -> None:
         self._stop_requested.set()
 
+    async def bind(self) -> list[tuple[str, int]]:
+        """Open every listener, or raise ``StartupError`` naming the one that failed."""
+        if not self._listeners:
+            for address in self._settings.listeners:
+                self._listeners.extend(await self._listen(address))
+            self.bound = [listener.socket.getsockname()[:2] for listener in self._listeners]
+        return self.bound
+
     async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``request_stop``; ``task_status`` reports the bound (host, port) pairs."""
-        listeners = await self._open_listeners()
+        await self.bind()
+        listeners = self._listeners
         try:
             async with trio.open_nursery() as connections:
                 async with trio.open_nursery() as acceptors:
@@ -72,14 +87,8 @@ class GatewayServer:
         finally:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
+            self.stopped.set()
         log.info("stopped")
-
-    async def _open_listeners(self) -> list[trio.SocketListener]:
-        listeners: list[trio.SocketListener] = []
-        for address in self._settings.listeners:
-            listeners.extend(await self._listen(address))
-        self.bound = [listener.socket.getsockname()[:2] for listener in listeners]
-        return listeners
 
     async def _listen(self, address: ListenAddress) -> list[trio.SocketListener]:
         if address.scheme != "amqp":

@@ -1,0 +1,113 @@
+"""The ``starlight-rabbitmq`` command: read the configuration, serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from gateway import __version__
+from gateway.amqp.connection import ConnectionSettings
+from gateway.auth.authenticator import AcceptAnyone
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.server.server import GatewayServer, StartupError
+from gateway.server.session import UnsupportedSession
+from gateway.server.settings import ListenAddress, ServerSettings
+
+log = logging.getLogger("gateway")
+
+EXIT_CONFIG_ERROR = 2
+EXIT_STARTUP_ERROR = 1
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="starlight-rabbitmq",
+        description="An AMQP 0-9-1 gateway that runs RabbitMQ applications on Apache Pulsar.",
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="configuration file of key=value lines (see conf/gateway.conf); "
+        "STARLIGHT_<key> environment variables override it",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (DEBUG also logs frames, truncated to amqpDebugBinaryDataLength)",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser.parse_args(argv)
+
+
+def server_settings(config: GatewayConfig) -> ServerSettings:
+    """Translate configuration keys into what the protocol core and the shell need."""
+    return ServerSettings(
+        listeners=tuple(
+            ListenAddress(listener.scheme, listener.host, listener.port)
+            for listener in config.amqpListeners
+        ),
+        connection=ConnectionSettings(
+            channel_max=config.amqpSessionCountLimit,
+            frame_max=config.amqpNetworkBufferSize,
+            heartbeat=config.amqpHeartbeatDelay,
+            heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
+            max_message_size=config.amqpMaxMessageSize,
+            mechanisms=tuple(config.amqpAuthenticationMechanisms),
+        ),
+        close_timeout=config.amqpConnectionCloseTimeout / 1000,
+        handshake_timeout=config.amqpHandshakeTimeoutMs / 1000,
+        debug_binary_length=config.amqpDebugBinaryDataLength,
+    )
+
+
+async def serve(settings: ServerSettings) -> None:
+    server = GatewayServer(settings, AcceptAnyone(), UnsupportedSession)
+    # Bind before anything else runs, so that a taken port is a one-line error, not a traceback.
+    await server.bind()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        nursery.start_soon(_stop_on_signals, server, nursery.cancel_scope)
+        await server.stopped.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signals(server: GatewayServer, scope: trio.CancelScope) -> None:
+    """First SIGTERM/SIGINT: graceful stop (Connection.Close 320 to everyone); second: at once."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if server.stop_requested:
+                log.warning("second %s: stopping at once", name)
+                scope.cancel()
+                return
+            log.info("%s received: shutting down", name)
+            server.request_stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    try:
+        trio.run(serve, server_settings(config))
+    except StartupError as error:
+        print(f"starlight-rabbitmq: cannot start: {error}", file=sys.stderr)
+        return EXIT_STARTUP_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The ``starlight-rabbitmq`` command as a user runs it: a real process, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = [sys.executable, "-m", "gateway.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(tmp_path: Path, extra: str = "", port: int | None = None) -> Path:
+    path = tmp_path / "gateway.conf"
+    path.write_text(
+        "brokerServiceURL=pulsar://127.0.0.1:6650\n"
+        "brokerWebServiceURL=http://127.0.0.1:8080\n"
+        "configurationStoreServers=127.0.0.1:2181\n"
+        f"amqpListeners=amqp://127.0.0.1:{port or free_port()}\n" + extra
+    )
+    return path
+
+
+def run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        COMMAND + args, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"gateway exited: {process.communicate()}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"port {port} never opened")
+
+
+@pytest.fixture
+def gateway_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    process = subprocess.Popen(
+        [*COMMAND, "-c", str(write_config(tmp_path, port=port))],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_port(port, process)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def test_help_names_the_config_option() -> None:
+    result = run(["--help"])
+    assert result.returncode == 0
+    assert "-c FILE, --config FILE" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ("amqpListenerz=amqp://127.0.0.1:1\n", "amqpListenerz"),
+        ("amqpHeartbeatDelay=soon\n", "amqpHeartbeatDelay"),
+        ("amqpBatchingEnabled=maybe\n", "amqpBatchingEnabled"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, extra: str, named: str) -> None:
+    result = run(["-c", str(write_config(tmp_path, extra))])
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = run(["-c", str(tmp_path / "nope.conf")])
+    assert result.returncode == 2
+    assert "nope.conf" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run(["-c", str(write_config(tmp_path, port=port))])
+    assert result.returncode == 1
+    assert f"amqp://127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_closes_clients_with_320_and_exits_0(
+    gateway_process: tuple[subprocess.Popen[str], int],
+) -> None:
+    process, port = gateway_process
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1)
+    )
+    connection.channel()
+    os.kill(process.pid, signal.SIGTERM)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+    assert closed.value.reply_code == 320
+    output, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, output
+    assert "connection opened" in output
+    assert "connection closed" in output
+    assert "Traceback" not in output
