@@ -133,10 +133,9 @@ class Kind(enum.Enum):
 class ConfigKey:
     """One configuration key: everything the loader and the generators need to know."""
 
-    #: The key as written in the file (and after ``STARLIGHT_`` in the environment).
+    #: The key as written in the file (and after ``STARLIGHT_`` in the environment); also the
+    #: name of the :class:`GatewayConfig` attribute that holds the parsed value.
     name: str
-    #: The attribute of :class:`GatewayConfig` holding the parsed value.
-    attr: str
     kind: Kind
     #: The default exactly as it would be written in the file ("" is an empty value).
     default: str
@@ -168,7 +167,6 @@ class ConfigKey:
 
 
 def _key(
-    name: str,
     kind: Kind,
     default: str,
     description: str,
@@ -180,10 +178,9 @@ def _key(
     minimum: int | None = None,
     maximum: int | None = None,
 ) -> dict[str, ConfigKey]:
-    """Field metadata for one key; ``attr`` is filled in from the field name below."""
+    """Field metadata for one key; the name is filled in from the field name below."""
     spec = ConfigKey(
-        name=name,
-        attr="",
+        name="",
         kind=kind,
         default=default,
         description=" ".join(description.split()),
@@ -233,16 +230,17 @@ class Listener:
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class GatewayConfig:
-    """The validated configuration. One attribute per key (snake_case of the key name).
+    """The validated configuration: one attribute per key, named exactly like the key
+    (camelCase, so that ``config.amqpListeners`` greps to the file and the reference).
+    Derived values the server needs are snake_case properties (``frame_max``, ...).
 
     Build it with :func:`load_config` or :func:`config_from_text`; derive variants with
     :func:`dataclasses.replace` (which does not re-validate).
     """
 
     # ---- General and AMQP (reference/002, first table) ----------------------------------
-    configuration_store_servers: str = field(
+    configurationStoreServers: str = field(
         metadata=_key(
-            "configurationStoreServers",
             Kind.ZOOKEEPER,
             "",
             """ZooKeeper connection string of the configuration store that holds the AMQP
@@ -253,9 +251,8 @@ class GatewayConfig:
             required=True,
         )
     )
-    amqp_listeners: tuple[Listener, ...] = field(
+    amqpListeners: tuple[Listener, ...] = field(
         metadata=_key(
-            "amqpListeners",
             Kind.LISTENERS,
             "amqp://127.0.0.1:5672",
             """Addresses the gateway listens on for AMQP clients, comma-separated
@@ -264,9 +261,8 @@ class GatewayConfig:
             _A,
         )
     )
-    advertised_address: str = field(
+    advertisedAddress: str = field(
         metadata=_key(
-            "advertisedAddress",
             Kind.HOST,
             "",
             """Host name or IP address of this gateway as seen by clients and by the other
@@ -275,9 +271,8 @@ class GatewayConfig:
             _A,
         )
     )
-    amqp_session_count_limit: int = field(
+    amqpSessionCountLimit: int = field(
         metadata=_key(
-            "amqpSessionCountLimit",
             Kind.INT,
             "256",
             """Maximum number of channels (sessions) open at once on one AMQP connection;
@@ -287,9 +282,8 @@ class GatewayConfig:
             maximum=65535,
         )
     )
-    amqp_heartbeat_delay: int = field(
+    amqpHeartbeatDelay: int = field(
         metadata=_key(
-            "amqpHeartbeatDelay",
             Kind.INT,
             "0",
             """Heartbeat interval in seconds offered in Connection.Tune. Clients may negotiate
@@ -299,9 +293,8 @@ class GatewayConfig:
             maximum=65535,
         )
     )
-    amqp_heartbeat_timeout_factor: int = field(
+    amqpHeartbeatTimeoutFactor: int = field(
         metadata=_key(
-            "amqpHeartbeatTimeoutFactor",
             Kind.INT,
             "2",
             """A connection is considered broken when nothing has been received from the peer
@@ -310,9 +303,8 @@ class GatewayConfig:
             minimum=1,
         )
     )
-    amqp_network_buffer_size: int = field(
+    amqpNetworkBufferSize: int = field(
         metadata=_key(
-            "amqpNetworkBufferSize",
             Kind.INT,
             "2097152",
             """Network buffer size in bytes (2 MB); also the largest frame accepted, offered as
@@ -322,9 +314,8 @@ class GatewayConfig:
             maximum=_MAX_UINT32,
         )
     )
-    amqp_max_message_size: int = field(
+    amqpMaxMessageSize: int = field(
         metadata=_key(
-            "amqpMaxMessageSize",
             Kind.INT,
             "104857600",
             "Largest message body in bytes (100 MB) accepted from a publisher.",
@@ -332,9 +323,8 @@ class GatewayConfig:
             minimum=1,
         )
     )
-    amqp_debug_binary_data_length: int = field(
+    amqpDebugBinaryDataLength: int = field(
         metadata=_key(
-            "amqpDebugBinaryDataLength",
             Kind.INT,
             "80",
             "How many bytes of binary data (bodies, frames) are written to debug logs.",
@@ -342,9 +332,8 @@ class GatewayConfig:
             minimum=0,
         )
     )
-    amqp_connection_close_timeout: int = field(
+    amqpConnectionCloseTimeout: int = field(
         metadata=_key(
-            "amqpConnectionCloseTimeout",
             Kind.INT,
             "2000",
             """Milliseconds to wait for Connection.Close-Ok after sending Connection.Close;
@@ -353,9 +342,8 @@ class GatewayConfig:
             minimum=0,
         )
     )
-    amqp_batching_enabled: bool = field(
+    amqpBatchingEnabled: bool = field(
         metadata=_key(
-            "amqpBatchingEnabled",
             Kind.BOOL,
             "true",
             "Whether the Pulsar producers of the gateway batch messages.",
@@ -364,9 +352,8 @@ class GatewayConfig:
     )
 
     # ---- Authentication (reference/002, second table) -----------------------------------
-    authentication_enabled: bool = field(
+    authenticationEnabled: bool = field(
         metadata=_key(
-            "authenticationEnabled",
             Kind.BOOL,
             "false",
             """Whether AMQP clients must authenticate. When false, any credentials are
@@ -374,9 +361,8 @@ class GatewayConfig:
             _AUTH,
         )
     )
-    amqp_authentication_mechanisms: tuple[str, ...] = field(
+    amqpAuthenticationMechanisms: tuple[str, ...] = field(
         metadata=_key(
-            "amqpAuthenticationMechanisms",
             Kind.MECHANISMS,
             "PLAIN",
             """SASL mechanisms offered to clients, comma-separated, from PLAIN, AMQPLAIN and
@@ -386,9 +372,8 @@ class GatewayConfig:
             _AUTH,
         )
     )
-    token_secret_key: str = field(
+    tokenSecretKey: str = field(
         metadata=_key(
-            "tokenSecretKey",
             Kind.TOKEN_KEY,
             "",
             """Secret (HMAC) key that validates JWTs: `data:;base64,<key>` or
@@ -398,9 +383,8 @@ class GatewayConfig:
             secret=True,
         )
     )
-    token_public_key: str = field(
+    tokenPublicKey: str = field(
         metadata=_key(
-            "tokenPublicKey",
             Kind.TOKEN_KEY,
             "",
             """Public (RSA or EC) key that validates JWTs, in the same forms as
@@ -408,18 +392,16 @@ class GatewayConfig:
             _AUTH,
         )
     )
-    token_auth_claim: str = field(
+    tokenAuthClaim: str = field(
         metadata=_key(
-            "tokenAuthClaim",
             Kind.STRING,
             "",
             "JWT claim used as the principal (role). Empty: the `sub` claim.",
             _AUTH,
         )
     )
-    token_audience_claim: str = field(
+    tokenAudienceClaim: str = field(
         metadata=_key(
-            "tokenAudienceClaim",
             Kind.STRING,
             "",
             """JWT claim holding the audience, e.g. `aud`. Empty: the audience is not
@@ -427,9 +409,8 @@ class GatewayConfig:
             _AUTH,
         )
     )
-    token_audience: str = field(
+    tokenAudience: str = field(
         metadata=_key(
-            "tokenAudience",
             Kind.STRING,
             "",
             """The audience this gateway stands for: the tokenAudienceClaim of a valid token
@@ -439,9 +420,8 @@ class GatewayConfig:
     )
 
     # ---- Broker client (reference/002, third table) -------------------------------------
-    broker_service_url: str = field(
+    brokerServiceURL: str = field(
         metadata=_key(
-            "brokerServiceURL",
             Kind.PULSAR_URL,
             "",
             """Pulsar binary-protocol URL of the brokers (or a Pulsar proxy):
@@ -451,9 +431,8 @@ class GatewayConfig:
             required=True,
         )
     )
-    broker_web_service_url: str = field(
+    brokerWebServiceURL: str = field(
         metadata=_key(
-            "brokerWebServiceURL",
             Kind.WEB_URL,
             "",
             """Pulsar admin REST URL of the brokers: `http://host:8080` or
@@ -462,9 +441,8 @@ class GatewayConfig:
             required=True,
         )
     )
-    broker_client_authentication_plugin: str = field(
+    brokerClientAuthenticationPlugin: str = field(
         metadata=_key(
-            "brokerClientAuthenticationPlugin",
             Kind.AUTH_PLUGIN,
             "",
             """How the gateway authenticates to Pulsar: a Pulsar client authentication class
@@ -474,9 +452,8 @@ class GatewayConfig:
             _BC,
         )
     )
-    broker_client_authentication_parameters: str = field(
+    brokerClientAuthenticationParameters: str = field(
         metadata=_key(
-            "brokerClientAuthenticationParameters",
             Kind.STRING,
             "",
             """Parameters of brokerClientAuthenticationPlugin in the Pulsar client's string
@@ -485,9 +462,8 @@ class GatewayConfig:
             secret=True,
         )
     )
-    amqp_broker_client_authentication_parameters: str = field(
+    amqpBrokerClientAuthenticationParameters: str = field(
         metadata=_key(
-            "amqpBrokerClientAuthenticationParameters",
             Kind.STRING,
             "",
             """If set, used instead of brokerClientAuthenticationParameters, so that the
@@ -497,9 +473,8 @@ class GatewayConfig:
             secret=True,
         )
     )
-    tls_enabled_with_broker: bool = field(
+    tlsEnabledWithBroker: bool = field(
         metadata=_key(
-            "tlsEnabledWithBroker",
             Kind.BOOL,
             "false",
             """Use TLS to the brokers. Requires `pulsar+ssl://` and `https://` URLs (a
@@ -507,18 +482,16 @@ class GatewayConfig:
             _BC,
         )
     )
-    broker_client_trust_certs_file_path: str = field(
+    brokerClientTrustCertsFilePath: str = field(
         metadata=_key(
-            "brokerClientTrustCertsFilePath",
             Kind.STRING,
             "",
             "PEM file of the CA certificates trusted for the brokers' TLS certificates.",
             _BC,
         )
     )
-    broker_client_tls_enabled_with_key_store: bool = field(
+    brokerClientTlsEnabledWithKeyStore: bool = field(
         metadata=_key(
-            "brokerClientTlsEnabledWithKeyStore",
             Kind.BOOL,
             "false",
             """Read the brokers' trusted CAs from brokerClientTlsTrustStore instead of
@@ -526,27 +499,24 @@ class GatewayConfig:
             _BC,
         )
     )
-    broker_client_tls_trust_store_type: str = field(
+    brokerClientTlsTrustStoreType: str = field(
         metadata=_key(
-            "brokerClientTlsTrustStoreType",
             Kind.STORE_TYPE,
             "PKCS12",
             "Type of brokerClientTlsTrustStore. " + _PKCS12_ONLY,
             _BC,
         )
     )
-    broker_client_tls_trust_store: str = field(
+    brokerClientTlsTrustStore: str = field(
         metadata=_key(
-            "brokerClientTlsTrustStore",
             Kind.STRING,
             "",
             "Path of the PKCS#12 trust store with the CAs trusted for the brokers.",
             _BC,
         )
     )
-    broker_client_tls_trust_store_password: str = field(
+    brokerClientTlsTrustStorePassword: str = field(
         metadata=_key(
-            "brokerClientTlsTrustStorePassword",
             Kind.STRING,
             "",
             "Password of brokerClientTlsTrustStore.",
@@ -556,9 +526,8 @@ class GatewayConfig:
     )
 
     # ---- TLS (reference/002, fourth table) ----------------------------------------------
-    tls_cert_refresh_check_duration_sec: int = field(
+    tlsCertRefreshCheckDurationSec: int = field(
         metadata=_key(
-            "tlsCertRefreshCheckDurationSec",
             Kind.INT,
             "300",
             """How often, in seconds, the certificate and key files are checked for changes
@@ -567,27 +536,24 @@ class GatewayConfig:
             minimum=0,
         )
     )
-    tls_certificate_file_path: str = field(
+    tlsCertificateFilePath: str = field(
         metadata=_key(
-            "tlsCertificateFilePath",
             Kind.STRING,
             "",
             "PEM certificate (chain) presented by the amqps listeners.",
             _TLS,
         )
     )
-    tls_key_file_path: str = field(
+    tlsKeyFilePath: str = field(
         metadata=_key(
-            "tlsKeyFilePath",
             Kind.STRING,
             "",
             "PEM private key of tlsCertificateFilePath.",
             _TLS,
         )
     )
-    tls_trust_certs_file_path: str = field(
+    tlsTrustCertsFilePath: str = field(
         metadata=_key(
-            "tlsTrustCertsFilePath",
             Kind.STRING,
             "",
             """PEM file of the CA certificates trusted for client certificates (needed by
@@ -595,9 +561,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_allow_insecure_connection: bool = field(
+    tlsAllowInsecureConnection: bool = field(
         metadata=_key(
-            "tlsAllowInsecureConnection",
             Kind.BOOL,
             "false",
             """Accept a client certificate that cannot be verified with the trusted CAs: the
@@ -605,9 +570,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_hostname_verification_enabled: bool = field(
+    tlsHostnameVerificationEnabled: bool = field(
         metadata=_key(
-            "tlsHostnameVerificationEnabled",
             Kind.BOOL,
             "false",
             """Verify the brokers' host names against their certificates when the gateway
@@ -615,9 +579,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_require_trusted_client_cert_on_connect: bool = field(
+    tlsRequireTrustedClientCertOnConnect: bool = field(
         metadata=_key(
-            "tlsRequireTrustedClientCertOnConnect",
             Kind.BOOL,
             "false",
             """Require a client certificate signed by a trusted CA on amqps connections;
@@ -625,9 +588,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_protocols: tuple[str, ...] = field(
+    tlsProtocols: tuple[str, ...] = field(
         metadata=_key(
-            "tlsProtocols",
             Kind.TLS_PROTOCOLS,
             "",
             """TLS versions allowed on the amqps listeners, comma-separated: TLSv1.3,
@@ -636,9 +598,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_ciphers: tuple[str, ...] = field(
+    tlsCiphers: tuple[str, ...] = field(
         metadata=_key(
-            "tlsCiphers",
             Kind.TLS_CIPHERS,
             "",
             """Cipher suites allowed on the amqps listeners, comma-separated, e.g.
@@ -647,9 +608,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_enabled_with_key_store: bool = field(
+    tlsEnabledWithKeyStore: bool = field(
         metadata=_key(
-            "tlsEnabledWithKeyStore",
             Kind.BOOL,
             "false",
             """Read the listeners' certificate and key from tlsKeyStore and the trusted client
@@ -657,9 +617,8 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_provider: str = field(
+    tlsProvider: str = field(
         metadata=_key(
-            "tlsProvider",
             Kind.TLS_PROVIDER,
             "",
             """TLS provider. Python always uses the OpenSSL library of its ssl module, so only
@@ -667,27 +626,24 @@ class GatewayConfig:
             _TLS,
         )
     )
-    tls_key_store_type: str = field(
+    tlsKeyStoreType: str = field(
         metadata=_key(
-            "tlsKeyStoreType",
             Kind.STORE_TYPE,
             "PKCS12",
             "Type of tlsKeyStore. " + _PKCS12_ONLY,
             _TLS,
         )
     )
-    tls_key_store: str = field(
+    tlsKeyStore: str = field(
         metadata=_key(
-            "tlsKeyStore",
             Kind.STRING,
             "",
             "Path of the PKCS#12 key store with the listeners' certificate and private key.",
             _TLS,
         )
     )
-    tls_key_store_password: str = field(
+    tlsKeyStorePassword: str = field(
         metadata=_key(
-            "tlsKeyStorePassword",
             Kind.STRING,
             "",
             "Password of tlsKeyStore.",
@@ -695,27 +651,24 @@ class GatewayConfig:
             secret=True,
         )
     )
-    tls_trust_store_type: str = field(
+    tlsTrustStoreType: str = field(
         metadata=_key(
-            "tlsTrustStoreType",
             Kind.STORE_TYPE,
             "PKCS12",
             "Type of tlsTrustStore. " + _PKCS12_ONLY,
             _TLS,
         )
     )
-    tls_trust_store: str = field(
+    tlsTrustStore: str = field(
         metadata=_key(
-            "tlsTrustStore",
             Kind.STRING,
             "",
             "Path of the PKCS#12 trust store with the CAs trusted for client certificates.",
             _TLS,
         )
     )
-    tls_trust_store_password: str = field(
+    tlsTrustStorePassword: str = field(
         metadata=_key(
-            "tlsTrustStorePassword",
             Kind.STRING,
             "",
             "Password of tlsTrustStore.",
@@ -725,18 +678,16 @@ class GatewayConfig:
     )
 
     # ---- Vhost mapping (reference/001) --------------------------------------------------
-    amqp_default_tenant: str = field(
+    amqpDefaultTenant: str = field(
         metadata=_key(
-            "amqpDefaultTenant",
             Kind.PULSAR_NAME,
             "public",
             "Pulsar tenant used to map the vhost `/` and short vhosts.",
             _VH,
         )
     )
-    amqp_default_namespace: str = field(
+    amqpDefaultNamespace: str = field(
         metadata=_key(
-            "amqpDefaultNamespace",
             Kind.PULSAR_NAME,
             "default",
             """Pulsar namespace used to map the vhost `/` (and short vhosts when
@@ -744,9 +695,8 @@ class GatewayConfig:
             _VH,
         )
     )
-    amqp_map_short_vhost_to_tenant: bool = field(
+    amqpMapShortVhostToTenant: bool = field(
         metadata=_key(
-            "amqpMapShortVhostToTenant",
             Kind.BOOL,
             "false",
             """Map a short vhost `x` (no slash inside) to the namespace
@@ -756,9 +706,8 @@ class GatewayConfig:
     )
 
     # ---- Gateway-specific ---------------------------------------------------------------
-    authorization_enabled: bool = field(
+    authorizationEnabled: bool = field(
         metadata=_key(
-            "authorizationEnabled",
             Kind.BOOL,
             "false",
             """Check that an authenticated role may use the vhost it opens; roles in
@@ -768,9 +717,8 @@ class GatewayConfig:
             ours=True,
         )
     )
-    super_user_roles: tuple[str, ...] = field(
+    superUserRoles: tuple[str, ...] = field(
         metadata=_key(
-            "superUserRoles",
             Kind.STRING_LIST,
             "",
             "Roles allowed everything when authorizationEnabled is true, comma-separated.",
@@ -778,9 +726,8 @@ class GatewayConfig:
             ours=True,
         )
     )
-    amqp_handshake_timeout_ms: int = field(
+    amqpHandshakeTimeoutMs: int = field(
         metadata=_key(
-            "amqpHandshakeTimeoutMs",
             Kind.INT,
             "10000",
             """Milliseconds a new connection has to complete the AMQP handshake (protocol
@@ -790,9 +737,8 @@ class GatewayConfig:
             minimum=1,
         )
     )
-    http_server_port: int = field(
+    httpServerPort: int = field(
         metadata=_key(
-            "httpServerPort",
             Kind.INT,
             "8081",
             """TCP port of the HTTP endpoint serving /metrics, /healthz and /readyz, bound on
@@ -803,9 +749,8 @@ class GatewayConfig:
             maximum=65535,
         )
     )
-    zookeeper_session_timeout_ms: int = field(
+    zooKeeperSessionTimeoutMs: int = field(
         metadata=_key(
-            "zooKeeperSessionTimeoutMs",
             Kind.INT,
             "30000",
             """ZooKeeper session timeout in milliseconds for the metadata store: how long the
@@ -821,73 +766,73 @@ class GatewayConfig:
     @property
     def channel_max(self) -> int:
         """``channel-max`` to offer in Connection.Tune (amqpSessionCountLimit)."""
-        return self.amqp_session_count_limit
+        return self.amqpSessionCountLimit
 
     @property
     def frame_max(self) -> int:
         """``frame-max`` to offer in Connection.Tune (amqpNetworkBufferSize), in bytes."""
-        return self.amqp_network_buffer_size
+        return self.amqpNetworkBufferSize
 
     @property
     def heartbeat(self) -> int:
         """Heartbeat interval in seconds to offer in Connection.Tune (0: none)."""
-        return self.amqp_heartbeat_delay
+        return self.amqpHeartbeatDelay
 
     def heartbeat_timeout_for(self, negotiated_heartbeat: int) -> float | None:
         """Seconds of silence after which a connection is dead; None when heartbeats are off."""
         if negotiated_heartbeat <= 0:
             return None
-        return float(negotiated_heartbeat * self.amqp_heartbeat_timeout_factor)
+        return float(negotiated_heartbeat * self.amqpHeartbeatTimeoutFactor)
 
     @property
     def heartbeat_timeout(self) -> float | None:
         """:meth:`heartbeat_timeout_for` the offered interval (amqpHeartbeatDelay)."""
-        return self.heartbeat_timeout_for(self.amqp_heartbeat_delay)
+        return self.heartbeat_timeout_for(self.amqpHeartbeatDelay)
 
     @property
     def connection_close_timeout(self) -> float:
         """Seconds to wait for Connection.Close-Ok (amqpConnectionCloseTimeout is in ms)."""
-        return self.amqp_connection_close_timeout / 1000.0
+        return self.amqpConnectionCloseTimeout / 1000.0
 
     @property
     def handshake_timeout(self) -> float:
         """Seconds a connection has to complete the handshake (amqpHandshakeTimeoutMs)."""
-        return self.amqp_handshake_timeout_ms / 1000.0
+        return self.amqpHandshakeTimeoutMs / 1000.0
 
     @property
     def zookeeper_session_timeout(self) -> float:
         """ZooKeeper session timeout in seconds, as kazoo's ``timeout`` wants it."""
-        return self.zookeeper_session_timeout_ms / 1000.0
+        return self.zooKeeperSessionTimeoutMs / 1000.0
 
     @property
     def tls_listeners(self) -> tuple[Listener, ...]:
-        return tuple(listener for listener in self.amqp_listeners if listener.tls)
+        return tuple(listener for listener in self.amqpListeners if listener.tls)
 
     @property
     def broker_tls(self) -> bool:
         """Whether the connection to Pulsar uses TLS (the flag, or a pulsar+ssl:// URL)."""
-        return self.tls_enabled_with_broker or self.broker_service_url.startswith("pulsar+ssl:")
+        return self.tlsEnabledWithBroker or self.brokerServiceURL.startswith("pulsar+ssl:")
 
     @property
     def broker_client_auth_kind(self) -> str:
         """``"token"``, ``"tls"``, ``"basic"``, ``"oauth2"``, or ``""`` for none."""
-        return _AUTH_PLUGINS[self.broker_client_authentication_plugin]
+        return _AUTH_PLUGINS[self.brokerClientAuthenticationPlugin]
 
     @property
     def effective_broker_client_authentication_parameters(self) -> str:
         """amqpBrokerClientAuthenticationParameters if set, else
         brokerClientAuthenticationParameters (reference/002)."""
         return (
-            self.amqp_broker_client_authentication_parameters
-            or self.broker_client_authentication_parameters
+            self.amqpBrokerClientAuthenticationParameters
+            or self.brokerClientAuthenticationParameters
         )
 
     @property
     def advertised_host(self) -> str:
         """advertisedAddress, else the first listener's host, else this machine's name."""
-        if self.advertised_address:
-            return self.advertised_address
-        host = self.amqp_listeners[0].host if self.amqp_listeners else ""
+        if self.advertisedAddress:
+            return self.advertisedAddress
+        host = self.amqpListeners[0].host if self.amqpListeners else ""
         if host in _WILDCARD_HOSTS:
             return socket.gethostname()
         return host
@@ -896,9 +841,9 @@ class GatewayConfig:
         # Secrets (passwords, HMAC keys, broker credentials) never reach logs through repr.
         parts = []
         for spec in _SCHEMA:
-            value = getattr(self, spec.attr)
+            value = getattr(self, spec.name)
             shown = "'<hidden>'" if spec.secret and value else repr(value)
-            parts.append(f"{spec.attr}={shown}")
+            parts.append(f"{spec.name}={shown}")
         return f"GatewayConfig({', '.join(parts)})"
 
 
@@ -907,7 +852,7 @@ def _build_schema() -> tuple[ConfigKey, ...]:
     for f in dataclasses.fields(GatewayConfig):
         spec = f.metadata["key"]
         assert isinstance(spec, ConfigKey)
-        specs.append(dataclasses.replace(spec, attr=f.name))
+        specs.append(dataclasses.replace(spec, name=f.name))
     return tuple(specs)
 
 
@@ -1410,7 +1355,7 @@ def config_from_text(
     for spec in _SCHEMA:
         raw = entries.get(spec.name) or _Raw(spec.default, "default")
         try:
-            values[spec.attr] = _PARSERS[spec.kind](spec, raw.value)
+            values[spec.name] = _PARSERS[spec.kind](spec, raw.value)
         except _Invalid as problem:
             raise ConfigError(f"{raw.where}: {spec.name}: {problem}", key=spec.name) from None
         sources[spec.name] = raw.where
@@ -1428,25 +1373,23 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
         return ConfigError(f"{prefix}{key}: {problem}", key=key)
 
     c = config
-    if c.tls_enabled_with_key_store and not c.tls_key_store:
+    if c.tlsEnabledWithKeyStore and not c.tlsKeyStore:
         raise fail("tlsEnabledWithKeyStore", "is true but tlsKeyStore is empty")
-    if c.broker_client_tls_enabled_with_key_store and not c.broker_client_tls_trust_store:
+    if c.brokerClientTlsEnabledWithKeyStore and not c.brokerClientTlsTrustStore:
         raise fail(
             "brokerClientTlsEnabledWithKeyStore", "is true but brokerClientTlsTrustStore is empty"
         )
 
-    has_pem_cert = bool(c.tls_certificate_file_path and c.tls_key_file_path)
+    has_pem_cert = bool(c.tlsCertificateFilePath and c.tlsKeyFilePath)
     for listener in c.tls_listeners:
-        if not (has_pem_cert or c.tls_enabled_with_key_store):
+        if not (has_pem_cert or c.tlsEnabledWithKeyStore):
             raise fail(
                 "amqpListeners",
                 f"listener {listener.url} needs a certificate: set tlsCertificateFilePath and "
                 "tlsKeyFilePath, or tlsEnabledWithKeyStore=true and tlsKeyStore",
             )
-    server_trust = bool(
-        c.tls_trust_certs_file_path or (c.tls_enabled_with_key_store and c.tls_trust_store)
-    )
-    if "EXTERNAL" in c.amqp_authentication_mechanisms:
+    server_trust = bool(c.tlsTrustCertsFilePath or (c.tlsEnabledWithKeyStore and c.tlsTrustStore))
+    if "EXTERNAL" in c.amqpAuthenticationMechanisms:
         if not c.tls_listeners:
             raise fail(
                 "amqpAuthenticationMechanisms",
@@ -1459,53 +1402,47 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
                 "EXTERNAL needs trusted CAs to verify client certificates: set "
                 "tlsTrustCertsFilePath, or tlsEnabledWithKeyStore=true and tlsTrustStore",
             )
-    if c.tls_require_trusted_client_cert_on_connect and not server_trust:
+    if c.tlsRequireTrustedClientCertOnConnect and not server_trust:
         raise fail(
             "tlsRequireTrustedClientCertOnConnect",
             "is true but no trusted CAs are configured: set tlsTrustCertsFilePath, or "
             "tlsEnabledWithKeyStore=true and tlsTrustStore",
         )
 
-    if c.token_secret_key and c.token_public_key:
+    if c.tokenSecretKey and c.tokenPublicKey:
         raise fail("tokenSecretKey", "set only one of tokenSecretKey and tokenPublicKey")
-    token_mechanisms = [m for m in c.amqp_authentication_mechanisms if m in ("PLAIN", "AMQPLAIN")]
-    if (
-        c.authentication_enabled
-        and token_mechanisms
-        and not (c.token_secret_key or c.token_public_key)
-    ):
+    token_mechanisms = [m for m in c.amqpAuthenticationMechanisms if m in ("PLAIN", "AMQPLAIN")]
+    if c.authenticationEnabled and token_mechanisms and not (c.tokenSecretKey or c.tokenPublicKey):
         raise fail(
             "amqpAuthenticationMechanisms",
             f"{token_mechanisms[0]} with authenticationEnabled=true validates JWTs and needs "
             "tokenSecretKey or tokenPublicKey",
         )
-    if c.token_audience_claim and not c.token_audience:
+    if c.tokenAudienceClaim and not c.tokenAudience:
         raise fail("tokenAudience", "must be set when tokenAudienceClaim is set")
-    if c.authorization_enabled and not c.authentication_enabled:
+    if c.authorizationEnabled and not c.authenticationEnabled:
         raise fail("authorizationEnabled", "is true but authenticationEnabled is false")
 
-    if c.tls_enabled_with_broker:
-        if not c.broker_service_url.startswith("pulsar+ssl://"):
+    if c.tlsEnabledWithBroker:
+        if not c.brokerServiceURL.startswith("pulsar+ssl://"):
             raise fail(
                 "brokerServiceURL", "must be a pulsar+ssl:// URL when tlsEnabledWithBroker=true"
             )
-        if not c.broker_web_service_url.startswith("https://"):
+        if not c.brokerWebServiceURL.startswith("https://"):
             raise fail(
                 "brokerWebServiceURL", "must be an https:// URL when tlsEnabledWithBroker=true"
             )
-    if c.broker_client_authentication_plugin:
+    if c.brokerClientAuthenticationPlugin:
         if not c.effective_broker_client_authentication_parameters:
             raise fail(
                 "brokerClientAuthenticationPlugin",
                 "is set but brokerClientAuthenticationParameters (or "
                 "amqpBrokerClientAuthenticationParameters) is empty",
             )
-    elif (
-        c.broker_client_authentication_parameters or c.amqp_broker_client_authentication_parameters
-    ):
+    elif c.brokerClientAuthenticationParameters or c.amqpBrokerClientAuthenticationParameters:
         key = (
             "amqpBrokerClientAuthenticationParameters"
-            if c.amqp_broker_client_authentication_parameters
+            if c.amqpBrokerClientAuthenticationParameters
             else "brokerClientAuthenticationParameters"
         )
         raise fail(key, "is set but brokerClientAuthenticationPlugin is empty")
