@@ -1490,7 +1490,9 @@ def render_markdown_table() -> str:
 
 def render_example_conf() -> str:
     """``conf/gateway.conf``: every key, commented, set only for the local stack."""
-    wrap = textwrap.TextWrapper(width=98, initial_indent="# ", subsequent_indent="# ")
+    wrap = textwrap.TextWrapper(
+        width=98, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False
+    )
     out = [
         "# Starlight for RabbitMQ (Python) - gateway configuration.",
         "#",
