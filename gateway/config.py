@@ -1178,9 +1178,13 @@ def _parse_pulsar_name(spec: ConfigKey, text: str) -> str:
 
 
 def _parse_host(spec: ConfigKey, text: str) -> str:
-    if text:
-        host = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if text.startswith("[") and text.endswith("]"):
+        host = text[1:-1]
+        if ":" not in host:
+            raise _Invalid(f"the address has an invalid IPv6 address {_show(host)}")
         _check_host(host, "the address")
+    elif text:
+        _check_host(text, "the address")
     return text
 
 
