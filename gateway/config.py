@@ -1418,12 +1418,12 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
     token_mechanisms = [m for m in c.amqpAuthenticationMechanisms if m in ("PLAIN", "AMQPLAIN")]
     if c.authenticationEnabled and token_mechanisms and not (c.tokenSecretKey or c.tokenPublicKey):
         raise fail(
-            "amqpAuthenticationMechanisms",
-            f"{token_mechanisms[0]} with authenticationEnabled=true validates JWTs and needs "
-            "tokenSecretKey or tokenPublicKey",
+            "authenticationEnabled",
+            f"is true and amqpAuthenticationMechanisms offers {token_mechanisms[0]}, which "
+            "validates JWTs: set tokenSecretKey or tokenPublicKey",
         )
     if c.tokenAudienceClaim and not c.tokenAudience:
-        raise fail("tokenAudience", "must be set when tokenAudienceClaim is set")
+        raise fail("tokenAudienceClaim", "is set but tokenAudience is empty")
     if c.authorizationEnabled and not c.authenticationEnabled:
         raise fail("authorizationEnabled", "is true but authenticationEnabled is false")
 
