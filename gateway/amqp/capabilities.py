@@ -1,0 +1,52 @@
+"""``server_properties`` for Connection.Start: who we are and what we support.
+
+Clients read this table (NOTES, "What real clients check in Connection.Start"):
+
+* pika's ``confirm_delivery`` needs both ``publisher_confirms`` and ``basic.nack``; aiormq
+  needs a ``capabilities`` table and opens confirm channels by default.
+* kombu/Celery (``qos_semantics_matches_spec``) look at ``version`` only when ``product`` is
+  exactly ``"RabbitMQ"``; with any other product they assume spec QoS semantics and Celery
+  sends ``basic.qos(global=False)``. ``product`` is configurable for deployments that want
+  Celery to behave exactly as against RabbitMQ 3.x (docs/protocol.md).
+* The Java client's version-gated code and tests read ``version``: we advertise the RabbitMQ
+  version whose behaviour we follow, and our own version under ``starlight_version``.
+
+``direct_reply_to`` and ``consumer_priorities`` are not advertised: not implemented.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.amqp.connection import ConnectionSettings
+
+__all__ = ["SERVER_CAPABILITIES", "server_properties"]
+
+SERVER_CAPABILITIES: dict[str, bool] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "per_consumer_qos": True,
+    "authentication_failure_close": True,
+}
+
+_PLATFORM = f"Python {platform.python_version()}"
+
+
+def server_properties(settings: ConnectionSettings) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "product": settings.product,
+        "version": settings.version,
+        "starlight_version": settings.gateway_version,
+        "platform": settings.platform or _PLATFORM,
+        "copyright": settings.copyright,
+        "information": settings.information,
+        "capabilities": dict(SERVER_CAPABILITIES),
+    }
+    if settings.cluster_name:
+        props["cluster_name"] = settings.cluster_name
+    return props

@@ -1,0 +1,940 @@
+"""``ServerConnection``: the sans-IO AMQP 0-9-1 server state machine.
+
+Bytes from the socket go in through ``receive_data``; events come out; the bytes to write are
+drained with ``data_to_send``. Time is passed in (``now``, any monotonic clock in seconds):
+the core never reads a clock, never sleeps and never does I/O, so every path is testable by
+feeding bytes — whole, one byte at a time, or split anywhere.
+
+Connection life (§4.2.2 and RabbitMQ's ``rabbit_reader``)::
+
+    AWAITING_HEADER --header--> STARTING --Start-Ok--> AUTHENTICATING --accept_login-->
+    TUNING --Tune-Ok--> OPENING --Open--> VHOST_CHECK --accept_vhost--> OPEN
+    any --our Close--> CLOSING --Close-Ok--> CLOSED;  any --client Close--> CLOSED
+
+Decisions that may need I/O (credentials, vhost permissions) are events answered by calling
+``accept_*``/``refuse_*``; frames that arrive meanwhile are held, then processed when the
+answer comes, and the events they produce are returned by the next ``receive_data``,
+``handle_timer`` or ``take_events`` call.
+
+Errors in what the peer sent never raise out of ``receive_data``: a soft error queues
+Channel.Close (``ChannelErrored``), a hard one queues Connection.Close (``ConnectionErrored``),
+after which only Close-Ok — or the peer's own Close, answered with Close-Ok — is looked at.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+from pamqp import base, commands
+
+import gateway
+from gateway.amqp import events as ev
+from gateway.amqp.capabilities import server_properties
+from gateway.amqp.channel import Channel, ChannelState
+from gateway.amqp.codec import (
+    CLIENT_METHODS,
+    decode_method,
+    encode_method,
+    method_name,
+    spec_for,
+)
+from gateway.amqp.errors import (
+    AMQPError,
+    ChannelError,
+    ConnectionException,
+    FrameError,
+    ReplyCode,
+    amqp_error,
+)
+from gateway.amqp.fastpath import (
+    ACK,
+    NACK,
+    PUBLISH,
+    REJECT,
+    decode_ack,
+    decode_nack,
+    decode_publish,
+    decode_reject,
+    encode_ack,
+    encode_deliver,
+    encode_get_ok,
+    encode_nack,
+    encode_return,
+)
+from gateway.amqp.framing import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    FrameReader,
+    method_frame,
+)
+from gateway.amqp.properties import MessageProperties, encode_properties
+
+__all__ = [
+    "ConnectionSettings",
+    "ConnectionState",
+    "HeaderLike",
+    "Negotiated",
+    "ServerConnection",
+]
+
+HeaderLike = bytes | MessageProperties | commands.Basic.Properties
+"""What ``send_deliver`` & co. accept as message properties: the raw flags + property list
+(``PublishReceived.header``, replayed unchanged), or an object to encode."""
+
+_INDEX = struct.Struct(">I")
+_CHANNEL_OPEN = 0x0014000A
+_CHANNEL_CLOSE = 0x00140028
+_CHANNEL_CLOSE_OK = 0x00140029
+_CONNECTION_CLOSE = 0x000A0032
+_CONNECTION_CLOSE_OK = 0x000A0033
+# Payloads we send often enough to keep ready. Channel.Open-Ok's channel-id is an empty
+# longstr, as RabbitMQ sends it (pamqp defaults to "0").
+_CHANNEL_OPEN_OK = _INDEX.pack(0x0014000B) + b"\x00\x00\x00\x00"
+_CHANNEL_CLOSE_OK_PAYLOAD = _INDEX.pack(_CHANNEL_CLOSE_OK)
+_CONNECTION_CLOSE_OK_PAYLOAD = _INDEX.pack(_CONNECTION_CLOSE_OK)
+_CHANNEL_MAX_LIMIT = 65535
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Per-connection limits and identity (names in comments: reference/002 config keys)."""
+
+    # amqpSessionCountLimit: highest channel number (0 = 65535), offered in Connection.Tune.
+    channel_max: int = 256
+    # amqpNetworkBufferSize: largest frame, offered in Connection.Tune.
+    frame_max: int = 2_097_152
+    # amqpHeartbeatDelay: seconds, offered in Connection.Tune (0 = off unless the client asks).
+    heartbeat: int = 0
+    # amqpHeartbeatTimeoutFactor: missed intervals before the peer is declared dead.
+    heartbeat_timeout_factor: int = 2
+    # amqpMaxMessageSize: larger messages are refused with 311 CONTENT_TOO_LARGE.
+    max_message_size: int = 104_857_600
+    mechanisms: tuple[str, ...] = ("PLAIN",)
+    locales: tuple[str, ...] = ("en_US",)
+    product: str = "Starlight for RabbitMQ"
+    # The RabbitMQ version whose behaviour we follow (clients gate features on it).
+    version: str = "3.13.7"
+    gateway_version: str = gateway.__version__
+    platform: str = ""  # "" = "Python <version>"
+    copyright: str = "Copyright (c) the Starlight for RabbitMQ authors"
+    information: str = "Licensed under the Apache License 2.0"
+    cluster_name: str = ""
+    extra_server_properties: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not FRAME_MIN_SIZE <= self.frame_max <= 0xFFFFFFFF:
+            raise ValueError(f"frame_max must be at least {FRAME_MIN_SIZE} octets")
+        if not 0 <= self.channel_max <= _CHANNEL_MAX_LIMIT:
+            raise ValueError("channel_max must be between 0 and 65535")
+        if not 0 <= self.heartbeat <= 65535:
+            raise ValueError("heartbeat must be between 0 and 65535 seconds")
+        if self.heartbeat_timeout_factor < 1:
+            raise ValueError("heartbeat_timeout_factor must be at least 1")
+        if self.max_message_size < 0:
+            raise ValueError("max_message_size must not be negative")
+        if not self.mechanisms:
+            raise ValueError("at least one SASL mechanism is needed")
+
+
+class ConnectionState(Enum):
+    AWAITING_HEADER = "awaiting_header"
+    STARTING = "starting"  # Start sent, waiting for Start-Ok
+    AUTHENTICATING = "authenticating"  # LoginRequested out, waiting for accept/refuse_login
+    TUNING = "tuning"  # Tune sent, waiting for Tune-Ok
+    OPENING = "opening"  # waiting for Connection.Open
+    VHOST_CHECK = "vhost_check"  # VhostRequested out, waiting for accept/refuse_vhost
+    OPEN = "open"
+    CLOSING = "closing"  # our Connection.Close sent, waiting for Close-Ok
+    CLOSED = "closed"
+
+
+_HEARTBEAT_STATES = frozenset(
+    {
+        ConnectionState.OPENING,
+        ConnectionState.VHOST_CHECK,
+        ConnectionState.OPEN,
+        ConnectionState.CLOSING,
+    }
+)
+
+
+class Negotiated(NamedTuple):
+    channel_max: int
+    frame_max: int
+    heartbeat: int
+
+
+class ServerConnection:
+    def __init__(self, settings: ConnectionSettings, now: float) -> None:
+        self.settings = settings
+        self._state = ConnectionState.AWAITING_HEADER
+        self._reader = FrameReader(settings.frame_max)
+        self._header = bytearray()
+        self._out: list[bytes] = []
+        self._pending: list[ev.Event] = []
+        self._held = False
+        self._channels: dict[int, Channel] = {}
+        self._channel_max = settings.channel_max or _CHANNEL_MAX_LIMIT
+        self._frame_max = settings.frame_max
+        self._heartbeat = 0
+        self._last_recv = now
+        self._last_send = now
+        self._unstamped_output = False
+        self._close_code = 0
+        self._close_text = ""
+        self._user = ""
+        self._vhost = ""
+        self.client_properties: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------------------ state
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state is ConnectionState.CLOSED
+
+    @property
+    def negotiated(self) -> Negotiated:
+        return Negotiated(self._channel_max, self._frame_max, self._heartbeat)
+
+    @property
+    def user(self) -> str:
+        return self._user
+
+    @property
+    def vhost(self) -> str:
+        return self._vhost
+
+    @property
+    def open_channels(self) -> frozenset[int]:
+        """Channels that are open (not the ones waiting for our Close-Ok)."""
+        return frozenset(n for n, c in self._channels.items() if c.state is ChannelState.OPEN)
+
+    def channel_flow_active(self, channel: int) -> bool:
+        """False after the client sent Channel.Flow(active=False) on ``channel``."""
+        ch = self._channels.get(channel)
+        return ch is not None and ch.flow_active
+
+    # ------------------------------------------------------------------------------ input
+
+    def receive_data(self, data: bytes, now: float) -> list[ev.Event]:
+        """Feed bytes from the socket (``b""`` = EOF); return the events they complete."""
+        events = self._take_pending()
+        if self._state is ConnectionState.CLOSED:
+            return events
+        if not data:
+            self._state = ConnectionState.CLOSED
+            events.append(ev.ConnectionTerminated("client closed the connection"))
+            return events
+        self._last_recv = now
+        if self._state is ConnectionState.AWAITING_HEADER:
+            rest = self._receive_header(data, events)
+            if rest is None:
+                self._stamp(now)
+                return events
+            data = rest
+        self._reader.feed(data)
+        self._pump(events)
+        self._stamp(now)
+        return events
+
+    def take_events(self) -> list[ev.Event]:
+        """Events produced outside ``receive_data``/``handle_timer``: by held frames that an
+        ``accept_*`` call released, or by ``refuse_login``. Call it after answering."""
+        return self._take_pending()
+
+    def _take_pending(self) -> list[ev.Event]:
+        if not self._pending:
+            return []
+        events, self._pending = self._pending, []
+        return events
+
+    def _receive_header(self, data: bytes, events: list[ev.Event]) -> bytes | None:
+        """Consume the protocol header; return the bytes after it, None to stop here."""
+        need = 8 - len(self._header)
+        self._header += data[:need]
+        if len(self._header) < 8:
+            return None
+        if bytes(self._header) != PROTOCOL_HEADER:
+            # §4.2.2: answer with the header we do support, then close.
+            self._write(PROTOCOL_HEADER)
+            self._state = ConnectionState.CLOSED
+            events.append(
+                ev.ConnectionTerminated(f"unsupported protocol header {bytes(self._header)!r}")
+            )
+            return None
+        start = commands.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                **server_properties(self.settings),
+                **self.settings.extra_server_properties,
+            },
+            mechanisms=" ".join(self.settings.mechanisms),
+            locales=" ".join(self.settings.locales),
+        )
+        self._send(0, start)
+        self._state = ConnectionState.STARTING
+        return data[need:]
+
+    def _pump(self, events: list[ev.Event]) -> None:
+        reader = self._reader
+        while not self._held and self._state is not ConnectionState.CLOSED:
+            try:
+                frame = reader.next_frame()
+            except FrameError as error:
+                self._fatal(error, events)
+                return
+            if frame is None:
+                return
+            frame_type, channel, payload = frame
+            try:
+                if channel:
+                    self._channel_frame(frame_type, channel, payload, events)
+                else:
+                    self._connection_frame(frame_type, payload, events)
+            except ChannelError as error:
+                self._soft_error(channel, error, events)
+            except AMQPError as error:
+                self._hard_error(error, events)
+
+    # ----------------------------------------------------------------- channel 0 frames
+
+    def _connection_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
+        if frame_type == FRAME_HEARTBEAT:
+            if payload:
+                raise ConnectionException(ReplyCode.FRAME_ERROR, "heartbeat frame with a payload")
+            return
+        if self._state is ConnectionState.CLOSING:
+            self._closing_frame(frame_type, payload, events)
+            return
+        if frame_type != FRAME_METHOD:
+            # RabbitMQ: unexpected_frame for content frames on channel 0.
+            raise ConnectionException(
+                ReplyCode.UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
+            )
+        method = decode_method(payload)
+        state = self._state
+        if isinstance(method, commands.Connection.Close):
+            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
+            self._state = ConnectionState.CLOSED
+            self._channels.clear()
+            events.append(ev.ConnectionClosed(int(method.reply_code or 0), method.reply_text, True))
+        elif isinstance(method, commands.Connection.StartOk) and state is ConnectionState.STARTING:
+            self._on_start_ok(method, events)
+        elif isinstance(method, commands.Connection.TuneOk) and state is ConnectionState.TUNING:
+            self._on_tune_ok(method)
+        elif isinstance(method, commands.Connection.Open) and state is ConnectionState.OPENING:
+            self._vhost = method.virtual_host
+            self._state = ConnectionState.VHOST_CHECK
+            self._held = True
+            events.append(ev.VhostRequested(method.virtual_host))
+        elif isinstance(method, commands.Connection.UpdateSecret) and state is ConnectionState.OPEN:
+            events.append(
+                ev.UpdateSecretRequested(_as_bytes(method.new_secret), method.reason or "")
+            )
+        else:
+            # RabbitMQ's handle_method0 catch-all: any other method on channel 0, or a
+            # connection method out of order, is a channel_error.
+            spec = spec_for(method)
+            raise ConnectionException(
+                ReplyCode.CHANNEL_ERROR,
+                f"unexpected method {spec.name} in connection state {state.value}",
+                spec.class_id,
+                spec.method_id,
+            )
+
+    def _on_start_ok(self, method: commands.Connection.StartOk, events: list[ev.Event]) -> None:
+        mechanism = method.mechanism
+        if mechanism not in self.settings.mechanisms:
+            raise ConnectionException(
+                ReplyCode.COMMAND_INVALID,
+                f"unknown authentication mechanism '{mechanism}'",
+                10,
+                11,
+            )
+        props = method.client_properties or {}
+        self.client_properties = props
+        capabilities = props.get("capabilities")
+        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        self._state = ConnectionState.AUTHENTICATING
+        self._held = True
+        events.append(
+            ev.LoginRequested(mechanism, _as_bytes(method.response), props, method.locale)
+        )
+
+    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        # RabbitMQ's validate_negotiated_integer_value: below the minimum or above what we
+        # offered is 530 NOT_ALLOWED. Unlike RabbitMQ, a 0 ("no limit") from the client is
+        # read as "whatever the server offered" rather than refused (docs/protocol.md).
+        frame_max = method.frame_max or self.settings.frame_max
+        if frame_max < FRAME_MIN_SIZE:
+            raise self._negotiation_error("frame_max", frame_max, "lower", "minimum", 4096)
+        if frame_max > self.settings.frame_max:
+            raise self._negotiation_error(
+                "frame_max", frame_max, "higher", "maximum", self.settings.frame_max
+            )
+        offered_channels = self.settings.channel_max or _CHANNEL_MAX_LIMIT
+        channel_max = method.channel_max or offered_channels
+        if channel_max > offered_channels:
+            raise self._negotiation_error(
+                "channel_max", channel_max, "higher", "maximum", offered_channels
+            )
+        self._frame_max = frame_max
+        self._channel_max = channel_max
+        self._reader.max_payload = frame_max
+        # RabbitMQ uses the client's Tune-Ok heartbeat as is (clients already chose between
+        # their wish and our offer); 0 turns heartbeats off.
+        self._heartbeat = method.heartbeat
+        self._last_send = self._last_recv
+        self._state = ConnectionState.OPENING
+
+    @staticmethod
+    def _negotiation_error(
+        name: str, value: int, direction: str, bound: str, limit: int
+    ) -> ConnectionException:
+        return ConnectionException(
+            ReplyCode.NOT_ALLOWED,
+            f"negotiated {name} = {value} is {direction} than the {bound} allowed value ({limit})",
+            10,
+            31,
+        )
+
+    def _closing_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
+        """After our Connection.Close only Close-Ok and Close matter (§4.2.2 Close)."""
+        if frame_type != FRAME_METHOD or len(payload) < 4:
+            return
+        (index,) = _INDEX.unpack_from(payload, 0)
+        if index == _CONNECTION_CLOSE_OK:
+            self._state = ConnectionState.CLOSED
+            events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
+        elif index == _CONNECTION_CLOSE:
+            # Both sides closed at once: answer theirs; ours is then moot.
+            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
+            self._state = ConnectionState.CLOSED
+            events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
+
+    # ------------------------------------------------------------- channel > 0 frames
+
+    def _channel_frame(
+        self, frame_type: int, number: int, payload: bytes, events: list[ev.Event]
+    ) -> None:
+        state = self._state
+        if state is not ConnectionState.OPEN:
+            if state is ConnectionState.CLOSING:
+                return
+            raise ConnectionException(
+                ReplyCode.UNEXPECTED_FRAME,
+                f"frame of type {frame_type} on channel {number} before the connection is open",
+            )
+        if frame_type == FRAME_HEARTBEAT:
+            # §4.2.3 heartbeat frames "MUST have a channel number of zero" → 501.
+            raise ConnectionException(ReplyCode.FRAME_ERROR, f"heartbeat frame on channel {number}")
+        channel = self._channels.get(number)
+        if channel is None:
+            self._unopened_channel_frame(frame_type, number, payload, events)
+            return
+        if channel.state is ChannelState.CLOSING:
+            self._closing_channel_frame(channel, frame_type, payload, events)
+            return
+        if frame_type == FRAME_METHOD:
+            self._channel_method(channel, payload, events)
+        elif frame_type == FRAME_BODY:
+            message = channel.on_body(payload)
+            if message is not None:
+                events.append(message)
+        elif frame_type == FRAME_HEADER:
+            message = channel.on_header(payload)
+            if message is not None:
+                events.append(message)
+
+    def _unopened_channel_frame(
+        self, frame_type: int, number: int, payload: bytes, events: list[ev.Event]
+    ) -> None:
+        if frame_type == FRAME_METHOD and len(payload) >= 4:
+            (index,) = _INDEX.unpack_from(payload, 0)
+            if index == _CHANNEL_OPEN:
+                decode_method(payload)  # validates the (deprecated) out-of-band field
+                if number > self._channel_max:
+                    raise ConnectionException(
+                        ReplyCode.NOT_ALLOWED,
+                        f"channel number {number} exceeds the negotiated channel_max "
+                        f"({self._channel_max})",
+                        20,
+                        10,
+                    )
+                self._channels[number] = Channel(number, self.settings.max_message_size)
+                self._write_method(number, _CHANNEL_OPEN_OK)
+                events.append(ev.ChannelOpened(number))
+                return
+            raise ConnectionException(
+                ReplyCode.CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {number}",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        raise ConnectionException(
+            ReplyCode.CHANNEL_ERROR, f"expected 'channel.open' on channel {number}"
+        )
+
+    def _closing_channel_frame(
+        self, channel: Channel, frame_type: int, payload: bytes, events: list[ev.Event]
+    ) -> None:
+        """After our Channel.Close everything but Close-Ok/Close is discarded (§4.2.4)."""
+        if frame_type != FRAME_METHOD or len(payload) < 4:
+            return
+        (index,) = _INDEX.unpack_from(payload, 0)
+        if index == _CHANNEL_CLOSE_OK:
+            del self._channels[channel.number]
+            events.append(
+                ev.ChannelClosed(channel.number, channel.close_code, channel.close_text, False)
+            )
+        elif index == _CHANNEL_CLOSE:
+            # Simultaneous close: answer theirs and keep waiting for the Close-Ok to ours.
+            self._write_method(channel.number, _CHANNEL_CLOSE_OK_PAYLOAD)
+
+    def _channel_method(self, channel: Channel, payload: bytes, events: list[ev.Event]) -> None:
+        if not channel.expecting_method:
+            raise channel.unexpected_method()
+        if len(payload) < 4:
+            raise ConnectionException(
+                ReplyCode.FRAME_ERROR, f"method frame of {len(payload)} octets has no method id"
+            )
+        (index,) = _INDEX.unpack_from(payload, 0)
+        number = channel.number
+        # The per-message methods first, without building pamqp objects.
+        if index == PUBLISH:
+            exchange, routing_key, mandatory, immediate = decode_publish(payload)
+            if immediate:
+                raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            channel.start_content(exchange, routing_key, mandatory, immediate)
+            return
+        if index == ACK:
+            tag, multiple = decode_ack(payload)
+            events.append(ev.AckReceived(number, tag, multiple))
+            return
+        if index == NACK:
+            tag, multiple, requeue = decode_nack(payload)
+            events.append(ev.NackReceived(number, tag, multiple, requeue))
+            return
+        if index == REJECT:
+            tag, requeue = decode_reject(payload)
+            events.append(ev.RejectReceived(number, tag, requeue))
+            return
+        method = decode_method(payload)
+        cls = type(method)
+        if index >> 16 == 10:
+            raise ConnectionException(
+                ReplyCode.COMMAND_INVALID,
+                f"{method_name(method)} is only allowed on channel 0",
+                10,
+                index & 0xFFFF,
+            )
+        if cls not in CLIENT_METHODS:
+            raise ConnectionException(
+                ReplyCode.COMMAND_INVALID,
+                f"{method_name(method)} is sent by servers, not clients",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        if isinstance(method, commands.Channel.Close):
+            self._write_method(number, _CHANNEL_CLOSE_OK_PAYLOAD)
+            del self._channels[number]
+            events.append(
+                ev.ChannelClosed(number, int(method.reply_code or 0), method.reply_text, True)
+            )
+        elif cls is commands.Channel.Open:
+            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
+        elif isinstance(method, commands.Channel.Flow):
+            # RabbitMQ 3.x refuses active=false with 540; the spec asks servers to honour
+            # it, so we do: Flow-Ok now, and the shell pauses the channel's consumers.
+            active = bool(method.active)
+            channel.flow_active = active
+            self._send(number, commands.Channel.FlowOk(active=active))
+            events.append(ev.FlowRequested(number, active))
+        elif cls is commands.Channel.CloseOk or cls is commands.Channel.FlowOk:
+            # Replies to methods we never sent (we send Channel.Flow never, and a Close-Ok
+            # for a close that completed already is harmless): ignored.
+            return
+        else:
+            events.append(ev.MethodReceived(number, method))
+
+    # ------------------------------------------------------------------------- errors
+
+    def _soft_error(self, number: int, error: AMQPError, events: list[ev.Event]) -> None:
+        channel = self._channels.get(number)
+        if channel is None or channel.state is not ChannelState.OPEN:
+            return
+        self._start_channel_close(channel, error)
+        events.append(ev.ChannelErrored(number, error))
+
+    def _hard_error(self, error: AMQPError, events: list[ev.Event]) -> None:
+        if self._state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        self._start_connection_close(error)
+        events.append(ev.ConnectionErrored(error))
+
+    def _fatal(self, error: FrameError, events: list[ev.Event]) -> None:
+        """A framing error: tell the client if we still can, then stop reading for good."""
+        if self._state is not ConnectionState.CLOSING:
+            self._start_connection_close(error)
+            events.append(ev.ConnectionErrored(error))
+        self._state = ConnectionState.CLOSED
+        events.append(ev.ConnectionTerminated(error.reply_text))
+
+    def _start_connection_close(self, error: AMQPError) -> None:
+        self._send(
+            0,
+            commands.Connection.Close(
+                reply_code=error.reply_code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+        self._close_code = error.reply_code
+        self._close_text = error.reply_text
+        self._state = ConnectionState.CLOSING
+        self._channels.clear()
+        self._held = False
+
+    def _start_channel_close(self, channel: Channel, error: AMQPError) -> None:
+        self._send(
+            channel.number,
+            commands.Channel.Close(
+                reply_code=error.reply_code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+        channel.state = ChannelState.CLOSING
+        channel.close_code = error.reply_code
+        channel.close_text = error.reply_text
+        channel.reset_content()
+
+    # ------------------------------------------------------------------ handshake answers
+
+    def accept_login(self, user: str) -> None:
+        """The credentials from ``LoginRequested`` are good: send Connection.Tune."""
+        if self._state is not ConnectionState.AUTHENTICATING:
+            return
+        self._user = user
+        self._send(
+            0,
+            commands.Connection.Tune(
+                channel_max=self.settings.channel_max,
+                frame_max=self.settings.frame_max,
+                heartbeat=self.settings.heartbeat,
+            ),
+        )
+        self._state = ConnectionState.TUNING
+        self._release()
+
+    def refuse_login(self, text: str) -> None:
+        """Refuse the login: 403 Connection.Close if the client advertised
+        ``authentication_failure_close``, otherwise just close (``ConnectionTerminated``),
+        as RabbitMQ does."""
+        if self._state is not ConnectionState.AUTHENTICATING:
+            return
+        if self.client_capabilities.get("authentication_failure_close") is True:
+            self._start_connection_close(AMQPError(ReplyCode.ACCESS_REFUSED, text, 10, 11))
+            self._release()
+        else:
+            self._state = ConnectionState.CLOSED
+            self._held = False
+            self._pending.append(ev.ConnectionTerminated(f"login refused: {text}"))
+
+    def accept_vhost(self) -> None:
+        """Access to the vhost from ``VhostRequested`` is granted: send Open-Ok."""
+        if self._state is not ConnectionState.VHOST_CHECK:
+            return
+        self._send(0, commands.Connection.OpenOk())
+        self._state = ConnectionState.OPEN
+        self._pending.append(ev.ConnectionOpened(self._vhost, self._user))
+        self._release()
+
+    def refuse_vhost(self, code: int, text: str) -> None:
+        """Refuse the vhost, e.g. 530 NOT_ALLOWED (RabbitMQ's code for "no access" and
+        "no such vhost") or 402 INVALID_PATH."""
+        if self._state is not ConnectionState.VHOST_CHECK:
+            return
+        self._start_connection_close(amqp_error(code, text, 10, 40))
+        self._release()
+
+    def accept_update_secret(self) -> None:
+        """Answer ``UpdateSecretRequested`` with Update-Secret-Ok."""
+        if self._state is ConnectionState.OPEN:
+            self._send(0, commands.Connection.UpdateSecretOk())
+
+    def _release(self) -> None:
+        """Process the frames held while waiting for a decision."""
+        self._held = False
+        if self._reader.buffered:
+            self._pump(self._pending)
+
+    # ------------------------------------------------------------------------- commands
+
+    def send_method(self, channel: int, method: base.Frame) -> bool:
+        """Queue any method (e.g. Queue.Declare-Ok, Basic.Consume-Ok) on an open channel.
+
+        Returns False (and sends nothing) when the channel or the connection is closed or
+        closing: the shell need not track that itself. Use ``close_channel`` and
+        ``close_connection`` for Close, and ``codec.make_method`` to build methods whose
+        names pamqp's constructors would refuse.
+        """
+        if not self._can_send(channel):
+            return False
+        self._send(channel, method)
+        return True
+
+    def send_queue_declare_ok(
+        self, channel: int, queue: str, message_count: int, consumer_count: int
+    ) -> bool:
+        """Queue.Declare-Ok for any queue name (pamqp's constructor rejects many)."""
+        method = commands.Queue.DeclareOk.__new__(commands.Queue.DeclareOk)
+        method.queue = queue
+        method.message_count = message_count
+        method.consumer_count = consumer_count
+        return self.send_method(channel, method)
+
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        header: HeaderLike,
+        body: bytes,
+    ) -> bool:
+        """Basic.Deliver + content, body split by the negotiated frame_max."""
+        if not self._can_send(channel):
+            return False
+        self._write(
+            encode_deliver(
+                channel,
+                consumer_tag,
+                delivery_tag,
+                redelivered,
+                exchange,
+                routing_key,
+                _raw_properties(header),
+                body,
+                self._frame_max,
+            )
+        )
+        return True
+
+    def send_get_ok(
+        self,
+        channel: int,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        message_count: int,
+        header: HeaderLike,
+        body: bytes,
+    ) -> bool:
+        if not self._can_send(channel):
+            return False
+        self._write(
+            encode_get_ok(
+                channel,
+                delivery_tag,
+                redelivered,
+                exchange,
+                routing_key,
+                message_count,
+                _raw_properties(header),
+                body,
+                self._frame_max,
+            )
+        )
+        return True
+
+    def send_return(
+        self,
+        channel: int,
+        reply_code: int,
+        reply_text: str,
+        exchange: str,
+        routing_key: str,
+        header: HeaderLike,
+        body: bytes,
+    ) -> bool:
+        """Basic.Return (e.g. 312 NO_ROUTE for an unroutable mandatory message)."""
+        if not self._can_send(channel):
+            return False
+        self._write(
+            encode_return(
+                channel,
+                reply_code,
+                reply_text,
+                exchange,
+                routing_key,
+                _raw_properties(header),
+                body,
+                self._frame_max,
+            )
+        )
+        return True
+
+    def send_ack(self, channel: int, delivery_tag: int, multiple: bool) -> bool:
+        """Publisher confirm: Basic.Ack."""
+        if not self._can_send(channel):
+            return False
+        self._write(encode_ack(channel, delivery_tag, multiple))
+        return True
+
+    def send_nack(
+        self, channel: int, delivery_tag: int, multiple: bool, requeue: bool = False
+    ) -> bool:
+        """Publisher confirm: Basic.Nack (the write to Pulsar failed)."""
+        if not self._can_send(channel):
+            return False
+        self._write(encode_nack(channel, delivery_tag, multiple, requeue))
+        return True
+
+    def send_consumer_cancel(self, channel: int, consumer_tag: str) -> bool:
+        """Server-initiated Basic.Cancel (queue deleted, …), only if the client advertised
+        ``consumer_cancel_notify`` — RabbitMQ sends nothing to other clients."""
+        if self.client_capabilities.get("consumer_cancel_notify") is not True:
+            return False
+        method = commands.Basic.Cancel.__new__(commands.Basic.Cancel)
+        method.consumer_tag = consumer_tag
+        method.nowait = True
+        return self.send_method(channel, method)
+
+    def send_blocked(self, reason: str) -> bool:
+        """Connection.Blocked, only if the client advertised ``connection.blocked``."""
+        if not self._may_notify_blocked():
+            return False
+        self._send(0, commands.Connection.Blocked(reason=reason))
+        return True
+
+    def send_unblocked(self) -> bool:
+        if not self._may_notify_blocked():
+            return False
+        self._send(0, commands.Connection.Unblocked())
+        return True
+
+    def _may_notify_blocked(self) -> bool:
+        return (
+            self._state is ConnectionState.OPEN
+            and self.client_capabilities.get("connection.blocked") is True
+        )
+
+    def close_channel(self, channel: int, error: AMQPError) -> None:
+        """Server-initiated Channel.Close; then only Close-Ok (→ ``ChannelClosed``) counts."""
+        if self._state is not ConnectionState.OPEN:
+            return
+        ch = self._channels.get(channel)
+        if ch is None or ch.state is not ChannelState.OPEN:
+            return
+        self._start_channel_close(ch, error)
+
+    def close_connection(self, error: AMQPError) -> None:
+        """Server-initiated Connection.Close (e.g. 320 CONNECTION_FORCED on shutdown); then
+        only Close-Ok (→ ``ConnectionClosed(by_client=False)``) counts."""
+        if self._state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        if self._state is ConnectionState.AWAITING_HEADER:
+            # Nothing can be said before the protocol header: just hang up.
+            self._state = ConnectionState.CLOSED
+            self._pending.append(ev.ConnectionTerminated(error.reply_text))
+            return
+        self._start_connection_close(error)
+        self._release()
+
+    def _can_send(self, channel: int) -> bool:
+        if self._state is not ConnectionState.OPEN:
+            return False
+        if channel == 0:
+            return True
+        ch = self._channels.get(channel)
+        return ch is not None and ch.state is ChannelState.OPEN
+
+    # ------------------------------------------------------------------------- output
+
+    def data_to_send(self) -> bytes:
+        """Everything queued for the socket since the last call."""
+        if not self._out:
+            return b""
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        return data
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        self._unstamped_output = True
+
+    def _write_method(self, channel: int, payload: bytes) -> None:
+        self._write(method_frame(channel, payload))
+
+    def _send(self, channel: int, method: base.Frame) -> None:
+        self._write(method_frame(channel, encode_method(method)))
+
+    # -------------------------------------------------------------------------- time
+
+    def _stamp(self, now: float) -> None:
+        # Output queued since the last stamp counts as sent "now": the shell flushes right
+        # after each call, and a late stamp only ever makes a heartbeat come early.
+        if self._unstamped_output:
+            self._last_send = now
+            self._unstamped_output = False
+
+    def next_deadline(self) -> float | None:
+        """When ``handle_timer`` must next run; ``None`` while heartbeats are off."""
+        if not self._heartbeat or self._state not in _HEARTBEAT_STATES:
+            return None
+        return min(
+            self._last_send + self._heartbeat / 2,
+            self._last_recv + self._heartbeat * self.settings.heartbeat_timeout_factor,
+        )
+
+    def handle_timer(self, now: float) -> list[ev.Event]:
+        """Send a heartbeat when we have been quiet for half the interval (as RabbitMQ
+        does, so that a client's "two missed heartbeats" never trips); declare the peer dead
+        after ``heartbeat * heartbeat_timeout_factor`` seconds without a byte from it."""
+        events = self._take_pending()
+        if not self._heartbeat or self._state not in _HEARTBEAT_STATES:
+            return events
+        self._stamp(now)
+        if now >= self._last_recv + self._heartbeat * self.settings.heartbeat_timeout_factor:
+            self._state = ConnectionState.CLOSED
+            events.append(ev.HeartbeatTimedOut())
+            return events
+        if now >= self._last_send + self._heartbeat / 2:
+            self._write(HEARTBEAT_FRAME)
+            self._stamp(now)
+        return events
+
+
+def _as_bytes(value: object) -> bytes:
+    # codec.decode_method keeps longstr fields as bytes although pamqp annotates them str.
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def _raw_properties(header: HeaderLike) -> bytes:
+    if isinstance(header, bytes):
+        return header
+    if isinstance(header, MessageProperties):
+        return encode_properties(header)
+    return bytes(header.marshal())
