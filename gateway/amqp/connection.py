@@ -185,9 +185,11 @@ class ServerConnection:
         self._channel_max = settings.channel_max or _CHANNEL_MAX_LIMIT
         self._frame_max = settings.frame_max
         self._heartbeat = 0
+        # The latest time we were told; output queued between calls is stamped with it, which
+        # can only make a heartbeat come early (harmless), never late.
+        self._now = now
         self._last_recv = now
         self._last_send = now
-        self._unstamped_output = False
         self._close_code = 0
         self._close_text = ""
         self._user = ""
@@ -238,16 +240,14 @@ class ServerConnection:
             self._state = ConnectionState.CLOSED
             events.append(ev.ConnectionTerminated("client closed the connection"))
             return events
-        self._last_recv = now
+        self._now = self._last_recv = now
         if self._state is ConnectionState.AWAITING_HEADER:
             rest = self._receive_header(data, events)
             if rest is None:
-                self._stamp(now)
                 return events
             data = rest
         self._reader.feed(data)
         self._pump(events)
-        self._stamp(now)
         return events
 
     def take_events(self) -> list[ev.Event]:
@@ -881,7 +881,7 @@ class ServerConnection:
 
     def _write(self, data: bytes) -> None:
         self._out.append(data)
-        self._unstamped_output = True
+        self._last_send = self._now
 
     def _write_method(self, channel: int, payload: bytes) -> None:
         self._write(method_frame(channel, payload))
@@ -890,13 +890,6 @@ class ServerConnection:
         self._write(method_frame(channel, encode_method(method)))
 
     # -------------------------------------------------------------------------- time
-
-    def _stamp(self, now: float) -> None:
-        # Output queued since the last stamp counts as sent "now": the shell flushes right
-        # after each call, and a late stamp only ever makes a heartbeat come early.
-        if self._unstamped_output:
-            self._last_send = now
-            self._unstamped_output = False
 
     def next_deadline(self) -> float | None:
         """When ``handle_timer`` must next run; ``None`` while heartbeats are off."""
@@ -914,14 +907,13 @@ class ServerConnection:
         events = self._take_pending()
         if not self._heartbeat or self._state not in _HEARTBEAT_STATES:
             return events
-        self._stamp(now)
+        self._now = now
         if now >= self._last_recv + self._heartbeat * self.settings.heartbeat_timeout_factor:
             self._state = ConnectionState.CLOSED
             events.append(ev.HeartbeatTimedOut())
             return events
         if now >= self._last_send + self._heartbeat / 2:
             self._write(HEARTBEAT_FRAME)
-            self._stamp(now)
         return events
 
 
