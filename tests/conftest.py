@@ -1,0 +1,57 @@
+"""Shared pytest fixtures.
+
+`pulsar_stack` gives integration tests the real local stack (Apache Pulsar standalone with its
+ZooKeeper, see docs/local-stack.md). It is started once per test session, only if a test asks for
+it, and stopped at the end only if this session started it: `make test` leaves the machine as it
+found it, and a stack started by `make stack-up` stays up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+import pytest
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+class StackEndpoints(Protocol):
+    """What `pulsar_stack` yields (scripts/stack.py's `Endpoints`)."""
+
+    @property
+    def broker_url(self) -> str: ...  # pulsar://127.0.0.1:6650
+    @property
+    def web_url(self) -> str: ...  # http://127.0.0.1:8080 (admin REST API)
+    @property
+    def zookeeper(self) -> str: ...  # 127.0.0.1:2181
+
+
+def _load_stack_module() -> ModuleType:
+    # scripts/ is not a package (stack.py must run with a bare python3), so import it by path.
+    name = "starlight_local_stack"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_DIR / "scripts" / "stack.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def pulsar_stack() -> Iterator[StackEndpoints]:
+    """The stack's endpoints: `.broker_url`, `.web_url`, `.zookeeper`."""
+    stack = _load_stack_module()
+    started_here: bool = stack.ensure_up()
+    try:
+        endpoints: StackEndpoints = stack.ENDPOINTS
+        yield endpoints
+    finally:
+        if started_here:
+            stack.down()
