@@ -101,11 +101,13 @@ class MessageProperties:
         props = commands.Basic.Properties()
         for name, _kind, _flag in _SPEC:
             value = getattr(self, name)
+            if value is None:
+                continue  # keep pamqp's defaults (cluster_id is "" there, not None)
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
-            if name == "headers" and value is not None:
+            if name == "headers":
                 value = table_to_plain(value)
-            elif name == "timestamp" and value is not None:
+            elif name == "timestamp":
                 value = datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
             setattr(props, "message_type" if name == "type" else name, value)
         return props
@@ -115,7 +117,10 @@ class MessageProperties:
         values: dict[str, Any] = {}
         for name, _kind, _flag in _SPEC:
             value = getattr(props, "message_type" if name == "type" else name, None)
-            if name == "headers" and value is not None:
+            if value == "":
+                # pamqp treats "" as absent (it never sends an empty property); so do we here.
+                value = None
+            elif name == "headers" and value is not None:
                 value = table_from_plain(value)
             elif name == "timestamp" and isinstance(value, datetime.datetime):
                 if value.tzinfo is None:

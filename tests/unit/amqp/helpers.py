@@ -158,9 +158,7 @@ class Client:
         return close
 
     def expect_channel_close(self, channel: int, code: int) -> commands.Channel.Close:
-        frames = [
-            (c, v) for c, v in self.received() if isinstance(v, commands.Channel.Close)
-        ]
+        frames = [(c, v) for c, v in self.received() if isinstance(v, commands.Channel.Close)]
         assert len(frames) == 1, frames
         ch, close = frames[0]
         assert ch == channel

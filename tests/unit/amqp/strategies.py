@@ -86,9 +86,7 @@ def fields() -> st.SearchStrategy[Field]:
         scalar_fields(),
         lambda children: st.one_of(
             st.builds(Field, st.just("A"), st.lists(children, max_size=4)),
-            st.builds(
-                Field, st.just("F"), st.dictionaries(table_keys(), children, max_size=4)
-            ),
+            st.builds(Field, st.just("F"), st.dictionaries(table_keys(), children, max_size=4)),
         ),
         max_leaves=12,
     )
@@ -134,8 +132,10 @@ def plain_values() -> st.SearchStrategy[Any]:
     )
     return st.recursive(
         scalars,
-        lambda children: st.lists(children, max_size=3)
-        | st.dictionaries(st.text(PAMQP_NAME_CHARS, max_size=20), children, max_size=3),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(st.text(PAMQP_NAME_CHARS, max_size=20), children, max_size=3)
+        ),
         max_leaves=8,
     )
 

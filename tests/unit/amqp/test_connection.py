@@ -10,7 +10,7 @@ from pamqp import commands
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
-from gateway.amqp.properties import MessageProperties, decode_properties
+from gateway.amqp.properties import MessageProperties
 from tests.unit.amqp.helpers import (
     PROTOCOL_HEADER,
     Client,
@@ -120,7 +120,9 @@ def test_pending_events_also_come_out_of_the_next_receive_data() -> None:
 def test_wrong_protocol_header_is_answered_with_ours_and_terminated() -> None:
     client = Client()
     events = client.send(b"AMQP\x01\x01\x00\x0a")
-    assert events == [ev.ConnectionTerminated("unsupported protocol header b'AMQP\\x01\\x01\\x00\\n'")]
+    assert events == [
+        ev.ConnectionTerminated("unsupported protocol header b'AMQP\\x01\\x01\\x00\\n'")
+    ]
     assert client.conn.data_to_send() == PROTOCOL_HEADER
     assert client.conn.is_closed
     assert client.send(b"more") == []
@@ -203,7 +205,9 @@ def test_refused_vhost_is_530() -> None:
         (300, 131072, "negotiated channel_max = 300 is higher than the maximum allowed value"),
     ],
 )
-def test_tune_ok_outside_what_we_offered_is_530(channel_max: int, frame_max: int, text: str) -> None:
+def test_tune_ok_outside_what_we_offered_is_530(
+    channel_max: int, frame_max: int, text: str
+) -> None:
     client = Client(ConnectionSettings(frame_max=131072))
     client.send(PROTOCOL_HEADER)
     client.send(start_ok())
@@ -244,7 +248,9 @@ def test_server_initiated_channel_close_discards_until_close_ok() -> None:
     client = Client()
     client.handshake()
     client.open_channel(3)
-    client.conn.close_channel(3, ChannelError(ReplyCode.NOT_FOUND, "no queue 'q' in vhost '/'", 50, 10))
+    client.conn.close_channel(
+        3, ChannelError(ReplyCode.NOT_FOUND, "no queue 'q' in vhost '/'", 50, 10)
+    )
     close = client.expect_channel_close(3, 404)
     assert close.reply_text == "NOT_FOUND - no queue 'q' in vhost '/'"
     assert (close.class_id, close.method_id) == (50, 10)
@@ -562,7 +568,9 @@ def test_graceful_server_close_320() -> None:
 def test_client_close_is_answered() -> None:
     client = Client()
     client.handshake()
-    close = commands.Connection.Close(reply_code=200, reply_text="Normal shutdown", class_id=0, method_id=0)
+    close = commands.Connection.Close(
+        reply_code=200, reply_text="Normal shutdown", class_id=0, method_id=0
+    )
     assert client.send(method(0, close)) == [ev.ConnectionClosed(200, "Normal shutdown", True)]
     client.expect_one(commands.Connection.CloseOk, 0)
     assert client.conn.is_closed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import deque
 
@@ -116,7 +117,7 @@ def run(chunks: list[bytes]) -> tuple[list[object], bytes]:
 
 def split_at(data: bytes, offsets: list[int]) -> list[bytes]:
     cuts = [0, *sorted(set(offsets)), len(data)]
-    return [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
 TRANSCRIPTS = {"happy": HAPPY, "broken": BROKEN, "out_of_sync": OUT_OF_SYNC}
