@@ -34,7 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -344,7 +344,7 @@ def _classpath(state: Path) -> list[str]:
     ]
     _say(
         f"resolving Apache Pulsar {PULSAR_VERSION} with Maven into the local repository "
-        f"(the first time this downloads ~350 MB from Maven Central; log: {maven_log})"
+        f"(the first time this downloads ~270 MB from Maven Central; log: {maven_log})"
     )
     started = time.monotonic()
     with maven_log.open("w") as log:
@@ -488,25 +488,28 @@ def _start(state: Path, classpath: list[str]) -> subprocess.Popen[bytes]:
         )
 
 
-def _wait_healthy(state: Path, process: subprocess.Popen[bytes]) -> None:
-    started = time.monotonic()
-    deadline = started + START_TIMEOUT
+def _wait_healthy(state: Path, exited: Callable[[], str | None], since: float) -> None:
+    """Poll until healthy; fail if the JVM exits or START_TIMEOUT passes after `since`."""
+    deadline = since + START_TIMEOUT
     next_report = time.monotonic() + 15.0
-    problem: str | None = "not started"
-    while time.monotonic() < deadline:
-        code = process.poll()
-        if code is not None:
-            raise StackError(f"Pulsar exited with code {code} while starting; {_log_tail(state)}")
+    while True:
+        death = exited()
+        if death is not None:
+            raise StackError(f"Pulsar {death} while starting; {_log_tail(state)}")
         problem = _health_problem() or _broker_health_problem()
         if problem is None:
             return
-        if time.monotonic() >= next_report:
-            _say(f"waiting ({time.monotonic() - started:.0f} s after launch): {problem}")
+        now = time.monotonic()
+        if now >= deadline:
+            raise StackError(
+                f"Pulsar was not healthy {START_TIMEOUT:.0f} s after its launch ({problem}); "
+                f"try `python3 scripts/stack.py down` and `up` (or `up --fresh` to wipe its data); "
+                f"{_log_tail(state)}"
+            )
+        if now >= next_report:
+            _say(f"waiting ({now - since:.0f} s after launch): {problem}")
             next_report += 15.0
         time.sleep(POLL_INTERVAL)
-    raise StackError(
-        f"Pulsar was not healthy within {START_TIMEOUT:.0f} s ({problem}); {_log_tail(state)}"
-    )
 
 
 def _wait_gone(record: _Record, timeout: float) -> bool:
@@ -552,6 +555,9 @@ def ensure_up(fresh: bool = False) -> bool:
     started = time.monotonic()
     state = stack_dir()
     with _locked(state):
+        waited = time.monotonic() - started
+        if waited > 1.0:
+            _say(f"waited {waited:.1f} s for another `stack.py` run to finish")
         record = _read_record(state)
         if record is not None and not _alive(record):
             _say(f"removing stale pid file (pid {record.pid} is gone)")
@@ -562,16 +568,14 @@ def ensure_up(fresh: bool = False) -> bool:
             _stop(state, record)
             record = None
         if record is not None:
-            problem = _health_problem()
-            if problem is None:
-                _say(
-                    f"already up (pid {record.pid}; checked in {time.monotonic() - started:.2f} s)"
-                )
-                return False
-            raise StackError(
-                f"pid {record.pid} runs but is not healthy: {problem}; "
-                f"`python3 scripts/stack.py down` then up again; {_log_tail(state, 20)}"
-            )
+            if _health_problem() is not None:
+                # Alive but not healthy: most likely still starting (its `up` was interrupted).
+                _say(f"pid {record.pid} runs but is not healthy yet; waiting for it")
+                recorded = record
+                since = started - max(0.0, time.time() - recorded.started_at)
+                _wait_healthy(state, lambda: None if _alive(recorded) else "exited", since)
+            _say(f"already up (pid {record.pid}; checked in {time.monotonic() - started:.2f} s)")
+            return False
         if fresh:
             _wipe_data(state)
         _check_ports_free()
@@ -579,8 +583,13 @@ def ensure_up(fresh: bool = False) -> bool:
         process = _start(state, classpath)
         _write_record(state, process.pid)
         _say(f"started Apache Pulsar {PULSAR_VERSION} standalone (pid {process.pid}); waiting")
+
+        def exited() -> str | None:
+            code = process.poll()
+            return None if code is None else f"exited with code {code}"
+
         try:
-            _wait_healthy(state, process)
+            _wait_healthy(state, exited, time.monotonic())
         except BaseException:
             # Never leave a half-started JVM holding the ports.
             with contextlib.suppress(StackError):
