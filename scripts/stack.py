@@ -291,6 +291,18 @@ def _broker_health_problem() -> str | None:
     return None if body == "ok" else f"broker health check says {body!r}"
 
 
+def classpath() -> list[str]:
+    """The Pulsar classpath (broker, proxy, log4j2), resolving it with Maven if not cached.
+
+    For callers that start other Pulsar JVMs from the same jars, e.g. the proxy
+    (``org.apache.pulsar.proxy.server.ProxyServiceStarter``) with the gateway's extension; use
+    them with ``JVM_FLAGS``.
+    """
+    state = stack_dir()
+    with _locked(state):
+        return _classpath(state)
+
+
 def is_up() -> bool:
     """True if the stack recorded in the state folder is running and healthy."""
     record = _read_record(stack_dir())
