@@ -33,10 +33,8 @@ class ChannelState(Enum):
     CLOSING = "closing"
 
 
-class _Expect(Enum):
-    METHOD = 0
-    HEADER = 1
-    BODY = 2
+# What the next frame on the channel must be (ints, not an Enum: checked on every frame).
+_METHOD, _HEADER, _BODY = 0, 1, 2
 
 
 class Channel:
@@ -53,6 +51,7 @@ class Channel:
         "close_code",
         "close_text",
         "flow_active",
+        "in_content",
         "max_message_size",
         "number",
         "state",
@@ -66,7 +65,9 @@ class Channel:
         self.flow_active = True
         self.close_code = 0
         self.close_text = ""
-        self._expect = _Expect.METHOD
+        self._expect = _METHOD
+        # True between a Basic.Publish and its last body frame.
+        self.in_content = False
         self._exchange = ""
         self._routing_key = ""
         self._mandatory = False
@@ -76,13 +77,9 @@ class Channel:
         self._received = 0
         self._parts: list[bytes] = []
 
-    @property
-    def expecting_method(self) -> bool:
-        return self._expect is _Expect.METHOD
-
     def unexpected_method(self) -> ConnectionException:
         """The error for a method frame that arrives in the middle of a message's content."""
-        if self._expect is _Expect.HEADER:
+        if self._expect == _HEADER:
             text = "expected content header for class 60, got non content header frame instead"
         else:
             text = "expected content body, got non content body frame instead"
@@ -95,16 +92,18 @@ class Channel:
         self._routing_key = routing_key
         self._mandatory = mandatory
         self._immediate = immediate
-        self._expect = _Expect.HEADER
+        self._expect = _HEADER
+        self.in_content = True
 
     def reset_content(self) -> None:
-        self._expect = _Expect.METHOD
+        self._expect = _METHOD
+        self.in_content = False
         self._parts = []
         self._header = b""
 
     def on_header(self, payload: bytes) -> PublishReceived | None:
-        if self._expect is not _Expect.HEADER:
-            if self._expect is _Expect.METHOD:
+        if self._expect != _HEADER:
+            if self._expect == _METHOD:
                 raise ConnectionException(
                     ReplyCode.UNEXPECTED_FRAME,
                     "expected method frame, got non method frame instead",
@@ -143,18 +142,19 @@ class Channel:
                 40,
             )
         if body_size == 0:
-            self._expect = _Expect.METHOD
+            self._expect = _METHOD
+            self.in_content = False
             return self._complete(raw, b"")
         self._header = raw
         self._body_size = body_size
         self._received = 0
         self._parts = []
-        self._expect = _Expect.BODY
+        self._expect = _BODY
         return None
 
     def on_body(self, payload: bytes) -> PublishReceived | None:
-        if self._expect is not _Expect.BODY:
-            if self._expect is _Expect.METHOD:
+        if self._expect != _BODY:
+            if self._expect == _METHOD:
                 raise ConnectionException(
                     ReplyCode.UNEXPECTED_FRAME,
                     "expected method frame, got non method frame instead",
@@ -184,12 +184,19 @@ class Channel:
         return self._complete(header, body)
 
     def _complete(self, header: bytes, body: bytes) -> PublishReceived:
-        return PublishReceived(
-            self.number,
-            self._exchange,
-            self._routing_key,
-            self._mandatory,
-            self._immediate,
-            header,
-            body,
+        # Equivalent to PublishReceived(...), without the frozen dataclass's seven
+        # object.__setattr__ calls: this runs once per published message.
+        message = _new_object(PublishReceived)
+        message.__dict__.update(
+            channel=self.number,
+            exchange=self._exchange,
+            routing_key=self._routing_key,
+            mandatory=self._mandatory,
+            immediate=self._immediate,
+            header=header,
+            body=body,
         )
+        return message
+
+
+_new_object = object.__new__

@@ -25,9 +25,8 @@ from __future__ import annotations
 import datetime
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "MAX_DEPTH",
@@ -53,9 +52,8 @@ class FieldDecodeError(ValueError):
     """The bytes are not a well-formed field table/value."""
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One AMQP field value and its wire type.
+class Field(NamedTuple):
+    """One AMQP field value and its wire type (a NamedTuple: cheap to build per header).
 
     ``value`` is: ``bool`` for ``t``; ``int`` for the integer tags and for ``T`` (seconds since
     the epoch, exactly as sent); ``float`` for ``f``/``d``; ``Decimal`` for ``D`` (its exponent

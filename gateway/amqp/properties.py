@@ -67,7 +67,7 @@ _U64 = struct.Struct(">Q")
 _HEADER_PREFIX = struct.Struct(">HHQ")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class MessageProperties:
     """The fourteen Basic properties; ``None`` means "absent" (flag bit clear).
 
@@ -158,28 +158,49 @@ def _read_flags(raw: bytes) -> tuple[int, int]:
     return flags, offset
 
 
+# flags word → wire types of the properties present, in order (few distinct combinations
+# occur in practice, so this stays small; bounded anyway).
+_LAYOUTS: dict[int, tuple[int, ...]] = {}
+
+
+def _layout(flags: int) -> tuple[int, ...]:
+    layout = _LAYOUTS.get(flags)
+    if layout is None:
+        layout = tuple(kind for _name, kind, flag in _SPEC if flags & flag)
+        if len(_LAYOUTS) < 4096:
+            _LAYOUTS[flags] = layout
+    return layout
+
+
 def validate_properties(raw: bytes) -> None:
-    """Check that ``raw`` (flags + property list) is well formed; raise FieldDecodeError."""
-    flags, offset = _read_flags(raw)
+    """Check that ``raw`` (flags + property list) is well formed; raise FieldDecodeError.
+
+    Runs on every publish, so it only walks lengths; ``decode_properties`` cannot fail on
+    what this accepts (checked by tests/unit/amqp/test_fuzz.py).
+    """
     end = len(raw)
-    if flags & 0xFFFC:
-        for _name, kind, flag in _SPEC:
-            if not flags & flag:
-                continue
-            if kind == _SHORTSTR:
-                if offset >= end:
-                    raise FieldDecodeError("truncated short string property")
-                offset += 1 + raw[offset]
-            elif kind == _OCTET:
-                offset += 1
-            elif kind == _TIMESTAMP:
-                offset += 8
-            else:
-                offset = skip_table(raw, offset, end)
-            if offset > end:
-                raise FieldDecodeError("property list is truncated")
+    if end >= 2 and not raw[1] & 1:
+        offset = 2
+        flags = (raw[0] << 8) | raw[1]
+    else:
+        flags, offset = _read_flags(raw)
+    for kind in _layout(flags):
+        if kind == _SHORTSTR:
+            if offset >= end:
+                raise FieldDecodeError("truncated short string property")
+            offset += 1 + raw[offset]
+        elif kind == _OCTET:
+            offset += 1
+        elif kind == _TIMESTAMP:
+            offset += 8
+        else:
+            offset = skip_table(raw, offset, end)
     if offset != end:
-        raise FieldDecodeError("trailing bytes after the property list")
+        raise FieldDecodeError(
+            "property list is truncated"
+            if offset > end
+            else "trailing bytes after the property list"
+        )
 
 
 def decode_properties(raw: bytes) -> MessageProperties:
@@ -212,7 +233,11 @@ def decode_properties(raw: bytes) -> MessageProperties:
             values[name], offset = decode_table(raw, offset, end)
     if offset != end:
         raise FieldDecodeError("trailing bytes after the property list")
-    return MessageProperties(**values)
+    # MessageProperties(**values) minus the frozen dataclass's 14 object.__setattr__ calls.
+    props = _new_object(MessageProperties)
+    props.__dict__.update(_ALL_ABSENT)
+    props.__dict__.update(values)
+    return props
 
 
 def encode_properties(props: MessageProperties) -> bytes:
@@ -245,5 +270,7 @@ def header_payload(body_size: int, raw_properties: bytes) -> bytes:
 
 # Field names in declaration order, for tests and for callers building from dicts.
 PROPERTY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(MessageProperties))
+_ALL_ABSENT: dict[str, None] = dict.fromkeys(PROPERTY_NAMES)
+_new_object = object.__new__
 
 __all__ += ["PROPERTY_NAMES", "Field"]
