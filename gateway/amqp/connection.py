@@ -254,6 +254,16 @@ class ServerConnection:
                 return events
             data = rest
         self._reader.feed(data)
+        if self._held:
+            # Waiting for accept_*/refuse_*: nothing is parsed meanwhile. A client may pipeline
+            # a few frames, not megabytes: bound what it can make us buffer.
+            if self._reader.buffered > 4 * self._frame_max:
+                self._state = _CLOSED
+                self._held = False
+                events.append(
+                    ev.ConnectionTerminated("too much data sent before the handshake finished")
+                )
+            return events
         self._pump(events)
         return events
 

@@ -107,6 +107,19 @@ def test_frames_sent_while_a_decision_is_pending_are_held_then_processed() -> No
     assert names == ["Tune", "OpenOk", "OpenOk"]
 
 
+def test_a_flood_while_a_decision_is_pending_is_cut_off() -> None:
+    client = Client(ConnectionSettings(frame_max=4096))
+    client.send(PROTOCOL_HEADER)
+    client.send(start_ok())
+    assert client.send(b"\x00" * 16384) == []
+    assert client.send(b"\x00") == [
+        ev.ConnectionTerminated("too much data sent before the handshake finished")
+    ]
+    assert client.conn.is_closed
+    client.conn.accept_login("late")  # harmless
+    assert client.conn.take_events() == []
+
+
 def test_pending_events_also_come_out_of_the_next_receive_data() -> None:
     client = Client()
     client.send(PROTOCOL_HEADER)
