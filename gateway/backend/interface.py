@@ -1,0 +1,203 @@
+"""What the channel logic may ask of a backend, in AMQP terms.
+
+Every method raises ``gateway.amqp.errors.AMQPError`` (via ``amqp_error``) with RabbitMQ's
+reply code and text when it refuses: the channel logic passes those through unchanged, so the
+backend alone decides what is a 404, a 405 or a 406.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from gateway.amqp.properties import MessageProperties, decode_properties
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as published: where it was sent, its raw content properties and its body.
+
+    ``header`` is the raw property flags + property list (``PublishReceived.header``): it is
+    stored and replayed byte for byte, and decoded only when something needs a value.
+    """
+
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes = field(repr=False)
+
+    @cached_property
+    def properties(self) -> MessageProperties:
+        return decode_properties(self.header)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    name: str
+    message_count: int
+    consumer_count: int
+
+
+class Delivery(Protocol):
+    """One message handed to a consumer (or to Basic.Get) and not yet settled."""
+
+    @property
+    def message(self) -> Message: ...
+
+    @property
+    def redelivered(self) -> bool: ...
+
+    async def ack(self) -> None:
+        """The message is done with: remove it from the queue."""
+        ...
+
+    async def reject(self, requeue: bool) -> None:
+        """Give the message back to the queue (``requeue``) or drop it."""
+        ...
+
+
+class QueueSubscription(Protocol):
+    """A consumer's supply of messages from one queue.
+
+    The channel logic pulls one message at a time, and only while the consumer has prefetch
+    credit, so the backend never has to know about Basic.Qos.
+    """
+
+    async def receive(self) -> Delivery: ...
+
+    async def close(self) -> None:
+        """Stop receiving; deliveries not yet settled go back to the queue."""
+        ...
+
+
+class SubscriptionEnded(Exception):
+    """Raised by ``QueueSubscription.receive`` when the queue went away under the consumer
+    (deleted here or on another replica): the client is sent Basic.Cancel."""
+
+
+class Stored(Protocol):
+    """The durability of one published message, for its publisher confirm."""
+
+    def done(self) -> bool:
+        """True once ``wait`` would return (or raise) without blocking."""
+        ...
+
+    async def wait(self) -> None:
+        """Return when every copy is durable; raise if any failed."""
+        ...
+
+
+class AlreadyStored:
+    """For a message that needs no write (it was routed nowhere): confirmed at once."""
+
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    """What happened to a published message.
+
+    ``routed`` is known at once (it decides Basic.Return for mandatory messages); ``stored``
+    completes when every queue's copy is durable — the publisher confirm waits on it.
+    """
+
+    routed: bool
+    stored: Stored = field(default_factory=AlreadyStored)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The connection on whose behalf an operation runs (exclusive queues belong to one)."""
+
+    connection_id: str
+    user: str
+
+
+class VirtualHost(Protocol):
+    """One vhost's exchanges, queues, bindings and messages."""
+
+    name: str
+
+    async def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None: ...
+
+    async def delete_exchange(self, name: str, *, if_unused: bool) -> None: ...
+
+    async def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any],
+        owner: Owner,
+    ) -> QueueStatus:
+        """``name`` is never empty here: the channel logic names server-named queues."""
+        ...
+
+    async def delete_queue(
+        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
+    ) -> int:
+        """Returns how many messages the queue held."""
+        ...
+
+    async def purge_queue(self, name: str, *, owner: Owner) -> int: ...
+
+    async def bind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Any],
+        *,
+        owner: Owner,
+    ) -> None: ...
+
+    async def unbind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Any],
+        *,
+        owner: Owner,
+    ) -> None: ...
+
+    async def publish(self, message: Message) -> PublishOutcome:
+        """Route and store; returns once routed (and back-pressure allows the next one)."""
+        ...
+
+    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> QueueSubscription:
+        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa."""
+        ...
+
+    async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
+        """One message and how many remain after it, or None when the queue is empty."""
+        ...
+
+    async def release(self, owner: Owner) -> None:
+        """``owner``'s connection is gone: its exclusive queues go with it."""
+        ...
+
+
+class Backend(Protocol):
+    async def open_vhost(self, vhost: str, user: str) -> VirtualHost:
+        """The vhost for Connection.Open; raises 530 NOT_ALLOWED when it cannot be used."""
+        ...
