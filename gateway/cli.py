@@ -13,9 +13,9 @@ import trio
 from gateway import __version__
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.authenticator import AcceptAnyone
+from gateway.backend.unsupported import UnsupportedBackend
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.server.server import GatewayServer, StartupError
-from gateway.server.session import UnsupportedSession
 from gateway.server.settings import ListenAddress, ServerSettings
 
 log = logging.getLogger("gateway")
@@ -68,7 +68,7 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
 
 
 async def serve(settings: ServerSettings) -> None:
-    server = GatewayServer(settings, AcceptAnyone(), UnsupportedSession)
+    server = GatewayServer(settings, AcceptAnyone(), UnsupportedBackend())
     # Bind before anything else runs, so that a taken port is a one-line error, not a traceback.
     await server.bind()
     async with trio.open_nursery() as nursery:

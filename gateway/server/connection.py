@@ -8,21 +8,28 @@ buffering without bound.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import os
 
 import trio
 
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ServerConnection
-from gateway.amqp.errors import AMQPError, ChannelError
+from gateway.amqp.errors import AMQPError
 from gateway.auth.authenticator import AuthenticationFailed, Authenticator, PeerIdentity
-from gateway.server.session import Session
+from gateway.backend.interface import Backend, Owner
+from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
 
 log = logging.getLogger("gateway.connection")
 
 READ_SIZE = 65536
+
+# Connection ids are unique across the fleet: exclusive queues are owned by one of them.
+_ids = itertools.count(1)
+_PROCESS_TAG = f"{os.uname().nodename}-{os.getpid()}"
 
 
 class ClientConnection:
@@ -31,14 +38,18 @@ class ClientConnection:
         stream: trio.abc.Stream,
         settings: ServerSettings,
         authenticator: Authenticator,
-        session: Session,
+        backend: Backend,
         peer: PeerIdentity,
     ) -> None:
         self._stream = stream
         self._settings = settings
         self._authenticator = authenticator
-        self._session = session
+        self._backend = backend
+        self._session: AMQPSession | None = None
         self.peer = peer
+        self.id = f"{_PROCESS_TAG}-{next(_ids)}"
+        self.owner = Owner(self.id, "")
+        self.nursery: trio.Nursery
         self.protocol = ServerConnection(settings.connection, trio.current_time())
         self.user: str | None = None
         self.vhost: str | None = None
@@ -58,29 +69,31 @@ class ClientConnection:
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                self.nursery = nursery
                 nursery.start_soon(self._write_loop, nursery.cancel_scope)
                 nursery.start_soon(self._timer_loop)
                 await self._read_loop()
                 # Whatever the core queued last (Close-Ok, Close, our protocol header) must
                 # reach the client before the socket closes; the writer then ends the nursery.
-                await self._flush()
+                await self.flush()
                 await self._outbox.aclose()
                 with trio.move_on_after(self._settings.close_timeout):
                     await trio.sleep_forever()
                 nursery.cancel_scope.cancel()
         finally:
-            await self._session.close()
+            if self._session is not None:
+                await self._session.close()
             await trio.aclose_forcefully(self._stream)
             self._log_closed()
             self.finished.set()
 
     async def request_close(self, error: AMQPError) -> None:
-        """Server-initiated Connection.Close (e.g. 320 on shutdown); Close-Ok ends the connection."""
+        """Server-initiated Connection.Close (e.g. 320 on shutdown); Close-Ok ends it."""
         if self.protocol.is_closed:
             return
         self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
         self.protocol.close_connection(error)
-        await self._flush()
+        await self.flush()
 
     # ----------------------------------------------------------------------------- tasks
 
@@ -89,7 +102,9 @@ class ClientConnection:
         with self._handshake_scope:
             while not self.protocol.is_closed:
                 try:
-                    data = await self._stream.receive_some(READ_SIZE)
+                    # bytes() is free for the bytes a socket returns; memory streams may
+                    # hand out a bytearray, which the core does not take.
+                    data = bytes(await self._stream.receive_some(READ_SIZE))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
                 if log.isEnabledFor(logging.DEBUG):
@@ -101,7 +116,7 @@ class ClientConnection:
                     )
                 events = self.protocol.receive_data(data, trio.current_time())
                 await self._handle_events(events)
-                await self._flush()
+                await self.flush()
                 self._rearm_timer()
                 if not data:
                     self._record_reason("client closed the socket")
@@ -129,15 +144,17 @@ class ClientConnection:
                 self._timer_rearmed = trio.Event()
             if scope.cancelled_caught:
                 await self._handle_events(self.protocol.handle_timer(trio.current_time()))
-                await self._flush()
+                await self.flush()
 
     def _rearm_timer(self) -> None:
         """Wake the timer only if it now has to fire earlier than it planned to."""
         deadline = self.protocol.next_deadline()
-        if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
+        if deadline is not None and (
+            self._timer_deadline is None or deadline < self._timer_deadline
+        ):
             self._timer_rearmed.set()
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         data = self.protocol.data_to_send()
         if data:
             try:
@@ -148,38 +165,70 @@ class ClientConnection:
     # ----------------------------------------------------------------------------- events
 
     async def _handle_events(self, events: list[ev.Event]) -> None:
-        for event in events:
-            try:
-                await self._handle_event(event)
-            except ChannelError as error:
-                channel = getattr(event, "channel", 0)
-                self.protocol.close_channel(channel, error)
-                await self._session.channel_closed(channel)
-            except AMQPError as error:
-                self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
-                self.protocol.close_connection(error)
+        while events:
+            for event in events:
+                try:
+                    await self._handle_event(event)
+                except AMQPError as error:
+                    self._close_for(getattr(event, "channel", 0), error)
+            # Answers such as accept_login release frames the core was holding back.
+            events = self.protocol.take_events()
+
+    def _close_for(self, channel: int, error: AMQPError) -> None:
+        if error.is_hard or channel == 0:
+            self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
+            self.protocol.close_connection(error)
+        else:
+            self.protocol.close_channel(channel, error)
+
+    async def fail(self, channel: int, error: AMQPError) -> None:
+        """A background task (a consumer, the confirms) hit an error on ``channel``."""
+        self._close_for(channel, error)
+        if not error.is_hard and self._session is not None:
+            await self._session.channel_closed(channel)
+        await self.flush()
 
     async def _handle_event(self, event: ev.Event) -> None:
         if isinstance(event, ev.LoginRequested):
             await self._login(event)
         elif isinstance(event, ev.VhostRequested):
-            self.vhost = event.vhost
-            self.protocol.accept_vhost()
+            await self._open_vhost(event.vhost)
         elif isinstance(event, ev.ConnectionOpened):
             self.opened = True
             self._handshake_scope.deadline = math.inf
             log.info(
-                "connection opened peer=%s vhost=%s user=%s", self.peer.address, self.vhost, self.user
+                "connection opened peer=%s vhost=%s user=%s",
+                self.peer.address,
+                self.vhost,
+                self.user,
             )
         elif isinstance(event, ev.ConnectionClosed):
             origin = "client" if event.by_client else "server"
             self._record_reason(f"closed by {origin}: {event.reply_code} {event.reply_text}")
+        elif isinstance(event, ev.ConnectionErrored):
+            self._record_reason(
+                f"closed by server: {event.error.reply_code} {event.error.reply_text}"
+            )
         elif isinstance(event, ev.ConnectionTerminated):
             self._record_reason(event.reason)
         elif isinstance(event, ev.HeartbeatTimedOut):
             self._record_reason("missed heartbeats from client")
-        else:
+        elif isinstance(event, ev.UpdateSecretRequested):
+            # Credentials are checked once, at login; a refreshed secret changes nothing yet.
+            self.protocol.accept_update_secret()
+        elif self._session is not None:
             await self._session.handle(event)
+
+    async def _open_vhost(self, vhost: str) -> None:
+        self.vhost = vhost
+        try:
+            handle = await self._backend.open_vhost(vhost, self.user or "")
+        except AMQPError as error:
+            self._record_reason(f"vhost refused: {error.reply_code} {error.reply_text}")
+            self.protocol.refuse_vhost(error.reply_code, error.reply_text)
+            return
+        self._session = AMQPSession(handle, self)
+        self.protocol.accept_vhost()
 
     async def _login(self, event: ev.LoginRequested) -> None:
         try:
@@ -190,6 +239,7 @@ class ClientConnection:
             self._record_reason(f"authentication failed: {failure}")
             self.protocol.refuse_login(str(failure))
         else:
+            self.owner = Owner(self.id, self.user)
             self.protocol.accept_login(self.user)
 
     # ----------------------------------------------------------------------------- logging

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 
 import trio
 
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authenticator import Authenticator, PeerIdentity
+from gateway.backend.interface import Backend
 from gateway.server.connection import ClientConnection
-from gateway.server.session import Session
 from gateway.server.settings import ListenAddress, ServerSettings
 
 log = logging.getLogger("gateway.server")
@@ -29,11 +28,11 @@ class GatewayServer:
         self,
         settings: ServerSettings,
         authenticator: Authenticator,
-        session_factory: Callable[[], Session],
+        backend: Backend,
     ) -> None:
         self._settings = settings
         self._authenticator = authenticator
-        self._session_factory = session_factory
+        self._backend = backend
         self._connections: set[ClientConnection] = set()
         self._stop_requested = trio.Event()
         self._listeners: list[trio.SocketListener] = []
@@ -59,7 +58,9 @@ class GatewayServer:
             self.bound = [listener.socket.getsockname()[:2] for listener in self._listeners]
         return self.bound
 
-    async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Serve until ``request_stop``; ``task_status`` reports the bound (host, port) pairs."""
         await self.bind()
         listeners = self._listeners
@@ -119,7 +120,7 @@ class GatewayServer:
             await trio.aclose_forcefully(stream)
             return
         connection = ClientConnection(
-            stream, self._settings, self._authenticator, self._session_factory(), peer
+            stream, self._settings, self._authenticator, self._backend, peer
         )
         self._connections.add(connection)
         try:

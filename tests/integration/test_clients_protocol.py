@@ -84,7 +84,9 @@ def test_aio_pika_handshake_and_channel() -> None:
 
 
 def test_kombu_handshake_and_channel(gateway: GatewayInThread) -> None:
-    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{gateway.port}//", connect_timeout=5) as conn:
+    with kombu.Connection(
+        f"amqp://guest:guest@127.0.0.1:{gateway.port}//", connect_timeout=5
+    ) as conn:
         conn.connect()
         channel = conn.channel()
         channel.close()
@@ -93,7 +95,11 @@ def test_kombu_handshake_and_channel(gateway: GatewayInThread) -> None:
 
 def test_garbage_clients_do_not_disturb_others(gateway: GatewayInThread) -> None:
     garbage = []
-    for payload in (b"GET / HTTP/1.1\r\n\r\n", b"AMQP\x00\x00\x09\x01" + b"\x01\xff" * 50, b"\x00" * 9):
+    for payload in (
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"AMQP\x00\x00\x09\x01" + b"\x01\xff" * 50,
+        b"\x00" * 9,
+    ):
         sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
         sock.sendall(payload)
         garbage.append(sock)

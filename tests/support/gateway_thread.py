@@ -9,8 +9,9 @@ from typing import Any
 import trio
 
 from gateway.auth.authenticator import AcceptAnyone, Authenticator
+from gateway.backend.interface import Backend
+from gateway.backend.unsupported import UnsupportedBackend
 from gateway.server.server import GatewayServer
-from gateway.server.session import Session, UnsupportedSession
 from gateway.server.settings import ListenAddress, ServerSettings
 
 START_TIMEOUT = 10.0
@@ -22,10 +23,14 @@ class GatewayInThread:
         settings: ServerSettings | None = None,
         *,
         authenticator: Authenticator | None = None,
-        session_factory: Callable[[], Session] = UnsupportedSession,
+        backend: Backend | None = None,
     ) -> None:
-        self.settings = settings or ServerSettings(listeners=(ListenAddress("amqp", "127.0.0.1", 0),))
-        self.server = GatewayServer(self.settings, authenticator or AcceptAnyone(), session_factory)
+        self.settings = settings or ServerSettings(
+            listeners=(ListenAddress("amqp", "127.0.0.1", 0),)
+        )
+        self.server = GatewayServer(
+            self.settings, authenticator or AcceptAnyone(), backend or UnsupportedBackend()
+        )
         self.port = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self._started = threading.Event()

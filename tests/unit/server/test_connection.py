@@ -12,15 +12,17 @@ import trio.testing
 from gateway.amqp.connection import ConnectionSettings
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authenticator import AcceptAnyone, AuthenticationFailed, PeerIdentity
+from gateway.backend.unsupported import UnsupportedBackend
 from gateway.server.connection import ClientConnection
-from gateway.server.session import UnsupportedSession
 from gateway.server.settings import ServerSettings
 from tests.support.scripted_client import PROTOCOL_HEADER, ScriptedClient, commands, heartbeat
 
 
 class RefuseEveryone:
     async def authenticate(self, mechanism: str, response: bytes, peer: PeerIdentity) -> str:
-        raise AuthenticationFailed("ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN")
+        raise AuthenticationFailed(
+            "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN"
+        )
 
 
 @asynccontextmanager
@@ -32,7 +34,7 @@ async def served(
         server_stream,
         settings or ServerSettings(),
         authenticator or AcceptAnyone(),  # type: ignore[arg-type]
-        UnsupportedSession(),
+        UnsupportedBackend(),
         PeerIdentity("test:1"),
     )
     async with trio.open_nursery() as nursery:
@@ -58,10 +60,12 @@ async def test_handshake_then_client_close(autojump_clock: trio.abc.Clock) -> No
 async def test_channel_open_close_and_unsupported_method_is_540(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    async with served() as (client, connection):
+    async with served() as (client, _connection):
         await client.handshake()
         await client.open_channel(1)
-        await client.send(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1)
+        await client.send(
+            commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
+        )
         await client.expect(commands.Channel.CloseOk, 1)
         await client.open_channel(2)
         await client.send(commands.Queue.Declare(queue="q"), 2)
@@ -80,7 +84,7 @@ async def test_server_sends_heartbeats_and_drops_a_silent_client(
         await client.handshake(heartbeat_interval=10)
         started = trio.current_time()
         await client.expect(heartbeat.Heartbeat)
-        # The client never answers: after heartbeat × timeout factor (2) of silence it is gone.
+        # The client never answers: after heartbeat x timeout factor (2) of silence it is gone.
         await client.read_until_eof()
         silent_for = trio.current_time() - started
         assert 20 <= silent_for <= 30
