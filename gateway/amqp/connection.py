@@ -127,7 +127,8 @@ class ConnectionSettings:
     copyright: str = "Copyright (c) the Starlight for RabbitMQ authors"
     information: str = "Licensed under the Apache License 2.0"
     cluster_name: str = ""
-    extra_server_properties: dict[str, Any] = field(default_factory=dict)
+    # Not part of the hash: a dict is unhashable, and settings objects are hashed by callers.
+    extra_server_properties: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not FRAME_MIN_SIZE <= self.frame_max <= 0xFFFFFFFF:
