@@ -1,0 +1,369 @@
+"""A small async client for Pulsar's admin REST API (``/admin/v2``), on httpx under trio.
+
+pulsar-client has no admin API, so the gateway talks to the web service directly. httpx runs
+under trio through anyio/httpcore (the integration tests exercise it under pytest-trio).
+
+Every call is bounded: each attempt by ``timeout`` (httpx's own timeouts plus a trio cancel scope,
+because httpx's read timeout is per read, not per request), the whole call by
+``RetryPolicy.worst_case_seconds()``. Idempotent requests are retried on connection errors,
+timeouts and 5xx; a 4xx is an answer and becomes an :class:`~gateway.pulsar.errors.AdminError`.
+
+Redirects (307 from a broker that does not own the topic's bundle) are followed by hand: httpx
+drops the ``Authorization`` header when a redirect changes host, and Pulsar redirects to
+another broker's address.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx
+import trio
+
+from gateway.pulsar.admin_stats import BacklogAnalysis, TopicStats
+from gateway.pulsar.errors import Conflict, NotFound, Unavailable, admin_error_for
+from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
+from gateway.pulsar.names import (
+    namespace_rest_path,
+    quote_segment,
+    topic_rest_path,
+    topics_list_rest_path,
+)
+from gateway.pulsar.retry import RetryPolicy
+
+Position = Literal["latest", "earliest"] | MessageId
+TLSOption = ssl.SSLContext | str | bool | None
+
+_REDIRECT_STATUSES = frozenset({307, 308})
+_MAX_REDIRECTS = 5
+# Pulsar lists the partitions of partitioned topics among the namespace's topics; a
+# non-partitioned topic can never end like this (the broker refuses such names with 412).
+_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
+
+
+def _ssl_verify(tls: TLSOption) -> ssl.SSLContext | bool:
+    if tls is None:
+        return True
+    if isinstance(tls, str):
+        # A CA bundle path: httpx 0.28 deprecates verify=<path>, so build the context here.
+        return ssl.create_default_context(cafile=tls)
+    return tls
+
+
+def _reason(response: httpx.Response) -> str:
+    """Pulsar's ``{"reason": ...}``, or a short stand-in for Jetty's HTML error pages."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("reason"), str):
+        return str(data["reason"])
+    text = response.text.strip()
+    if not text or text.startswith("<"):
+        return response.reason_phrase or f"HTTP {response.status_code}"
+    return text[:300]
+
+
+def _position_body(position: Position) -> dict[str, int]:
+    if position == "latest":
+        return LATEST.to_rest()
+    if position == "earliest":
+        return EARLIEST.to_rest()
+    if isinstance(position, MessageId):
+        return position.to_rest()
+    raise ValueError(f"position must be 'latest', 'earliest' or a MessageId: {position!r}")
+
+
+class PulsarAdmin:
+    """Async admin client. Use as ``async with PulsarAdmin(url) as admin:`` or call aclose().
+
+    Topic arguments are full names (``persistent://tenant/ns/local``); each part is
+    percent-encoded into the REST path.
+    """
+
+    def __init__(
+        self,
+        web_url: str,
+        *,
+        auth_token: str | None = None,
+        tls: TLSOption = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        policy: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.policy = policy or RetryPolicy(retries=retries, timeout=timeout)
+        headers = {"Accept": "application/json"}
+        if auth_token:
+            headers["Authorization"] = f"Bearer {auth_token}"
+        self._http = httpx.AsyncClient(
+            base_url=web_url.rstrip("/"),
+            headers=headers,
+            verify=_ssl_verify(tls),
+            timeout=httpx.Timeout(self.policy.timeout),
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> PulsarAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -----------------------------------------------------------------------------------------
+    # Transport: one request with retries, timeouts and redirects
+
+    async def _send_once(
+        self, method: str, path: str, params: Mapping[str, str] | None, body: Any
+    ) -> httpx.Response:
+        url: str | httpx.URL = path
+        for _ in range(_MAX_REDIRECTS + 1):
+            request = self._http.build_request(method, url, params=params, json=body)
+            response = await self._http.send(request)
+            location = response.headers.get("location")
+            if response.status_code not in _REDIRECT_STATUSES or not location:
+                return response
+            await response.aclose()
+            # The Location already carries the query string; keep method, body and headers.
+            url = request.url.join(location)
+            params = None
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        idempotent: bool = True,
+    ) -> httpx.Response:
+        """Send with retries; return the 2xx response or raise an AdminError subclass."""
+        policy = self.policy
+        attempt = 0
+        while True:
+            attempt += 1
+            status: int | None = None
+            try:
+                with trio.move_on_after(policy.timeout) as scope:
+                    response = await self._send_once(method, path, params, body)
+                if scope.cancelled_caught:
+                    reason = f"no answer within {policy.timeout:g} s"
+                elif response.status_code < 400:
+                    return response
+                else:
+                    status = response.status_code
+                    reason = _reason(response)
+            except httpx.TransportError as exc:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if policy.should_retry(idempotent=idempotent, attempt=attempt, status=status):
+                await trio.sleep(policy.delay(attempt))
+                continue
+            if status is None or policy.retryable_status(status):
+                raise Unavailable(status, method, path, f"{reason} (after {attempt} attempt(s))")
+            raise admin_error_for(status, method, path, reason)
+
+    async def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return (await self.request("GET", path, params=params)).json()
+
+    async def _exists(self, path: str) -> bool:
+        try:
+            await self.request("GET", path)
+        except NotFound:
+            return False
+        return True
+
+    async def _create(self, path: str, body: Any = None) -> bool:
+        """PUT that creates; False if it already exists (409).
+
+        After a retried attempt a 409 may mean that our own earlier attempt created it: the
+        caller only learns "it exists now", which is what every caller needs.
+        """
+        try:
+            await self.request("PUT", path, body=body)
+        except Conflict:
+            return False
+        return True
+
+    async def _delete(self, path: str, params: Mapping[str, str] | None = None) -> bool:
+        """DELETE; False if it was not there (404)."""
+        try:
+            await self.request("DELETE", path, params=params)
+        except NotFound:
+            return False
+        return True
+
+    # -----------------------------------------------------------------------------------------
+    # Tenants and namespaces
+
+    async def tenant_exists(self, tenant: str) -> bool:
+        return await self._exists(f"/admin/v2/tenants/{quote_segment(tenant)}")
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        """``tenant/ns`` names."""
+        return list(await self._get_json(f"/admin/v2/namespaces/{quote_segment(tenant)}"))
+
+    async def namespace_exists(self, tenant: str, namespace: str) -> bool:
+        return await self._exists(namespace_rest_path(tenant, namespace))
+
+    async def create_namespace(self, tenant: str, namespace: str) -> bool:
+        """True if created, False if it already existed. The tenant must exist (else 404)."""
+        return await self._create(namespace_rest_path(tenant, namespace))
+
+    async def delete_namespace(self, tenant: str, namespace: str, *, force: bool = False) -> bool:
+        """Delete an empty namespace; False if there was none.
+
+        ``force=True`` first deletes every topic in it (with force), because brokers refuse
+        forced namespace deletion unless ``forceDeleteNamespaceAllowed=true``. Producers or
+        consumers that are still connected get disconnected by the forced topic deletions.
+        """
+        path = namespace_rest_path(tenant, namespace)
+        if not force:
+            return await self._delete(path)
+        # A topic can reappear between the listing and the namespace deletion (a client that
+        # reconnects auto-creates it), hence a few rounds.
+        for _ in range(self.policy.attempts + 2):
+            try:
+                for topic in await self.list_partitioned_topics(tenant, namespace):
+                    await self._delete(topic_rest_path(topic) + "/partitions", {"force": "true"})
+                for topic in await self.list_topics(tenant, namespace, include_partitions=True):
+                    await self.delete_topic(topic, force=True)
+            except NotFound:
+                return False
+            try:
+                return await self._delete(path)
+            except Conflict:  # "Cannot delete non empty namespace"
+                continue
+        return await self._delete(path)
+
+    # -----------------------------------------------------------------------------------------
+    # Topics
+
+    async def list_topics(
+        self, tenant: str, namespace: str, *, include_partitions: bool = False
+    ) -> list[str]:
+        """Full names of the namespace's persistent topics (system topics excluded).
+
+        Pulsar lists each partition of a partitioned topic (``…-partition-N``) here; they are
+        left out unless ``include_partitions``. Partitioned topics themselves come from
+        :meth:`list_partitioned_topics`. Topics whose local name contains ``/`` are missing
+        from this list (Pulsar stores them one level deeper); the gateway's name encoding
+        never produces ``/``.
+        """
+        names = [str(t) for t in await self._get_json(topics_list_rest_path(tenant, namespace))]
+        if include_partitions:
+            return names
+        return [n for n in names if not _PARTITION_SUFFIX.search(n)]
+
+    async def list_partitioned_topics(self, tenant: str, namespace: str) -> list[str]:
+        path = topics_list_rest_path(tenant, namespace) + "/partitioned"
+        return [str(t) for t in await self._get_json(path)]
+
+    async def topic_exists(self, topic: str) -> bool:
+        """Whether a non-partitioned topic exists (its stats are readable).
+
+        Note the broker deletes topics without subscriptions after some inactivity
+        (``brokerDeleteInactiveTopicsEnabled``, on by default): a topic's existence is not a
+        durable record of anything.
+        """
+        return await self._exists(topic_rest_path(topic) + "/stats")
+
+    async def create_topic(self, topic: str) -> bool:
+        """Create a non-partitioned topic; False if it already existed."""
+        return await self._create(topic_rest_path(topic))
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> bool:
+        """Delete a non-partitioned topic; False if there was none.
+
+        Without ``force`` the broker refuses (412) while producers or consumers are connected.
+        Its subscriptions go with it.
+        """
+        return await self._delete(topic_rest_path(topic), {"force": str(force).lower()})
+
+    async def topic_stats(self, topic: str) -> TopicStats:
+        return TopicStats.from_json(await self._get_json(topic_rest_path(topic) + "/stats"))
+
+    async def last_message_id(self, topic: str) -> MessageId:
+        """Id of the last message written; on an empty topic ``entry_id`` is -1."""
+        data = await self._get_json(topic_rest_path(topic) + "/lastMessageId")
+        return MessageId.from_rest(data)
+
+    # -----------------------------------------------------------------------------------------
+    # Subscriptions
+
+    def _sub_path(self, topic: str, subscription: str) -> str:
+        return f"{topic_rest_path(topic)}/subscription/{quote_segment(subscription)}"
+
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        return [str(s) for s in await self._get_json(topic_rest_path(topic) + "/subscriptions")]
+
+    async def create_subscription(
+        self, topic: str, subscription: str, position: Position = "latest"
+    ) -> bool:
+        """Create a durable subscription; False if it already existed (409).
+
+        With a :class:`MessageId` the subscription's first message is the one *at* that id
+        (inclusive; measured on Pulsar 4.0.8). The topic is created if it does not exist and
+        the broker allows auto topic creation.
+        """
+        return await self._create(self._sub_path(topic, subscription), _position_body(position))
+
+    async def delete_subscription(
+        self, topic: str, subscription: str, *, force: bool = False
+    ) -> bool:
+        """Delete a subscription; False if there was none.
+
+        Without ``force`` the broker refuses (412, PreconditionFailed) while consumers are
+        connected; with it they are disconnected.
+        """
+        path = self._sub_path(topic, subscription)
+        return await self._delete(path, {"force": str(force).lower()})
+
+    async def skip_all(self, topic: str, subscription: str) -> None:
+        """Drop the subscription's whole backlog (AMQP queue.purge). NotFound if missing."""
+        await self.request("POST", self._sub_path(topic, subscription) + "/skip_all")
+
+    async def reset_cursor(self, topic: str, subscription: str, position: Position) -> None:
+        """Move the subscription to a position (inclusive, like create_subscription)."""
+        path = self._sub_path(topic, subscription) + "/resetcursor"
+        await self.request("POST", path, body=_position_body(position))
+
+    async def subscription_backlog(
+        self, topic: str, subscription: str, *, precise: bool = False
+    ) -> int:
+        """Messages not yet acknowledged on a subscription. NotFound if it does not exist.
+
+        By default this is the broker's ``msgBacklog`` (cheap, but counts a batch of messages
+        as one entry). ``precise=True`` asks the broker to scan the backlog
+        (:meth:`analyze_backlog`), which counts messages inside batches.
+        """
+        if precise:
+            return (await self.analyze_backlog(topic, subscription)).messages
+        stats = await self.topic_stats(topic)
+        sub = stats.subscriptions.get(subscription)
+        if sub is None:
+            raise NotFound(
+                404,
+                "GET",
+                topic_rest_path(topic) + "/stats",
+                f"Subscription {subscription} not found for topic {topic}",
+            )
+        return sub.msg_backlog
+
+    async def analyze_backlog(self, topic: str, subscription: str) -> BacklogAnalysis:
+        """The broker reads the backlog and counts entries and messages (POST, read-only)."""
+        path = self._sub_path(topic, subscription) + "/analyzeBacklog"
+        return BacklogAnalysis.from_json((await self.request("POST", path)).json())

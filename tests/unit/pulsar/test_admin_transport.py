@@ -1,0 +1,231 @@
+"""PulsarAdmin's request logic against httpx.MockTransport: retries, timeouts, redirects, errors.
+
+The virtual clock (autojump_clock) makes backoff and timeout paths instant and lets the tests
+check how long a call took in the admin client's own terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+import trio
+
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.errors import AdminError, Conflict, NotFound, PreconditionFailed, Unavailable
+from gateway.pulsar.ids import MessageId
+from gateway.pulsar.retry import RetryPolicy
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+TOPIC = "persistent://public/ns/a b+c"
+
+POLICY = RetryPolicy(retries=3, timeout=1.0, base_delay=0.1, max_delay=0.4, jitter=0.0)
+
+
+def make_admin(
+    handler: Handler, policy: RetryPolicy = POLICY, token: str | None = None
+) -> PulsarAdmin:
+    return PulsarAdmin(
+        "http://broker-a:8080",
+        auth_token=token,
+        policy=policy,
+        transport=httpx.MockTransport(handler),
+    )
+
+
+class Script:
+    """Answers requests from a list of responses (or exceptions), recording what was asked."""
+
+    def __init__(self, *answers: httpx.Response | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def reason(status: int, text: str) -> httpx.Response:
+    return httpx.Response(status, json={"reason": text})
+
+
+async def test_5xx_is_retried_then_succeeds(autojump_clock: trio.abc.Clock) -> None:
+    script = Script(reason(503, "loading"), reason(500, "zk"), httpx.Response(204))
+    async with make_admin(script) as admin:
+        start = trio.current_time()
+        assert await admin.create_topic(TOPIC) is True
+        elapsed = trio.current_time() - start
+    assert len(script.requests) == 3
+    assert elapsed == pytest.approx(0.1 + 0.2)  # the two backoff waits, nothing else
+
+
+async def test_4xx_is_not_retried() -> None:
+    script = Script(reason(412, "Subscription has active connected consumers"))
+    async with make_admin(script) as admin:
+        with pytest.raises(PreconditionFailed) as info:
+            await admin.delete_subscription(TOPIC, "q")
+    assert len(script.requests) == 1
+    err = info.value
+    assert err.status == 412 and err.method == "DELETE"
+    assert err.reason == "Subscription has active connected consumers"
+    assert err.path == "/admin/v2/persistent/public/ns/a%20b%2Bc/subscription/q"
+
+
+async def test_connection_errors_exhaust_into_unavailable(autojump_clock: trio.abc.Clock) -> None:
+    script = Script(httpx.ConnectError("connection refused"))
+    async with make_admin(script) as admin:
+        start = trio.current_time()
+        with pytest.raises(Unavailable) as info:
+            await admin.topic_stats(TOPIC)
+        elapsed = trio.current_time() - start
+    assert len(script.requests) == POLICY.attempts == 4
+    assert info.value.status is None
+    assert "connection refused" in info.value.reason and "4 attempt" in info.value.reason
+    assert elapsed == pytest.approx(0.1 + 0.2 + 0.4)
+    assert elapsed <= POLICY.worst_case_seconds()
+
+
+async def test_a_hanging_broker_is_bounded_by_timeout_times_attempts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def hang(request: httpx.Request) -> httpx.Response:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with make_admin(hang) as admin:
+        start = trio.current_time()
+        with pytest.raises(Unavailable) as info:
+            await admin.tenant_exists("public")
+        elapsed = trio.current_time() - start
+    assert "no answer within 1 s" in info.value.reason
+    assert elapsed == pytest.approx(4 * 1.0 + 0.1 + 0.2 + 0.4)
+    assert elapsed <= POLICY.worst_case_seconds()
+
+
+async def test_non_idempotent_requests_are_not_retried() -> None:
+    script = Script(reason(503, "busy"))
+    async with make_admin(script) as admin:
+        with pytest.raises(Unavailable):
+            await admin.request("POST", "/admin/v2/x", idempotent=False)
+    assert len(script.requests) == 1
+
+
+async def test_409_and_404_become_booleans() -> None:
+    async with make_admin(Script(reason(409, "Subscription already exists for topic"))) as admin:
+        assert await admin.create_subscription(TOPIC, "q") is False
+        assert await admin.create_namespace("public", "ns") is False
+    async with make_admin(Script(reason(404, "Subscription q not found"))) as admin:
+        assert await admin.delete_subscription(TOPIC, "q") is False
+        assert await admin.delete_topic(TOPIC) is False
+        assert await admin.topic_exists(TOPIC) is False
+        assert await admin.tenant_exists("nope") is False
+        with pytest.raises(NotFound):
+            await admin.skip_all(TOPIC, "q")
+
+
+async def test_create_subscription_bodies() -> None:
+    script = Script(httpx.Response(204))
+    async with make_admin(script) as admin:
+        await admin.create_subscription(TOPIC, "s/1", "earliest")
+        await admin.create_subscription(TOPIC, "s/1", "latest")
+        await admin.create_subscription(TOPIC, "s/1", MessageId(5, 6))
+        with pytest.raises(ValueError):
+            await admin.create_subscription(TOPIC, "s/1", "middle")  # type: ignore[arg-type]
+    bodies = [r.content for r in script.requests]
+    assert b'"ledgerId":-1' in bodies[0].replace(b" ", b"")
+    assert b'"ledgerId":9223372036854775807' in bodies[1].replace(b" ", b"")
+    assert b'"entryId":6' in bodies[2].replace(b" ", b"")
+    assert script.requests[0].method == "PUT"
+    assert script.requests[0].url.raw_path == (
+        b"/admin/v2/persistent/public/ns/a%20b%2Bc/subscription/s%2F1"
+    )
+
+
+async def test_redirect_to_another_broker_keeps_the_token() -> None:
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.host == "broker-a":
+            return httpx.Response(
+                307, headers={"Location": "http://broker-b:8080/admin/v2/x/stats?a=1"}
+            )
+        return httpx.Response(200, json={"msgInCounter": 3, "subscriptions": {}})
+
+    async with make_admin(handler, token="secret") as admin:
+        data = (await admin.request("GET", "/admin/v2/x/stats")).json()
+    assert data["msgInCounter"] == 3
+    assert [r.url.host for r in seen] == ["broker-a", "broker-b"]
+    assert all(r.headers["Authorization"] == "Bearer secret" for r in seen)
+    assert seen[1].url.query == b"a=1"
+
+
+async def test_reason_falls_back_for_html_and_text() -> None:
+    html = httpx.Response(400, text="<h1>Bad Message 400</h1>")
+    async with make_admin(Script(html)) as admin:
+        with pytest.raises(AdminError) as info:
+            await admin.topic_stats(TOPIC)
+    assert info.value.reason == "Bad Request"
+    async with make_admin(Script(httpx.Response(409, text="plain words"))) as admin:
+        with pytest.raises(Conflict) as conflict:
+            await admin.request("PUT", "/x")
+    assert conflict.value.reason == "plain words"
+
+
+async def test_stats_and_backlog_parsing() -> None:
+    stats = {
+        "msgInCounter": 12,
+        "bytesInCounter": 120,
+        "storageSize": 300,
+        "publishers": [{}],
+        "subscriptions": {
+            "q": {
+                "msgBacklog": 7,
+                "unackedMessages": 2,
+                "type": "Shared",
+                "consumers": [{"consumerName": "c1", "unackedMessages": 2, "availablePermits": 8}],
+                "msgOutCounter": 5,
+                "isDurable": True,
+            }
+        },
+    }
+    async with make_admin(Script(httpx.Response(200, json=stats))) as admin:
+        result = await admin.topic_stats(TOPIC)
+        assert await admin.subscription_backlog(TOPIC, "q") == 7
+        with pytest.raises(NotFound):
+            await admin.subscription_backlog(TOPIC, "missing")
+    assert result.msg_in_counter == 12 and result.publisher_count == 1
+    sub = result.subscriptions["q"]
+    assert (sub.msg_backlog, sub.unacked_messages, sub.type, sub.consumer_count) == (
+        7,
+        2,
+        "Shared",
+        1,
+    )
+    assert sub.consumers[0].name == "c1" and sub.consumers[0].available_permits == 8
+    analysis = {"entries": 4, "messages": 103, "aborted": False}
+    async with make_admin(Script(httpx.Response(200, json=analysis))) as admin:
+        assert await admin.subscription_backlog(TOPIC, "q", precise=True) == 103
+
+
+async def test_last_message_id_and_topic_lists() -> None:
+    async with make_admin(
+        Script(httpx.Response(200, json={"ledgerId": 9, "entryId": 4, "batchIndex": 2}))
+    ) as admin:
+        assert await admin.last_message_id(TOPIC) == MessageId(9, 4, 2, -1)
+    listing = [
+        "persistent://public/ns/a",
+        "persistent://public/ns/p-partition-0",
+        "persistent://public/ns/p-partition-1",
+        "persistent://public/ns/x-partition-1a",
+    ]
+    async with make_admin(Script(httpx.Response(200, json=listing))) as admin:
+        assert await admin.list_topics("public", "ns") == [
+            "persistent://public/ns/a",
+            "persistent://public/ns/x-partition-1a",
+        ]
+        assert len(await admin.list_topics("public", "ns", include_partitions=True)) == 4

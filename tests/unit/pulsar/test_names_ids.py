@@ -1,0 +1,101 @@
+"""Topic-name splitting and REST-path encoding; message ids as values."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
+from gateway.pulsar.names import (
+    TopicName,
+    namespace_rest_path,
+    quote_segment,
+    topic_rest_path,
+    topics_list_rest_path,
+)
+
+
+def test_parse_full_name() -> None:
+    name = TopicName.parse("persistent://public/default/ex__key")
+    assert name == TopicName("persistent", "public", "default", "ex__key")
+    assert str(name) == "persistent://public/default/ex__key"
+
+
+def test_local_name_keeps_slashes() -> None:
+    name = TopicName.parse("non-persistent://t/ns/a/b/c")
+    assert name.domain == "non-persistent"
+    assert name.local == "a/b/c"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "my-topic",
+        "public/default/x",
+        "persistent://public/default",
+        "persistent://public//x",
+        "persistent:///default/x",
+        "persistent://public/default/",
+        "http://public/default/x",
+    ],
+)
+def test_parse_refuses_short_or_broken_names(bad: str) -> None:
+    with pytest.raises(ValueError):
+        TopicName.parse(bad)
+
+
+def test_rest_path_encodes_every_reserved_character() -> None:
+    path = topic_rest_path("persistent://public/t-1/a%b c=d+e/f?g#h é")
+    assert path == "/admin/v2/persistent/public/t-1/a%25b%20c%3Dd%2Be%2Ff%3Fg%23h%20%C3%A9"
+
+
+def test_plus_is_not_left_for_urldecoder_to_turn_into_space() -> None:
+    # Pulsar decodes path segments with java.net.URLDecoder, where a bare '+' means ' '.
+    assert quote_segment("a+b") == "a%2Bb"
+
+
+def test_namespace_and_list_paths() -> None:
+    assert namespace_rest_path("public", "t 1") == "/admin/v2/namespaces/public/t%201"
+    assert topics_list_rest_path("public", "ns") == "/admin/v2/persistent/public/ns"
+    assert TopicName.of("a", "b", "c", persistent=False).rest_path == (
+        "/admin/v2/non-persistent/a/b/c"
+    )
+
+
+@given(st.text(min_size=1).filter(lambda s: "\x00" not in s))
+def test_segment_round_trips_and_never_contains_a_separator(local: str) -> None:
+    encoded = quote_segment(local)
+    assert "/" not in encoded and "+" not in encoded and "?" not in encoded
+    assert unquote(encoded) == local
+    name = TopicName.parse(f"persistent://t/ns/{local}")
+    assert name.local == local
+    assert TopicName.parse(str(name)) == name
+
+
+def test_message_id_ordering_and_round_trips() -> None:
+    a = MessageId(10, 5)
+    b = MessageId(10, 6)
+    c = MessageId(11, 0)
+    batched = [MessageId(10, 5, i) for i in range(3)]
+    assert sorted([c, b, a]) == [a, b, c]
+    assert batched == sorted(batched)
+    assert EARLIEST < a < LATEST
+    for mid in (a, MessageId(1, 2, 3, 4), EARLIEST, LATEST):
+        assert MessageId.parse(str(mid)) == mid
+        assert MessageId.from_rest(mid.to_rest()) == mid
+
+
+def test_message_id_from_rest_defaults_and_bad_text() -> None:
+    assert MessageId.from_rest({"ledgerId": 3, "entryId": -1}) == MessageId(3, -1, -1, -1)
+    with pytest.raises(ValueError):
+        MessageId.parse("1:2")
+
+
+def test_message_id_native_round_trip() -> None:
+    mid = MessageId(7, 8, 2, -1)
+    native = mid.to_native()
+    assert (native.ledger_id(), native.entry_id(), native.batch_index()) == (7, 8, 2)
+    assert MessageId.from_native(native) == mid
