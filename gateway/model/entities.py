@@ -85,6 +85,10 @@ class ExchangeType(enum.StrEnum):
             ) from None
 
 
+def _empty() -> Mapping[str, Field]:
+    return _EMPTY
+
+
 def _freeze(arguments: Mapping[str, Field] | None) -> Mapping[str, Field]:
     if not arguments:
         return _EMPTY
@@ -100,7 +104,7 @@ class Exchange:
     durable: bool = False
     auto_delete: bool = False
     internal: bool = False
-    arguments: Mapping[str, Field] = field(default=_EMPTY, hash=False)
+    arguments: Mapping[str, Field] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arguments", _freeze(self.arguments))
@@ -115,7 +119,7 @@ class Queue:
     durable: bool = False
     exclusive: bool = False
     auto_delete: bool = False
-    arguments: Mapping[str, Field] = field(default=_EMPTY, hash=False)
+    arguments: Mapping[str, Field] = field(default_factory=_empty, hash=False)
     owner: str | None = None
 
     def __post_init__(self) -> None:
@@ -132,7 +136,7 @@ class Binding:
     queue: str
     exchange: str
     routing_key: str = ""
-    arguments: Mapping[str, Field] = field(default=_EMPTY, hash=False)
+    arguments: Mapping[str, Field] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arguments", _freeze(self.arguments))
