@@ -1,0 +1,376 @@
+"""TrioProducer: pipelined sends with in-order confirmations and bounded in-flight messages.
+
+A publisher channel calls :meth:`TrioProducer.submit` (or :meth:`~TrioProducer.send_nowait`)
+for each message and gets a :class:`SendHandle` at once; the handle completes when Pulsar has
+persisted the message (or failed to). Handles of one producer complete in send order: the C++
+producer invokes send callbacks in order, and the trio side drains them from one FIFO, so a
+channel can confirm publishes in order (and coalesce them with ``multiple=true``).
+
+Back-pressure: at most ``max_pending_messages`` messages are in flight per producer;
+``submit`` waits for a free slot and ``send_nowait`` raises ``trio.WouldBlock``. The C++
+producer is configured with the same limit and ``block_if_queue_full=False``, so it never
+blocks the trio thread and never sees more than it can queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, is_ok, result_name
+from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
+from gateway.pulsar.ids import MessageId
+
+if TYPE_CHECKING:
+    from gateway.pulsar.client import PulsarClient
+
+Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOptions:
+    # amqpBatchingEnabled. Batching packs messages sent close together into one entry; the
+    # delay below is how long a lone message may wait for company, i.e. added confirm latency.
+    batching_enabled: bool = True
+    batching_max_publish_delay_ms: int = 1
+    batching_max_messages: int = 1000
+    batching_max_allowed_size_in_bytes: int = 128 * 1024
+    # In-flight limit (trio side and C++ side).
+    max_pending_messages: int = 1000
+    send_timeout_ms: int = 30_000
+    compression: Compression = "none"
+    # For messages above the broker's maxMessageSize (5 MB by default); needs batching off.
+    chunking_enabled: bool = False
+    producer_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_pending_messages < 1:
+            raise ValueError("max_pending_messages must be >= 1")
+        if self.batching_enabled and self.chunking_enabled:
+            raise ValueError("batching and chunking cannot both be enabled")
+
+
+def _native_config(options: ProducerOptions) -> Any:
+    import _pulsar
+
+    conf = _pulsar.ProducerConfiguration()
+    conf.send_timeout_millis(options.send_timeout_ms)
+    conf.max_pending_messages(options.max_pending_messages)
+    conf.block_if_queue_full(False)  # never block the trio thread inside send_async
+    conf.batching_enabled(options.batching_enabled)
+    conf.batching_max_messages(options.batching_max_messages)
+    conf.batching_max_allowed_size_in_bytes(options.batching_max_allowed_size_in_bytes)
+    conf.batching_max_publish_delay_ms(options.batching_max_publish_delay_ms)
+    conf.chunking_enabled(options.chunking_enabled)
+    conf.compression_type(
+        {
+            "none": _pulsar.CompressionType.NONE,
+            "lz4": _pulsar.CompressionType.LZ4,
+            "zlib": _pulsar.CompressionType.ZLib,
+            "zstd": _pulsar.CompressionType.ZSTD,
+            "snappy": _pulsar.CompressionType.SNAPPY,
+        }[options.compression]
+    )
+    if options.producer_name:
+        conf.producer_name(options.producer_name)
+    return conf
+
+
+class SendHandle:
+    """The future result of one send. Complete on the trio thread, in send order."""
+
+    __slots__ = ("_callbacks", "_error", "_event", "_native_id", "_producer", "_result", "_state")
+
+    _PENDING, _OK, _FAILED = 0, 1, 2
+
+    def __init__(self, producer: TrioProducer) -> None:
+        self._producer = producer
+        self._state = self._PENDING
+        self._result: Any = None  # _pulsar.Result, set on the C++ thread
+        self._native_id: Any = None
+        self._error: PulsarClientError | None = None
+        self._event: trio.Event | None = None
+        self._callbacks: list[Callable[[SendHandle], None]] | None = None
+
+    # C++ thread (io thread), or the trio thread when send_async fails synchronously.
+    def _native_done(self, result: Any, native_id: Any) -> None:
+        try:
+            self._result = result
+            self._native_id = native_id
+            producer = self._producer
+            producer._completed.append(self)
+            producer._waker.wake()
+        except BaseException:
+            pass
+
+    # Trio thread (TrioProducer._drain), in order.
+    def _finish(self) -> None:
+        if is_ok(self._result):
+            self._state = self._OK
+        else:
+            self._state = self._FAILED
+            name = result_name(self._result)
+            if name == "AlreadyClosed":
+                self._error = ClosedError(f"producer on {self._producer.topic} closed")
+            else:
+                self._error = SendError(name, f"send to {self._producer.topic}")
+        self._result = None
+        if self._event is not None:
+            self._event.set()
+        if self._callbacks:
+            for callback in self._callbacks:
+                callback(self)
+
+    def done(self) -> bool:
+        return self._state != self._PENDING
+
+    @property
+    def ok(self) -> bool:
+        return self._state == self._OK
+
+    @property
+    def error(self) -> PulsarClientError | None:
+        return self._error
+
+    def result(self) -> MessageId:
+        """The message id once done; raises the send error, or RuntimeError if pending."""
+        if self._state == self._OK:
+            return MessageId.from_native(self._native_id)
+        if self._state == self._FAILED:
+            assert self._error is not None
+            raise self._error
+        raise RuntimeError("send still pending")
+
+    async def wait(self) -> MessageId:
+        """Wait for the broker's answer. Cancelling the wait does not cancel the send."""
+        if self._state == self._PENDING:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return self.result()
+
+    def add_done_callback(self, callback: Callable[[SendHandle], None]) -> None:
+        """Call ``callback(handle)`` on the trio thread when done (now, if already done).
+
+        Callbacks run inside the producer's drain: they must be quick and must not raise.
+        """
+        if self._state != self._PENDING:
+            callback(self)
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
+
+
+class TrioProducer:
+    """A pulsar-client producer driven from trio. Create with ``PulsarClient.create_producer``."""
+
+    def __init__(
+        self, client: PulsarClient, native: Any, topic: str, options: ProducerOptions
+    ) -> None:
+        self._client = client
+        self._native = native  # _pulsar.Producer
+        self.topic = topic
+        self.options = options
+        self._slots = trio.Semaphore(options.max_pending_messages)
+        self._completed: deque[SendHandle] = deque()
+        self._waker = TrioWaker(self._drain, client.token)
+        self._in_flight = 0
+        self._closed = False
+        # Read by ProducerCache to find idle producers.
+        self.last_used = trio.current_time()
+
+    @property
+    def in_flight(self) -> int:
+        """Messages handed to Pulsar whose handle has not completed yet."""
+        return self._in_flight
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def producer_name(self) -> str:
+        return str(self._native.producer_name())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"producer on {self.topic} closed")
+
+    def send_nowait(
+        self,
+        payload: bytes,
+        properties: Mapping[str, str] | None = None,
+        *,
+        event_timestamp: int | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        deliver_after_ms: int | None = None,
+    ) -> SendHandle:
+        """Start a send without waiting; ``trio.WouldBlock`` when the in-flight limit is hit."""
+        self._check_open()
+        self._slots.acquire_nowait()
+        return self._start(
+            payload, properties, event_timestamp, partition_key, ordering_key, deliver_after_ms
+        )
+
+    async def submit(
+        self,
+        payload: bytes,
+        properties: Mapping[str, str] | None = None,
+        *,
+        event_timestamp: int | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        deliver_after_ms: int | None = None,
+    ) -> SendHandle:
+        """Start a send, first waiting for an in-flight slot (back-pressure).
+
+        Cancellation while waiting for a slot sends nothing; once this returns, the message is
+        with pulsar-client and its handle will complete.
+        """
+        self._check_open()
+        await self._slots.acquire()
+        if self._closed:
+            self._slots.release()
+            self._check_open()
+        return self._start(
+            payload, properties, event_timestamp, partition_key, ordering_key, deliver_after_ms
+        )
+
+    async def send(
+        self,
+        payload: bytes,
+        properties: Mapping[str, str] | None = None,
+        *,
+        event_timestamp: int | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        deliver_after_ms: int | None = None,
+    ) -> MessageId:
+        """Send one message and wait until it is persisted; SendError/ClosedError otherwise."""
+        handle = await self.submit(
+            payload,
+            properties,
+            event_timestamp=event_timestamp,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            deliver_after_ms=deliver_after_ms,
+        )
+        return await handle.wait()
+
+    def _start(
+        self,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        event_timestamp: int | None,
+        partition_key: str | None,
+        ordering_key: str | None,
+        deliver_after_ms: int | None,
+    ) -> SendHandle:
+        import _pulsar
+
+        handle = SendHandle(self)
+        try:
+            builder = _pulsar.MessageBuilder()
+            builder.content(payload)
+            if properties:
+                # Pulsar properties are str -> str; anything else fails here, loudly.
+                builder.properties(properties)
+            if event_timestamp is not None:
+                builder.event_timestamp(event_timestamp)
+            if partition_key is not None:
+                builder.partition_key(partition_key)
+            if ordering_key is not None:
+                builder.ordering_key(ordering_key)
+            if deliver_after_ms is not None:
+                from datetime import timedelta
+
+                builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+            message = builder.build()
+        except BaseException:
+            self._slots.release()
+            raise
+        self._in_flight += 1
+        self.last_used = trio.current_time()
+        try:
+            self._native.send_async(message, handle._native_done)
+        except BaseException:
+            # Not queued: nothing will call back.
+            self._in_flight -= 1
+            self._slots.release()
+            raise
+        return handle
+
+    def _drain(self) -> None:
+        """Trio thread: complete handles in the order the C++ producer called back."""
+        completed = self._completed
+        while completed:
+            handle = completed.popleft()
+            self._in_flight -= 1
+            self._slots.release()
+            try:
+                handle._finish()
+            except Exception:
+                import logging
+
+                logging.getLogger(__name__).exception("send done-callback failed")
+
+    async def flush(self) -> None:
+        """Push out a batch being assembled now (sends complete through their handles)."""
+        self._check_open()
+        call: NativeCall[None] = NativeCall(
+            f"flush producer on {self.topic}", token=self._client.token
+        )
+        self._native.flush_async(call.result_callback)
+        await call.wait(self._client.operation_deadline)
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+
+    async def aclose(self) -> None:
+        """Close. Messages still in flight complete (persisted, or failed with ClosedError)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client._forget(self)
+        call: NativeCall[None] = NativeCall(
+            f"close producer on {self.topic}", token=self._client.token
+        )
+        self._native.close_async(call.result_callback)
+        with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
+            await call.wait(self._client.operation_deadline)
+
+    async def __aenter__(self) -> TrioProducer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def create_producer(
+    client: PulsarClient, topic: str, options: ProducerOptions
+) -> TrioProducer:
+    def close_abandoned(native: Any) -> None:
+        native.close_async(ignore_result)
+
+    call: NativeCall[Any] = NativeCall(
+        f"create producer on {topic}", on_abandoned=close_abandoned, token=client.token
+    )
+    native_client = client.native
+    conf = _native_config(options)
+    if hasattr(native_client, "create_producer_async_v2"):
+        native_client.create_producer_async_v2(topic, conf, call.value_or_error_callback)
+    else:  # older pulsar-client without the v2 call
+        native_client.create_producer_async(topic, conf, call.result_value_callback)
+    native = await call.wait(client.operation_deadline)
+    producer = TrioProducer(client, native, topic, options)
+    client._adopt(producer)
+    return producer
