@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 
 import pytest
 from hypothesis import assume, given
@@ -108,9 +109,13 @@ def test_distinct_inputs_never_collide_small_alphabet(
     assert encode_local_name(*a) != encode_local_name(*b)
 
 
-readable = st.from_regex(r"[A-Za-z0-9]+([._-][A-Za-z0-9]+)*", fullmatch=True).filter(
-    lambda s: "-partition-" not in s and s != "amq.default" and len(s) <= 255
-)
+# Names like my_exchange, orders.created, events-v2: alphanumeric words joined by . _ -
+_words = st.text(string.ascii_letters + string.digits, min_size=1, max_size=12)
+readable = st.builds(
+    lambda first, rest: first + "".join(sep + word for sep, word in rest),
+    _words,
+    st.lists(st.tuples(st.sampled_from("._-"), _words), max_size=6),
+).filter(lambda s: "-partition-" not in s and s != "amq.default")
 
 
 @given(exchange=readable, key=st.none() | readable)
