@@ -250,6 +250,72 @@ def headers_match(arguments: Mapping[str, Field], headers: Mapping[str, Field] |
     return compile_headers(arguments).matches(headers)
 
 
+# ----------------------------------------------------------------------------------- trie
+
+
+class _TrieNode:
+    __slots__ = ("children", "greedy", "hash", "queues", "star")
+
+    def __init__(self, greedy: bool = False) -> None:
+        self.children: dict[str, _TrieNode] = {}
+        self.star: _TrieNode | None = None
+        self.hash: _TrieNode | None = None
+        self.queues: set[str] = set()
+        # The node reached by a "#": it may swallow any number of further words.
+        self.greedy = greedy
+
+
+class _TopicTrie:
+    """All wildcard binding keys of an exchange in one word trie, like RabbitMQ's
+    (``rabbit_db_topic_exchange`` trie_match): routing walks the key's words once per
+    reachable node instead of trying every pattern. Keys are normalised first (``#.#`` is
+    ``#``), a ``#`` node swallows one word at a time, and each (node, word position) is visited
+    at most once: O(nodes * words) at worst, whatever the number of ``#``s."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, patterns: Iterable[tuple[str, Iterable[str]]]) -> None:
+        self._root = _TrieNode()
+        for pattern, queues in patterns:
+            node = self._root
+            for word in _normalise(split_words(pattern)):
+                if word == _STAR:
+                    node.star = node.star or _TrieNode()
+                    node = node.star
+                elif word == _HASH:
+                    node.hash = node.hash or _TrieNode(greedy=True)
+                    node = node.hash
+                else:
+                    node = node.children.setdefault(word, _TrieNode())
+            node.queues.update(queues)
+
+    def match(self, words: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        count = len(words)
+        seen: set[tuple[int, int]] = set()
+        stack: list[tuple[_TrieNode, int]] = [(self._root, 0)]
+        while stack:
+            node, position = stack.pop()
+            mark = (id(node), position)
+            if mark in seen:
+                continue
+            seen.add(mark)
+            if node.hash is not None:
+                # "#" matching zero words; the greedy node then takes one word at a time.
+                stack.append((node.hash, position))
+            if node.greedy and position < count:
+                stack.append((node, position + 1))
+            if position == count:
+                found |= node.queues
+                continue
+            child = node.children.get(words[position])
+            if child is not None:
+                stack.append((child, position + 1))
+            if node.star is not None:
+                stack.append((node.star, position + 1))
+        return found
+
+
 # --------------------------------------------------------------------------------- router
 
 
@@ -281,9 +347,7 @@ class Router:
             elif exchange_type is ExchangeType.HEADERS:
                 headers.append((compile_headers(binding.arguments), binding.queue))
         self._exact = {key: frozenset(queues) for key, queues in exact.items()}
-        self._patterns = tuple(
-            (compile_topic(pattern), frozenset(queues)) for pattern, queues in patterns.items()
-        )
+        self._patterns = _TopicTrie(patterns.items()) if patterns else None
         self._headers = tuple(headers)
         self._all = frozenset(binding.queue for binding in self._bindings)
 
@@ -305,11 +369,8 @@ class Router:
         if kind is ExchangeType.HEADERS:
             return {queue for pattern, queue in self._headers if pattern.matches(headers)}
         queues = set(self._exact.get(routing_key, ()))
-        if self._patterns:
-            words = split_words(routing_key)
-            for pattern, bound in self._patterns:
-                if pattern.matches_words(words):
-                    queues |= bound
+        if self._patterns is not None:
+            queues |= self._patterns.match(split_words(routing_key))
         return queues
 
     def patterns_matching(self, routing_key: str) -> list[Binding]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.amqp.errors import ChannelError
@@ -353,8 +353,11 @@ def test_topic_router() -> None:
     assert {b.queue for b in router.patterns_matching("orders.eu.x")} == {"eu", "all"}
 
 
+@settings(max_examples=400)
 @given(
-    bindings=st.lists(st.tuples(st.sampled_from(["q1", "q2", "q3"]), binding_keys()), max_size=8),
+    bindings=st.lists(
+        st.tuples(st.sampled_from(["q1", "q2", "q3", "q4"]), binding_keys()), max_size=12
+    ),
     key=routing_keys(),
 )
 def test_topic_router_agrees_with_reference(bindings: list[tuple[str, str]], key: str) -> None:
@@ -376,6 +379,16 @@ def test_headers_router() -> None:
     assert router.route("ignored", pdf_report) == {"pdf", "any", "everything"}
     assert router.route("", {"format": Field("S", "pdf")}) == {"any", "everything"}
     assert router.route("", None) == {"everything"}
+
+
+def test_topic_router_with_many_hashes_on_a_long_key() -> None:
+    # The router's trie visits each (node, word) once: many "#"s stay cheap and correct.
+    pattern = ".".join(["#", "a"] * 12 + ["b"])
+    router = Router(ExchangeType.TOPIC, [Binding("q", "t", pattern), Binding("r", "t", "#.c")])
+    key = ".".join(["a"] * 2000)
+    assert router.route(key) == set()
+    assert router.route(key + ".b") == {"q"}
+    assert router.route(key + ".c") == {"r"}
 
 
 def test_router_is_rebuilt_on_change() -> None:
