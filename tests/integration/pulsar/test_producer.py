@@ -1,0 +1,120 @@
+"""TrioProducer against the real broker: ordering, back-pressure, errors at the await point."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+
+import pytest
+import trio
+
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.client import PulsarClient
+from gateway.pulsar.errors import ClosedError, SendError
+from gateway.pulsar.ids import MessageId
+from gateway.pulsar.producer import ProducerOptions, SendHandle
+
+pytestmark = pytest.mark.integration
+
+Topic = Callable[[str], str]
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["batching", "no-batching"])
+async def test_1000_pipelined_sends_confirm_in_send_order(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic, batching: bool
+) -> None:
+    name = topic("ordered")
+    await admin.create_subscription(name, "q", "earliest")
+    producer = await client.create_producer(
+        name, ProducerOptions(batching_enabled=batching, max_pending_messages=200)
+    )
+    completion_order: list[int] = []
+    handles: list[SendHandle] = []
+    for i in range(1000):
+        handle = await producer.submit(f"m{i}".encode(), {"i": str(i)})
+        handle.add_done_callback(lambda h, i=i: completion_order.append(i))
+        handles.append(handle)
+        assert producer.in_flight <= 200
+    ids = [await h.wait() for h in handles]
+    assert completion_order == list(range(1000))
+    assert all(a < b for a, b in itertools.pairwise(ids))  # strictly increasing
+    assert len(set(ids)) == 1000
+    if batching:
+        assert any(mid.batch_index > 0 for mid in ids)
+    else:
+        assert all(mid.batch_index == -1 for mid in ids)
+    assert producer.in_flight == 0
+    assert (await admin.subscription_backlog(name, "q", precise=True)) == 1000
+
+
+async def test_back_pressure_blocks_at_the_in_flight_limit(
+    client: PulsarClient, topic: Topic
+) -> None:
+    # A long batching delay keeps the first messages in flight while we look.
+    options = ProducerOptions(
+        batching_enabled=True, batching_max_publish_delay_ms=300, max_pending_messages=5
+    )
+    producer = await client.create_producer(topic("pressure"), options)
+    first = [producer.send_nowait(b"x") for _ in range(5)]
+    assert producer.in_flight == 5
+    with pytest.raises(trio.WouldBlock):
+        producer.send_nowait(b"x")
+    with trio.move_on_after(0.1) as scope:
+        await producer.submit(b"sixth")
+    assert scope.cancelled_caught  # blocked: no slot before the batch goes out
+    assert producer.in_flight == 5  # the cancelled submit sent nothing
+    with trio.fail_after(10):
+        sixth = await producer.submit(b"sixth")  # a slot frees once the batch is persisted
+        assert all(h.done() for h in first)
+        await sixth.wait()
+    assert producer.in_flight == 0
+
+
+async def test_send_errors_surface_at_the_await_point(client: PulsarClient, topic: Topic) -> None:
+    producer = await client.create_producer(
+        topic("errors"), ProducerOptions(batching_enabled=False, max_pending_messages=10)
+    )
+    # Bigger than the broker's maxMessageSize (5 MB): refused without reaching the broker.
+    handle = await producer.submit(b"\0" * (6 * 1024 * 1024))
+    with pytest.raises(SendError) as info:
+        await handle.wait()
+    assert info.value.result == "MessageTooBig"
+    assert not handle.ok and handle.done()
+    # Properties are str -> str only: refused before anything is queued, slot given back.
+    with pytest.raises(TypeError):
+        await producer.submit(b"x", {"n": 1})  # type: ignore[dict-item]
+    assert producer.in_flight == 0
+    assert isinstance(await producer.send(b"fine"), MessageId)
+    await producer.aclose()
+    with pytest.raises(ClosedError):
+        await producer.send(b"late")
+    with pytest.raises(ClosedError):
+        producer.send_nowait(b"late")
+
+
+async def test_close_completes_in_flight_sends(client: PulsarClient, topic: Topic) -> None:
+    producer = await client.create_producer(
+        topic("closing"), ProducerOptions(batching_enabled=True, batching_max_publish_delay_ms=200)
+    )
+    handles = [producer.send_nowait(str(i).encode()) for i in range(20)]
+    await producer.aclose()
+    with trio.fail_after(10):
+        for handle in handles:
+            with contextlib.suppress(ClosedError):  # persisted, or failed: never left hanging
+                await handle.wait()
+    assert all(h.done() for h in handles)
+
+
+async def test_event_timestamp_and_keys_reach_the_consumer(
+    client: PulsarClient, topic: Topic
+) -> None:
+    name = topic("meta")
+    consumer = await client.subscribe(name, "q")
+    producer = await client.create_producer(name)
+    await producer.send(b"x", {"a": "b"}, event_timestamp=1234, partition_key="k")
+    with trio.fail_after(10):
+        message = await consumer.receive()
+    assert message.event_timestamp == 1234
+    assert message.native.partition_key() == "k"
+    assert message.publish_timestamp > 0
