@@ -1,28 +1,31 @@
-"""TrioConsumer: a pulsar-client consumer whose messages arrive in trio, with bounded buffering.
+"""TrioConsumer: messages from one or more topics arrive in trio, with bounded buffering.
+
+One TrioConsumer is a set of single-topic pulsar-client consumers (one per topic, all with the
+same subscription name) feeding one trio-side buffer: an AMQP queue bound to several topics is
+one TrioConsumer. Topics can be added and removed while it runs (queue.bind / queue.unbind).
+pulsar-client's own multi-topic consumer is not used: its internal queue keeps feeding the
+listener after a pause (measured: up to ``receiver_queue_size`` x topics messages), and its
+topic list is fixed at subscribe time.
 
 Messages come from a ``message_listener`` (called on the C++ listener thread). The listener
 appends the message to a deque and wakes trio (coalesced, see bridge.py); ``receive()`` takes
 from the deque. Nothing leaves the deque unless ``receive()`` returns it, so cancelling a
 ``receive()`` never loses a message.
 
-What bounds memory (per consumer):
+What bounds memory:
 
-* the C++ receiver queue: at most ``receiver_queue_size`` messages (flow permits are only
-  given back to the broker as the listener takes messages out of it), and
-* the trio-side deque: when it reaches ``buffer_size`` the listener pauses itself
-  (``pause_message_listener``) *from inside the listener call*, so the next message stays in
-  the C++ queue, and so on back to the broker. ``receive()`` resumes it once the deque is down
-  to half. Pausing and resuming happen under one lock, so a pause and a resume cannot cross.
+* each topic's C++ receiver queue: at most ``receiver_queue_size`` messages (flow permits go
+  back to the broker only as the listener takes messages out of it), and
+* the trio-side deque: when it reaches ``buffer_size`` the listener pauses every per-topic
+  consumer (``pause_message_listener``) *from inside the listener call*, so the next message
+  stays in its C++ queue, and so on back to the broker. ``receive()`` resumes them once the
+  deque is down to half. Pausing and resuming happen under one lock, so they cannot cross.
 
-So at most ``receiver_queue_size + buffer_size`` messages sit in the gateway for one consumer.
-For a multi-topic consumer the C++ client has one more queue (``receiver_queue_size``) between
-the per-topic consumers and the listener, which pausing does not stop; the bound is then
-``buffer_size + receiver_queue_size`` on the trio side plus each topic's own queue (see
-docs/pulsar-layer.md for the measurement).
+So at most ``buffer_size + topics x receiver_queue_size`` messages sit in the gateway.
 
 Messages buffered but not acknowledged when the consumer closes are redelivered by Pulsar
-(to other consumers of a Shared subscription at once, to this subscription's next consumer
-otherwise).
+(to other consumers of a Shared subscription at once, to the subscription's next consumer
+otherwise). Pulsar does not count such redeliveries in ``redelivery_count``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result
-from gateway.pulsar.errors import ClosedError
+from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
 
 if TYPE_CHECKING:
@@ -52,14 +55,14 @@ class ConsumerOptions:
     subscription_type: SubscriptionType = "shared"
     # Only used when the subscription does not exist yet (the consumer creates it).
     initial_position: InitialPosition = "latest"
-    # The C++ prefetch. Small keeps a Shared subscription's work spread over its consumers.
+    # The C++ prefetch, per topic. Small keeps a Shared subscription's work spread over its
+    # consumers (and bounds memory: see the module docstring).
     receiver_queue_size: int = 100
     # The trio-side bound; None means the same as receiver_queue_size.
     buffer_size: int | None = None
     # pulsar-client's default is 60 s, which makes basic.reject(requeue=true) unusable.
     negative_ack_redelivery_delay_ms: int = 100
     consumer_name: str | None = None
-    max_total_receiver_queue_size_across_partitions: int = 50_000
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -90,9 +93,6 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
         else _pulsar.InitialPosition.Latest
     )
     conf.receiver_queue_size(options.receiver_queue_size)
-    conf.max_total_receiver_queue_size_across_partitions(
-        options.max_total_receiver_queue_size_across_partitions
-    )
     conf.negative_ack_redelivery_delay_ms(options.negative_ack_redelivery_delay_ms)
     if options.consumer_name:
         conf.consumer_name(options.consumer_name)
@@ -103,11 +103,12 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_consumer", "native")
+    __slots__ = ("_owner", "native", "native_consumer")
 
-    def __init__(self, native: Any, consumer: TrioConsumer) -> None:
+    def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
         self.native = native  # _pulsar.Message
-        self._consumer = consumer
+        self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
+        self._owner = owner
 
     @property
     def payload(self) -> bytes:
@@ -123,12 +124,15 @@ class ReceivedMessage:
 
     @property
     def topic(self) -> str:
-        """The topic it came from (matters for multi-topic consumers)."""
+        """The topic it came from (one TrioConsumer may read several)."""
         return str(self.native.topic_name())
 
     @property
     def redelivery_count(self) -> int:
-        """How often Pulsar redelivered it (Shared/Key_Shared only; kept in broker memory)."""
+        """Redeliveries after nacks (Shared/Key_Shared only; kept in broker memory).
+
+        Not incremented when a message comes back because its consumer closed.
+        """
         return int(self.native.redelivery_count())
 
     @property
@@ -142,10 +146,10 @@ class ReceivedMessage:
         return int(self.native.event_timestamp())
 
     def ack(self) -> None:
-        self._consumer.acknowledge(self)
+        self._owner.acknowledge(self)
 
     def nack(self) -> None:
-        self._consumer.negative_acknowledge(self)
+        self._owner.negative_acknowledge(self)
 
     def __repr__(self) -> str:
         return f"ReceivedMessage({self.topic!r}, {self.message_id})"
@@ -154,19 +158,14 @@ class ReceivedMessage:
 class TrioConsumer:
     """Receive from trio; acknowledge without waiting. Create with ``PulsarClient.subscribe``."""
 
-    def __init__(
-        self,
-        client: PulsarClient,
-        topics: tuple[str, ...],
-        subscription: str,
-        options: ConsumerOptions,
-    ) -> None:
+    def __init__(self, client: PulsarClient, subscription: str, options: ConsumerOptions) -> None:
         self._client = client
-        self.topics = topics
         self.subscription = subscription
         self.options = options
-        self._native: Any = None  # _pulsar.Consumer, once subscribed
-        self._buffer: deque[Any] = deque()
+        # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
+        # by the listener thread.
+        self._natives: dict[str, Any] = {}
+        self._buffer: deque[tuple[Any, Any]] = deque()  # (native consumer, native message)
         self._lock = threading.Lock()
         self._capacity = options.effective_buffer_size
         self._low_water = self._capacity // 2
@@ -184,9 +183,14 @@ class TrioConsumer:
             if self._closed:
                 return  # left unacknowledged: the broker redelivers it after the close
             with self._lock:
-                self._buffer.append(native_msg)
-                if not self._paused and len(self._buffer) >= self._capacity:
-                    self._paused = True
+                self._buffer.append((native_consumer, native_msg))
+                if len(self._buffer) >= self._capacity:
+                    if not self._paused:
+                        self._paused = True
+                        for native in self._natives.values():
+                            native.pause_message_listener()
+                    # Also covers a consumer whose subscribe completed but that is not in
+                    # _natives yet.
                     native_consumer.pause_message_listener()
             self._waker.wake()
         except BaseException:
@@ -197,8 +201,15 @@ class TrioConsumer:
     def _wake_receivers(self) -> None:
         self._lot.unpark_all()
 
-    def _attach(self, native: Any) -> None:
-        self._native = native
+    def _attach(self, topic: str, native: Any) -> None:
+        with self._lock:
+            self._natives[topic] = native
+            if self._paused:
+                native.pause_message_listener()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self._natives)
 
     @property
     def buffered(self) -> int:
@@ -207,25 +218,29 @@ class TrioConsumer:
 
     @property
     def paused(self) -> bool:
-        """Whether the listener is paused because the trio-side buffer is full."""
+        """Whether the listeners are paused because the trio-side buffer is full."""
         return self._paused
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"consumer {self.subscription!r} closed")
+
     def _take(self) -> ReceivedMessage:
         with self._lock:
-            native = self._buffer.popleft()
+            native_consumer, native = self._buffer.popleft()
             if self._paused and not self._stopped and len(self._buffer) <= self._low_water:
                 self._paused = False
-                self._native.resume_message_listener()
-        return ReceivedMessage(native, self)
+                for each in self._natives.values():
+                    each.resume_message_listener()
+        return ReceivedMessage(native, native_consumer, self)
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
-        if self._closed:
-            raise ClosedError(f"consumer {self.subscription!r} closed")
+        self._check_open()
         if not self._buffer:
             raise trio.WouldBlock
         return self._take()
@@ -234,8 +249,7 @@ class TrioConsumer:
         """The next message. Cancellation-safe: a cancelled receive takes nothing."""
         await trio.lowlevel.checkpoint_if_cancelled()
         while True:
-            if self._closed:
-                raise ClosedError(f"consumer {self.subscription!r} closed")
+            self._check_open()
             if self._buffer:
                 break
             await self._lot.park()
@@ -254,65 +268,93 @@ class TrioConsumer:
             raise StopAsyncIteration from None
 
     def acknowledge(self, message: ReceivedMessage) -> None:
-        """Fire-and-forget, like AMQP's basic.ack (pulsar-client groups acks for ~100 ms)."""
-        if self._closed:
-            raise ClosedError(f"consumer {self.subscription!r} closed")
-        self._native.acknowledge_async(message.native, ignore_result)
+        """Fire-and-forget, like AMQP's basic.ack (pulsar-client groups acks for ~100 ms).
+
+        An ack for a topic removed since (or failing in pulsar-client) is dropped: the message
+        is redelivered, which is what AMQP promises for unacknowledged messages anyway.
+        """
+        self._check_open()
+        message.native_consumer.acknowledge_async(message.native, ignore_result)
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Redeliver after ``negative_ack_redelivery_delay_ms`` (to any consumer if Shared)."""
-        if self._closed:
-            raise ClosedError(f"consumer {self.subscription!r} closed")
-        self._native.negative_acknowledge(message.native)
+        self._check_open()
+        message.native_consumer.negative_acknowledge(message.native)
 
     def stop_receiving(self) -> int:
         """Stop taking new messages and hand the buffered ones back; returns how many.
 
         For AMQP basic.cancel: deliveries already made can still be acknowledged on this
         consumer, so it stays open; buffered messages are negatively acknowledged so that they
-        go to other consumers. (Messages already in the C++ receiver queue stay there until
+        go to other consumers. (Messages already in the C++ receiver queues stay there until
         :meth:`aclose`, which makes the broker redeliver them.)
         """
         if self._closed or self._stopped:
             return 0
         with self._lock:
             self._stopped = True
-            if not self._paused:
-                self._paused = True
-                self._native.pause_message_listener()
+            self._paused = True
+            for native in self._natives.values():
+                native.pause_message_listener()
             returned = list(self._buffer)
             self._buffer.clear()
-        for native in returned:
-            self._native.negative_acknowledge(native)
+        for native_consumer, native in returned:
+            native_consumer.negative_acknowledge(native)
         return len(returned)
 
-    def _mark_closed(self) -> None:
+    async def add_topic(self, topic: str) -> None:
+        """Also consume ``topic`` (same subscription name). No-op if already consumed."""
+        self._check_open()
+        if topic in self._natives:
+            return
+        native = await _subscribe_one(self, topic)
+        if self._closed:  # closed while we were subscribing
+            native.close_async(ignore_result)
+            self._check_open()
+        self._attach(topic, native)
+
+    async def remove_topic(self, topic: str) -> int:
+        """Stop consuming ``topic``: close its consumer, drop its buffered messages.
+
+        Returns how many buffered messages were dropped; Pulsar redelivers them (and any
+        delivered but unacknowledged ones) to the subscription's other consumers. Deliveries
+        from this topic can no longer be acknowledged.
+        """
+        with self._lock:
+            native = self._natives.pop(topic, None)
+            if native is None:
+                return 0
+            kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
+            dropped = len(self._buffer) - len(kept)
+            self._buffer = kept
+        await _finish(self._client, native, f"close consumer {self.subscription!r} on {topic}")
+        return dropped
+
+    def _mark_closed(self) -> list[Any]:
         self._closed = True
         with self._lock:
             self._buffer.clear()
+            natives = list(self._natives.values())
+            self._natives.clear()
         self._lot.unpark_all()  # waiting receive() calls raise ClosedError
+        return natives
 
     async def aclose(self) -> None:
         """Close; unacknowledged messages (delivered or buffered) are redelivered by Pulsar."""
         if self._closed:
             return
-        self._mark_closed()
+        natives = self._mark_closed()
         self._client._forget(self)
-        await self._finish(f"close consumer {self.subscription!r}", "close_async")
+        await _finish_all(self._client, natives, f"close consumer {self.subscription!r}")
 
     async def unsubscribe(self) -> None:
-        """Close and delete the subscription (fails if other consumers are attached)."""
-        if self._closed:
-            raise ClosedError(f"consumer {self.subscription!r} closed")
-        self._mark_closed()
+        """Close and delete the subscription on every topic (fails if others are attached)."""
+        self._check_open()
+        natives = self._mark_closed()
         self._client._forget(self)
-        await self._finish(f"unsubscribe {self.subscription!r}", "unsubscribe_async")
-
-    async def _finish(self, what: str, method: str) -> None:
-        call: NativeCall[None] = NativeCall(what, token=self._client.token)
-        getattr(self._native, method)(call.result_callback)
-        with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
-            await call.wait(self._client.operation_deadline)
+        await _finish_all(
+            self._client, natives, f"unsubscribe {self.subscription!r}", "unsubscribe_async"
+        )
 
     async def __aenter__(self) -> TrioConsumer:
         return self
@@ -321,39 +363,90 @@ class TrioConsumer:
         await self.aclose()
 
 
+async def _finish(
+    client: PulsarClient, native: Any, what: str, method: str = "close_async"
+) -> None:
+    call: NativeCall[None] = NativeCall(what, token=client.token)
+    getattr(native, method)(call.result_callback)
+    with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
+        await call.wait(client.operation_deadline)
+
+
+async def _finish_all(
+    client: PulsarClient, natives: list[Any], what: str, method: str = "close_async"
+) -> None:
+    """Close (or unsubscribe) several native consumers concurrently; first error wins."""
+    errors: list[PulsarClientError] = []
+
+    async def one(native: Any) -> None:
+        try:
+            await _finish(client, native, what, method)
+        except PulsarClientError as exc:
+            errors.append(exc)
+
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as nursery:
+            for native in natives:
+                nursery.start_soon(one, native)
+    if errors:
+        raise errors[0]
+
+
+async def _subscribe_one(consumer: TrioConsumer, topic: str) -> Any:
+    client = consumer._client
+    conf = _native_config(consumer.options, consumer._on_message)
+
+    def close_abandoned(native: Any) -> None:
+        native.close_async(ignore_result)
+
+    call: NativeCall[Any] = NativeCall(
+        f"subscribe {consumer.subscription!r} to {topic}",
+        on_abandoned=close_abandoned,
+        token=client.token,
+    )
+    native_client = client.native
+    if hasattr(native_client, "subscribe_async_v2"):
+        native_client.subscribe_async_v2(
+            topic, consumer.subscription, conf, call.value_or_error_callback
+        )
+    else:  # older pulsar-client without the v2 call
+        native_client.subscribe_async(
+            topic, consumer.subscription, conf, call.result_value_callback
+        )
+    return await call.wait(client.operation_deadline)
+
+
 async def subscribe(
     client: PulsarClient,
     topics: str | Sequence[str],
     subscription: str,
     options: ConsumerOptions,
 ) -> TrioConsumer:
-    """Subscribe one consumer to one topic or a list of topics (one subscription name each)."""
-    topic_list = (topics,) if isinstance(topics, str) else tuple(topics)
+    """One TrioConsumer on one or several topics, with one subscription name on each.
+
+    All-or-nothing: if any topic fails, the ones that succeeded are closed again.
+    """
+    topic_list = [topics] if isinstance(topics, str) else list(dict.fromkeys(topics))
     if not topic_list:
         raise ValueError("subscribe needs at least one topic")
-    consumer = TrioConsumer(client, topic_list, subscription, options)
-    conf = _native_config(options, consumer._on_message)
+    consumer = TrioConsumer(client, subscription, options)
+    failures: list[BaseException] = []
 
-    def close_abandoned(native: Any) -> None:
-        consumer._closed = True
-        native.close_async(ignore_result)
+    async def one(topic: str) -> None:
+        try:
+            consumer._attach(topic, await _subscribe_one(consumer, topic))
+        except PulsarClientError as exc:
+            failures.append(exc)
 
-    call: NativeCall[Any] = NativeCall(
-        f"subscribe {subscription!r} to {', '.join(topic_list)}",
-        on_abandoned=close_abandoned,
-        token=client.token,
-    )
-    native_client = client.native
-    if hasattr(native_client, "subscribe_async_v2"):
-        target: str | list[str] = topic_list[0] if len(topic_list) == 1 else list(topic_list)
-        native_client.subscribe_async_v2(target, subscription, conf, call.value_or_error_callback)
-    elif len(topic_list) == 1:  # older pulsar-client without the v2 call
-        native_client.subscribe_async(topic_list[0], subscription, conf, call.result_value_callback)
-    else:
-        native_client.subscribe_async_topics(
-            list(topic_list), subscription, conf, call.result_value_callback
-        )
-    native = await call.wait(client.operation_deadline)
-    consumer._attach(native)
+    try:
+        async with trio.open_nursery() as nursery:
+            for topic in topic_list:
+                nursery.start_soon(one, topic)
+    except BaseException:
+        await _finish_all(client, consumer._mark_closed(), f"close consumer {subscription!r}")
+        raise
+    if failures:
+        await _finish_all(client, consumer._mark_closed(), f"close consumer {subscription!r}")
+        raise failures[0]
     client._adopt(consumer)
     return consumer

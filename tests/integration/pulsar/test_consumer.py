@@ -200,10 +200,10 @@ async def test_multi_topic_consumer_one_subscription_acks_route_to_each_topic(
     await wait_for(all_acked)
 
 
-async def test_multi_topic_buffering_overshoot(
+async def test_multi_topic_buffering_is_bounded_too(
     client: PulsarClient, admin: PulsarAdmin, topic: Topic
 ) -> None:
-    names = [topic("over-a"), topic("over-b")]
+    names = [topic("bound-a"), topic("bound-b"), topic("bound-c")]
     for name in names:
         await admin.create_subscription(name, "q", "earliest")
         producer = await client.create_producer(name, ProducerOptions(batching_enabled=False))
@@ -211,19 +211,45 @@ async def test_multi_topic_buffering_overshoot(
     consumer = await client.subscribe(
         names, "q", ConsumerOptions(receiver_queue_size=5, buffer_size=8)
     )
+    dispatched: list[int] = []
 
-    async def paused_and_quiet() -> bool:
-        if not consumer.paused:
-            return False
-        before = consumer.buffered
-        await trio.sleep(0.2)
-        return consumer.buffered == before
+    async def settled() -> bool:
+        stats = [await admin.topic_stats(name) for name in names]
+        dispatched.append(sum(s.subscriptions["q"].unacked_messages for s in stats))
+        return consumer.paused and len(dispatched) > 2 and dispatched[-1] == dispatched[-3]
 
-    await wait_for(paused_and_quiet)
-    # The multi-topic consumer's own queue keeps feeding the listener after the pause.
-    assert 8 <= consumer.buffered <= 8 + 5 + 2 * 5
-    got = await receive_n(consumer, 120)
-    assert len({(m.topic, m.message_id) for m in got}) == 120
+    await wait_for(settled)
+    assert consumer.buffered == 8  # every per-topic listener was paused at once
+    assert dispatched[-1] <= 8 + 3 * 5
+    got = await receive_n(consumer, 180)
+    assert len({(m.topic, m.message_id) for m in got}) == 180
+
+
+async def test_topics_can_be_added_and_removed_while_consuming(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    first, second = topic("dyn-a"), topic("dyn-b")
+    consumer = await client.subscribe(first, "q")
+    await consumer.add_topic(second)
+    await consumer.add_topic(second)  # no-op
+    assert consumer.topics == (first, second)
+    producers = [await client.create_producer(name) for name in (first, second)]
+    await producers[0].send(b"a1")
+    await producers[1].send(b"b1")
+    got = await receive_n(consumer, 2)
+    assert {(m.topic, m.payload) for m in got} == {(first, b"a1"), (second, b"b1")}
+    await producers[1].send(b"b2")
+
+    async def buffered() -> bool:
+        return consumer.buffered == 1
+
+    await wait_for(buffered)
+    assert await consumer.remove_topic(second) == 1  # the buffered b2 is dropped ...
+    assert consumer.topics == (first,)
+    assert await admin.subscription_backlog(second, "q") == 1  # ... and stays in Pulsar
+    await producers[0].send(b"a2")
+    assert [m.payload for m in await receive_n(consumer, 1)] == [b"a2"]
+    assert await consumer.remove_topic(second) == 0
 
 
 async def test_exclusive_subscription_refuses_a_second_consumer(
@@ -294,3 +320,16 @@ async def test_acks_right_before_close_are_not_lost(
     with trio.move_on_after(0.5):
         message = await again.receive()
         pytest.fail(f"acknowledged message redelivered: {message}")
+
+
+async def test_subscribing_several_topics_is_all_or_nothing(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    free, busy = topic("free"), topic("busy")
+    options = ConsumerOptions(subscription_type="exclusive")
+    await client.subscribe(busy, "q", options)
+    with pytest.raises(PulsarClientError) as info:
+        await client.subscribe([free, busy], "q", options)
+    assert info.value.result == "ConsumerBusy"
+    # The consumer that did get `free` was closed again.
+    assert (await admin.topic_stats(free)).subscriptions["q"].consumer_count == 0
