@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
 
+# submit() yields to the scheduler at least this often even when slots are free.
+_YIELD_EVERY = 16
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerOptions:
@@ -183,6 +186,7 @@ class TrioProducer:
         self._completed: deque[SendHandle] = deque()
         self._waker = TrioWaker(self._drain, client.token)
         self._in_flight = 0
+        self._submits = 0
         self._closed = False
         # Read by ProducerCache to find idle producers.
         self.last_used = trio.current_time()
@@ -233,11 +237,24 @@ class TrioProducer:
     ) -> SendHandle:
         """Start a send, first waiting for an in-flight slot (back-pressure).
 
-        Cancellation while waiting for a slot sends nothing; once this returns, the message is
-        with pulsar-client and its handle will complete.
+        Always a cancellation point; a schedule point only when it has to wait for a slot and
+        on every ``_YIELD_EVERY``-th call. A full trio scheduling round per message cost ~20%
+        of publish throughput (measured), and confirmations are drained by ``run_sync_soon``
+        callbacks that only need *some* schedule point to run.
+
+        Cancellation before it returns sends nothing; once it returns, the message is with
+        pulsar-client and its handle will complete.
         """
         self._check_open()
-        await self._slots.acquire()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._submits += 1
+        if self._submits % _YIELD_EVERY == 0:
+            await self._slots.acquire()
+        else:
+            try:
+                self._slots.acquire_nowait()
+            except trio.WouldBlock:
+                await self._slots.acquire()
         if self._closed:
             self._slots.release()
             self._check_open()

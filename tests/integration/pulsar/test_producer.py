@@ -31,9 +31,13 @@ async def test_1000_pipelined_sends_confirm_in_send_order(
     )
     completion_order: list[int] = []
     handles: list[SendHandle] = []
+
+    def recorder(i: int) -> Callable[[SendHandle], None]:
+        return lambda _handle: completion_order.append(i)
+
     for i in range(1000):
         handle = await producer.submit(f"m{i}".encode(), {"i": str(i)})
-        handle.add_done_callback(lambda h, i=i: completion_order.append(i))
+        handle.add_done_callback(recorder(i))
         handles.append(handle)
         assert producer.in_flight <= 200
     ids = [await h.wait() for h in handles]

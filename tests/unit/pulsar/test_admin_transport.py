@@ -6,7 +6,8 @@ check how long a call took in the admin client's own terms.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from gateway.pulsar.errors import AdminError, Conflict, NotFound, PreconditionFa
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.retry import RetryPolicy
 
-Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+Handler = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
 TOPIC = "persistent://public/ns/a b+c"
 
 POLICY = RetryPolicy(retries=3, timeout=1.0, base_delay=0.1, max_delay=0.4, jitter=0.0)
