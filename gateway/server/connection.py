@@ -60,7 +60,9 @@ class ClientConnection:
         self._outbox, self._outbox_reader = trio.open_memory_channel[bytes](
             settings.write_queue_depth
         )
-        self._handshake_scope = trio.CancelScope()
+        # Wraps the reader: its deadline is the handshake timeout, and cancelling it ends the
+        # connection from another task (the timer, when the peer stopped sending heartbeats).
+        self._reader_scope = trio.CancelScope()
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
 
@@ -98,8 +100,8 @@ class ClientConnection:
     # ----------------------------------------------------------------------------- tasks
 
     async def _read_loop(self) -> None:
-        self._handshake_scope.deadline = trio.current_time() + self._settings.handshake_timeout
-        with self._handshake_scope:
+        self._reader_scope.deadline = trio.current_time() + self._settings.handshake_timeout
+        with self._reader_scope:
             while not self.protocol.is_closed:
                 try:
                     # bytes() is free for the bytes a socket returns; memory streams may
@@ -121,7 +123,7 @@ class ClientConnection:
                 if not data:
                     self._record_reason("client closed the socket")
                     return
-        if self._handshake_scope.cancelled_caught:
+        if self._reader_scope.cancelled_caught and not self.opened:
             self._record_reason("handshake not completed in time")
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
@@ -145,6 +147,9 @@ class ClientConnection:
             if scope.cancelled_caught:
                 await self._handle_events(self.protocol.handle_timer(trio.current_time()))
                 await self.flush()
+                if self.protocol.is_closed:
+                    self._reader_scope.cancel()
+                    return
 
     def _rearm_timer(self) -> None:
         """Wake the timer only if it now has to fire earlier than it planned to."""
@@ -195,7 +200,7 @@ class ClientConnection:
             await self._open_vhost(event.vhost)
         elif isinstance(event, ev.ConnectionOpened):
             self.opened = True
-            self._handshake_scope.deadline = math.inf
+            self._reader_scope.deadline = math.inf
             log.info(
                 "connection opened peer=%s vhost=%s user=%s",
                 self.peer.address,

@@ -30,7 +30,6 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
-from gateway.model.naming import server_named_queue
 from gateway.server.confirms import ConfirmQueue
 
 log = logging.getLogger("gateway.session")
@@ -106,6 +105,11 @@ class ChannelState:
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
         return not (self.channel_prefetch and self.consumer_unacked() >= self.channel_prefetch)
+
+
+def server_named_queue() -> str:
+    # TODO(model): use gateway.model.naming.server_named_queue once it lands.
+    return "amq.gen-" + secrets.token_urlsafe(16)
 
 
 def _error_for(method: Any, code: int, text: str) -> AMQPError:
