@@ -1,3 +1,3 @@
-"""Starlight for RabbitMQ: an AMQP 0-9-1 gateway that runs RabbitMQ applications on Apache Pulsar."""
+"""Starlight for RabbitMQ: an AMQP 0-9-1 gateway running RabbitMQ applications on Apache Pulsar."""
 
 __version__ = "0.1.0"
