@@ -161,8 +161,13 @@ def _frame_error(spec: MethodSpec | None, why: str) -> ConnectionException:
     )
 
 
-def decode_method(payload: bytes) -> base.Frame:
-    """Decode a whole method frame payload (class id, method id, arguments)."""
+def decode_method(payload: bytes, *, typed_tables: bool = False) -> base.Frame:
+    """Decode a whole method frame payload (class id, method id, arguments).
+
+    Tables come out as plain Python values, or with ``typed_tables`` as ``Field`` tables that
+    keep every value's AMQP type (entity arguments: equivalence checks and headers-exchange
+    matching compare types, which plain values would lose).
+    """
     if len(payload) < 4:
         raise _frame_error(None, f"method frame of {len(payload)} octets has no method id")
     (index,) = _U32.unpack_from(payload, 0)
@@ -241,7 +246,7 @@ def decode_method(payload: bytes) -> base.Frame:
                 table, offset = decode_table(payload, offset, end)
             except FieldDecodeError as error:
                 raise _frame_error(spec, f"{attr}: {error}") from None
-            value = table_to_plain(table)
+            value = table if typed_tables else table_to_plain(table)
         else:  # pragma: no cover - pamqp's spec has no other method field types
             raise AssertionError(f"unexpected AMQP type {kind}")
         setattr(method, attr, value)

@@ -551,7 +551,7 @@ class ServerConnection:
             tag, requeue = decode_reject(payload)
             events.append(ev.RejectReceived(number, tag, requeue))
             return
-        method = decode_method(payload)
+        method = decode_method(payload, typed_tables=True)
         cls = type(method)
         if index >> 16 == 10:
             raise ConnectionException(

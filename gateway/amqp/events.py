@@ -106,7 +106,8 @@ class MethodReceived:
     """A method for the shell to act on: exchange.*, queue.*, basic.* (except publish and
     the acks, which have their own events), confirm.select, tx.*.
 
-    ``method`` is a pamqp object; tables are plain Python values (``codec.decode_method``).
+    ``method`` is a pamqp object whose tables (``arguments``) are ``fieldtable.Field`` tables
+    that keep each value's AMQP type (``codec.decode_method(typed_tables=True)``).
     Replies go through ``send_method`` (or ``send_queue_declare_ok``).
     """
 

@@ -10,6 +10,7 @@ from pamqp import commands
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
+from gateway.amqp.fieldtable import table_to_plain
 from gateway.amqp.properties import MessageProperties
 from tests.unit.amqp.helpers import (
     PROTOCOL_HEADER,
@@ -301,7 +302,7 @@ def test_methods_reach_the_shell() -> None:
     assert isinstance(received.method, commands.Queue.Declare)
     assert received.method.queue == "q"
     assert received.method.durable is True
-    assert received.method.arguments == {"x-message-ttl": 1000}
+    assert table_to_plain(received.method.arguments) == {"x-message-ttl": 1000}
     for value in (
         commands.Basic.Qos(prefetch_count=10),
         commands.Basic.Consume(queue="q", consumer_tag="c"),
