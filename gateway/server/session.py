@@ -30,6 +30,8 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
+from gateway.model.entities import check_queue_declare
+from gateway.model.naming import server_named_queue
 from gateway.server.confirms import ConfirmQueue
 
 log = logging.getLogger("gateway.session")
@@ -105,11 +107,6 @@ class ChannelState:
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
         return not (self.channel_prefetch and self.consumer_unacked() >= self.channel_prefetch)
-
-
-def server_named_queue() -> str:
-    # TODO(model): use gateway.model.naming.server_named_queue once it lands.
-    return "amq.gen-" + secrets.token_urlsafe(16)
 
 
 def _error_for(method: Any, code: int, text: str) -> AMQPError:
@@ -229,6 +226,9 @@ class AMQPSession:
         self._reply(state, method, commands.Exchange.DeleteOk())
 
     async def _queue_declare(self, state: ChannelState, method: Any) -> None:
+        if method.queue:
+            # The name rules need no lookup; server-named queues are exempt from them.
+            check_queue_declare(method.queue, passive=method.passive)
         name = method.queue or server_named_queue()
         status = await self._vhost.declare_queue(
             name,
