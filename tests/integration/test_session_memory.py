@@ -7,10 +7,13 @@ scenarios run against the Pulsar backend in the mapping tests.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
 
+import aio_pika
+import kombu
 import pika
 import pika.exceptions
 import pytest
@@ -257,3 +260,35 @@ def test_invalid_vhost_is_530(gateway: GatewayInThread) -> None:
     # The gateway is still serving.
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5):
         pass
+
+
+def test_aio_pika_confirmed_publish_and_consume(gateway: GatewayInThread) -> None:
+    async def scenario() -> list[bytes]:
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{gateway.port}/")
+        async with connection:
+            channel = await connection.channel()  # publisher confirms on by default
+            queue = await channel.declare_queue("aio", durable=True)
+            for n in range(20):
+                await channel.default_exchange.publish(
+                    aio_pika.Message(f"m{n}".encode()), routing_key="aio"
+                )
+            bodies: list[bytes] = []
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    async with message.process():
+                        bodies.append(message.body)
+                    if len(bodies) == 20:
+                        break
+            return bodies
+
+    assert asyncio.run(scenario()) == [f"m{n}".encode() for n in range(20)]
+
+
+def test_kombu_simple_queue_round_trip(gateway: GatewayInThread) -> None:
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{gateway.port}//") as connection:
+        queue = connection.SimpleQueue("kombu-simple")
+        queue.put({"task": "add", "args": [1, 2]})
+        message = queue.get(block=True, timeout=5)
+        assert message.payload == {"task": "add", "args": [1, 2]}
+        message.ack()
+        queue.close()
