@@ -150,13 +150,17 @@ class SendHandle:
         raise RuntimeError("send still pending")
 
     async def wait(self) -> MessageId:
-        """Wait for the broker's answer. Cancelling the wait does not cancel the send."""
+        """Wait for the broker's answer. Cancelling the wait does not cancel the send.
+
+        A cancellation point always; a schedule point only if it has to wait (awaiting a run
+        of handles that are already done should not cost a scheduling round each).
+        """
         if self._state == self._PENDING:
             if self._event is None:
                 self._event = trio.Event()
             await self._event.wait()
         else:
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
         return self.result()
 
     def add_done_callback(self, callback: Callable[[SendHandle], None]) -> None:
