@@ -76,7 +76,8 @@ class ExchangeType(enum.StrEnum):
 
     @classmethod
     def parse(cls, text: str) -> ExchangeType:
-        """The type named in Exchange.Declare; 406 for a type RabbitMQ would not know."""
+        """The type named in a non-passive Exchange.Declare (a passive one ignores it);
+        406 for a type RabbitMQ would not know."""
         try:
             return cls(text)
         except ValueError:

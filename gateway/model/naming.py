@@ -89,7 +89,8 @@ def _escape_part(text: str, *, head: bool, subscription: bool = False) -> str:
     cannot end with ``_``. In any part a ``-`` that would complete ``-partition-`` is escaped,
     so no name contains it. A tail part (the routing key) ending with
     ``transaction_pending_ack`` has its last character escaped, so no topic ends with
-    ``__transaction_pending_ack``.
+    ``__transaction_pending_ack``. A head that is ``.`` or ``..``, or a subscription head
+    starting with ``pulsar.``, has its first character escaped.
     """
     if _FAST_PART.fullmatch(text) and _PARTITION_MARK + "-" not in text:
         # The common case (``orders.created``, ``my-exchange``): nothing to escape.
