@@ -84,8 +84,8 @@ class Stored(Protocol):
         """True once ``wait`` would return (or raise) without blocking."""
         ...
 
-    async def wait(self) -> None:
-        """Return when every copy is durable; raise if any failed."""
+    async def wait(self) -> object:
+        """Return (anything) when every copy is durable; raise if any failed."""
         ...
 
 

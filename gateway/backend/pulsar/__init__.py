@@ -1,0 +1,1 @@
+"""The real backend: AMQP entities in the metadata store, messages in Pulsar topics."""

@@ -1,0 +1,51 @@
+"""The Pulsar backend: opens vhosts onto existing Pulsar namespaces."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.amqp.errors import ReplyCode, amqp_error
+from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.model.vhost import VhostMapper
+from gateway.pulsar.errors import AdminError
+
+log = logging.getLogger("gateway.pulsar.backend")
+
+
+class PulsarBackend:
+    def __init__(self, resources: PulsarResources, mapper: VhostMapper) -> None:
+        self._resources = resources
+        self._mapper = mapper
+        self._vhosts: dict[str, PulsarVirtualHost] = {}
+
+    async def open_vhost(self, vhost: str, user: str) -> PulsarVirtualHost:
+        namespace = self._mapper.namespace_for(vhost)  # 530 for a name Pulsar cannot have
+        key = str(namespace)
+        opened = self._vhosts.get(key)
+        if opened is not None:
+            return opened
+        try:
+            exists = await self._resources.admin.namespace_exists(
+                namespace.tenant, namespace.namespace
+            )
+        except AdminError as error:
+            raise amqp_error(
+                ReplyCode.NOT_ALLOWED, f"vhost {vhost} cannot be checked: {error}", 10, 40
+            ) from None
+        if not exists:
+            raise amqp_error(
+                ReplyCode.NOT_ALLOWED,
+                f"vhost {vhost} not found: Pulsar namespace {key} does not exist",
+                10,
+                40,
+            )
+        await self._resources.store.open(key)
+        # Another connection may have opened it while we waited.
+        opened = self._vhosts.setdefault(key, PulsarVirtualHost(vhost, namespace, self._resources))
+        log.info("vhost %s opened on namespace %s", vhost, key)
+        return opened
+
+    async def aclose(self) -> None:
+        for vhost in self._vhosts.values():
+            await vhost.aclose()

@@ -1,0 +1,130 @@
+"""Consumers of an AMQP queue on Pulsar: one TrioConsumer over the queue's subscriptions.
+
+A queue is a set of Shared subscriptions, one per topic it is bound to (reference/002), all
+with the queue's subscription name; an AMQP consumer is one ``TrioConsumer`` on all of them.
+Deliveries are acknowledged on the Pulsar consumer they came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from gateway.backend.interface import Message, SubscriptionEnded
+from gateway.backend.pulsar.messages import from_pulsar
+from gateway.model.naming import decode_local_name
+from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
+from gateway.pulsar.errors import ClosedError, PulsarClientError
+
+log = logging.getLogger("gateway.pulsar.delivery")
+
+# Decides whether a message that arrived on a topic belongs to the queue (headers exchanges
+# share one topic among all their bindings: the filter is applied on delivery).
+Admits = Callable[[Message, str], bool]
+
+
+def message_of(received: ReceivedMessage) -> Message:
+    local_name = received.topic.rsplit("/", 1)[-1]
+    decoded = decode_local_name(local_name) or ("", local_name)
+    return from_pulsar(received.payload, received.properties, decoded[0], decoded[1] or "")
+
+
+class PulsarDelivery:
+    __slots__ = ("_consumer", "_received", "message", "redelivered")
+
+    def __init__(self, consumer: TrioConsumer, received: ReceivedMessage, message: Message):
+        self._consumer = consumer
+        self._received = received
+        self.message = message
+        self.redelivered = received.redelivery_count > 0
+
+    async def ack(self) -> None:
+        try:
+            self._consumer.acknowledge(self._received)
+        except (ClosedError, PulsarClientError):
+            # The consumer is gone, so Pulsar redelivers the message: what AMQP promises
+            # for a message whose ack did not arrive.
+            log.debug("ack after consumer close on %s", self._received.topic)
+
+    async def reject(self, requeue: bool) -> None:
+        try:
+            if requeue:
+                self._consumer.negative_acknowledge(self._received)
+            else:
+                # Dropped: there is no dead-lettering yet, so the message is simply done.
+                self._consumer.acknowledge(self._received)
+        except (ClosedError, PulsarClientError):
+            log.debug("reject after consumer close on %s", self._received.topic)
+
+
+class PulsarQueueSubscription:
+    """One AMQP consumer (or the Basic.Get fetcher) of one queue."""
+
+    def __init__(
+        self,
+        queue: str,
+        consumer: TrioConsumer,
+        admits: Admits,
+        on_closed: Callable[[PulsarQueueSubscription], None],
+        *,
+        exclusive: bool = False,
+    ) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.exclusive = exclusive
+        self._admits = admits
+        self._on_closed = on_closed
+        self.ended = False
+        self.closed = False
+
+    async def receive(self) -> PulsarDelivery:
+        while True:
+            if self.ended:
+                raise SubscriptionEnded(self.queue)
+            try:
+                received = await self.consumer.receive()
+            except ClosedError:
+                raise SubscriptionEnded(self.queue) from None
+            delivery = self._admit(received)
+            if delivery is not None:
+                return delivery
+
+    def receive_nowait(self) -> PulsarDelivery | None:
+        while True:
+            try:
+                received = self.consumer.receive_nowait()
+            except trio.WouldBlock:
+                return None
+            delivery = self._admit(received)
+            if delivery is not None:
+                return delivery
+
+    def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
+        message = message_of(received)
+        if not self._admits(message, received.topic):
+            # Not for this queue (another binding's headers): done with it, silently.
+            self.consumer.acknowledge(received)
+            return None
+        return PulsarDelivery(self.consumer, received, message)
+
+    async def add_topic(self, topic: str) -> None:
+        if not self.closed:
+            await self.consumer.add_topic(topic)
+
+    async def remove_topic(self, topic: str) -> None:
+        if not self.closed:
+            await self.consumer.remove_topic(topic)
+
+    async def end(self) -> None:
+        """The queue was deleted: the next receive raises SubscriptionEnded."""
+        self.ended = True
+        await self.close()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._on_closed(self)
+        await self.consumer.aclose()

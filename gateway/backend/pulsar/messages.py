@@ -1,0 +1,107 @@
+"""An AMQP message as a Pulsar message, and back.
+
+The body is the payload. The AMQP content properties travel twice:
+
+- exactly, as the raw property bytes (base64) in ``amqp-properties``, which the gateway replays
+  byte for byte on delivery, so every value keeps its AMQP type whatever it is;
+- readably, for native Pulsar consumers: each set basic property as a string property with a
+  dash-separated name (``content-type``, ``correlation-id``, ...) and each header as
+  ``header.<name>`` (strings as they are, other types printed).
+
+A message from a native Pulsar producer has no ``amqp-properties``: its content type and
+headers are rebuilt from the readable properties (every other Pulsar property becomes a
+longstr header) so AMQP consumers see what a native application meant to send.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Final
+
+from gateway.amqp.fieldtable import Field, field_to_plain
+from gateway.amqp.properties import MessageProperties, encode_properties
+from gateway.backend.interface import Message
+
+RAW_PROPERTIES: Final = "amqp-properties"
+EXCHANGE: Final = "amqp-exchange"
+ROUTING_KEY: Final = "amqp-routing-key"
+HEADER_PREFIX: Final = "header."
+_EMPTY_PROPERTIES: Final = b"\x00\x00"
+
+# Basic properties shown to native consumers, under these names.
+_READABLE: Final = (
+    ("content_type", "content-type"),
+    ("content_encoding", "content-encoding"),
+    ("delivery_mode", "delivery-mode"),
+    ("priority", "priority"),
+    ("correlation_id", "correlation-id"),
+    ("reply_to", "reply-to"),
+    ("expiration", "expiration"),
+    ("message_id", "message-id"),
+    ("timestamp", "timestamp"),
+    ("type", "type"),
+    ("user_id", "user-id"),
+    ("app_id", "app-id"),
+)
+_ATTRIBUTE_FOR: Final = {readable: attribute for attribute, readable in _READABLE}
+_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY})
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _header_text(field: Field) -> str:
+    plain = field_to_plain(field)
+    return _text(plain)
+
+
+def to_pulsar(message: Message) -> dict[str, str]:
+    """The Pulsar properties of ``message`` (the payload is ``message.body``)."""
+    properties = {EXCHANGE: message.exchange, ROUTING_KEY: message.routing_key}
+    if message.header == _EMPTY_PROPERTIES:
+        return properties  # the common case in load tests: nothing to decode
+    properties[RAW_PROPERTIES] = base64.b64encode(message.header).decode("ascii")
+    decoded = message.properties
+    for attribute, readable in _READABLE:
+        value = getattr(decoded, attribute)
+        if value is not None:
+            properties[readable] = _text(value)
+    for name, field in (decoded.headers or {}).items():
+        properties[HEADER_PREFIX + name] = _header_text(field)
+    return properties
+
+
+def from_pulsar(
+    payload: bytes, properties: Mapping[str, str], exchange: str, routing_key: str
+) -> Message:
+    """The AMQP message for a Pulsar message; ``exchange``/``routing_key`` are used when the
+    producer was not the gateway (they come from the topic's name)."""
+    raw = properties.get(RAW_PROPERTIES)
+    exchange = properties.get(EXCHANGE, exchange)
+    routing_key = properties.get(ROUTING_KEY, routing_key)
+    if raw is not None:
+        return Message(exchange, routing_key, base64.b64decode(raw), payload)
+    if EXCHANGE in properties:
+        return Message(exchange, routing_key, _EMPTY_PROPERTIES, payload)
+    return Message(exchange, routing_key, _native_properties(properties), payload)
+
+
+def _native_properties(properties: Mapping[str, str]) -> bytes:
+    values: dict[str, object] = {}
+    headers: dict[str, Field] = {}
+    for name, value in properties.items():
+        if name in _OURS:
+            continue
+        if name.startswith(HEADER_PREFIX):
+            headers[name[len(HEADER_PREFIX) :]] = Field("S", value)
+        elif name in ("content-type", "content-encoding", "correlation-id", "message-id"):
+            values[_ATTRIBUTE_FOR[name]] = value
+        else:
+            headers[name] = Field("S", value)
+    if headers:
+        values["headers"] = headers
+    return encode_properties(MessageProperties(**values))  # type: ignore[arg-type]

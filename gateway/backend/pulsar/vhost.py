@@ -1,0 +1,498 @@
+"""One vhost on Pulsar: entities in the metadata store, messages in the namespace's topics.
+
+The mapping (reference/002, DESIGN.md, docs/mapping.md): an exchange is a topic, and for direct
+and topic exchanges the routing key is part of the topic's name; a binding is the queue's
+Shared subscription on each topic the binding covers; every queue is bound to the default
+exchange's ``amq.default__<queue>`` topic.
+
+Ordering that makes routing race-free on one replica: a subscription is created before the
+binding (or queue) that needs it becomes visible, and a topic exchange's new routing key is
+registered, and the subscriptions of the patterns it matches created, before the first
+message is written to its topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import trio
+
+from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
+from gateway.amqp.fieldtable import Field
+from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
+from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.messages import to_pulsar
+from gateway.backend.pulsar.resources import PulsarResources
+from gateway.metadata.store import MetadataUnavailable, VhostView
+from gateway.model.entities import (
+    DEFAULT_EXCHANGE,
+    PREDECLARED_EXCHANGES,
+    Binding,
+    Exchange,
+    ExchangeType,
+    Queue,
+    check_bind,
+    check_equivalent,
+    check_exchange_declare,
+    check_exchange_delete,
+    check_exclusive_access,
+    declared_queue,
+    not_found,
+    resource,
+)
+from gateway.model.naming import decode_local_name, subscription_for, topic_for
+from gateway.model.routing import (
+    Router,
+    binding_topics,
+    compile_topic,
+    headers_match,
+    publish_topic,
+    validate_binding,
+)
+from gateway.model.vhost import Namespace
+from gateway.pulsar.consumer import ConsumerOptions
+from gateway.pulsar.errors import PulsarClientError, to_amqp_error
+
+log = logging.getLogger("gateway.pulsar.vhost")
+
+T = TypeVar("T")
+
+_PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
+# How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
+GET_WAIT = 0.25
+
+
+class PulsarVirtualHost:
+    def __init__(self, name: str, namespace: Namespace, resources: PulsarResources) -> None:
+        self.name = name
+        self.namespace = namespace
+        self._ns = str(namespace)
+        self._r = resources
+        self._routers: dict[str, tuple[int, Router]] = {}
+        self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
+        self._getters: dict[str, PulsarQueueSubscription] = {}
+        self._prepared_keys: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def _view(self) -> VhostView:
+        return self._r.store.view(self._ns)
+
+    async def _metadata(self, write: Awaitable[T]) -> T:
+        try:
+            return await write
+        except MetadataUnavailable as error:
+            raise amqp_error(
+                ReplyCode.INTERNAL_ERROR, f"metadata store unavailable, try again: {error}"
+            ) from None
+
+    async def _pulsar(self, call: Awaitable[T], what: str) -> T:
+        try:
+            return await call
+        except Exception as error:  # admin and client errors become AMQP errors, never hangs
+            raise to_amqp_error(error, what) from None
+
+    def _exchange(self, view: VhostView, name: str) -> Exchange | None:
+        return view.exchanges.get(name) or _PREDECLARED.get(name)
+
+    def _queue(self, view: VhostView, name: str, owner: Owner) -> Queue:
+        queue = view.queues.get(name)
+        if queue is None:
+            raise not_found("queue", name, self.name)
+        check_exclusive_access(queue, owner.connection_id, self.name)
+        return queue
+
+    def _router(self, view: VhostView, exchange: Exchange) -> Router:
+        cached = self._routers.get(exchange.name)
+        if cached is not None and cached[0] == view.version:
+            return cached[1]
+        bindings = [b for b in view.bindings if b.exchange == exchange.name]
+        router = Router(exchange.type, bindings)
+        self._routers[exchange.name] = (view.version, router)
+        return router
+
+    def _binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
+        exchange = self._exchange(view, binding.exchange)
+        if exchange is None:
+            return []
+        keys = view.topic_keys.get(binding.exchange, frozenset())
+        return binding_topics(self.namespace, exchange, binding, keys)
+
+    def _queue_topics(
+        self, view: VhostView, queue: str, without: Binding | None = None
+    ) -> set[str]:
+        topics = {topic_for(self.namespace, DEFAULT_EXCHANGE, queue)}
+        for binding in view.bindings:
+            if binding.queue == queue:
+                topics.update(self._binding_topics(view, binding))
+        return topics
+
+    async def _subscribe_topic(self, topic: str, queue: str) -> None:
+        await self._pulsar(
+            self._r.admin.create_subscription(topic, subscription_for(queue), "latest"),
+            f"subscribing queue '{queue}' to {topic}",
+        )
+        for subscription in self._consumers.get(queue, ()):
+            await subscription.add_topic(topic)
+
+    async def _unsubscribe_topic(self, topic: str, queue: str) -> None:
+        for subscription in self._consumers.get(queue, ()):
+            await subscription.remove_topic(topic)
+        getter = self._getters.get(queue)
+        if getter is not None:
+            await getter.remove_topic(topic)
+        await self._pulsar(
+            self._r.admin.delete_subscription(topic, subscription_for(queue), force=True),
+            f"unsubscribing queue '{queue}' from {topic}",
+        )
+
+    # ------------------------------------------------------------------ exchanges
+
+    async def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        existing = self._exchange(self._view, name)
+        check_exchange_declare(name, passive=passive, exists=existing is not None)
+        if passive:
+            if existing is None:
+                raise not_found("exchange", name, self.name)
+            return
+        requested = Exchange(
+            name, ExchangeType.parse(type), durable, auto_delete, internal, arguments
+        )
+        if existing is None:
+            existing = await self._metadata(self._r.store.create_exchange(self._ns, requested))
+        check_equivalent(existing, requested, vhost=self.name)
+
+    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        check_exchange_delete(name, self.name)
+        view = self._view
+        if name not in view.exchanges:
+            return  # idempotent, as in RabbitMQ
+        bindings = [b for b in view.bindings if b.exchange == name]
+        if if_unused and bindings:
+            raise ChannelError(
+                ReplyCode.PRECONDITION_FAILED, f"{resource('exchange', name, self.name)} in use"
+            )
+        topics = {b: self._binding_topics(view, b) for b in bindings}
+        await self._metadata(self._r.store.delete_exchange(self._ns, name))
+        await self._drop_subscriptions(self._view, topics)
+
+    async def _drop_subscriptions(
+        self, view: VhostView, topics: Mapping[Binding, Iterable[str]]
+    ) -> None:
+        """Unsubscribe each binding's queue from topics none of its other bindings need."""
+        for binding, binding_topics_ in topics.items():
+            still_needed = self._queue_topics(view, binding.queue)
+            for topic in binding_topics_:
+                if topic not in still_needed:
+                    await self._unsubscribe_topic(topic, binding.queue)
+
+    # ------------------------------------------------------------------ queues
+
+    async def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any],
+        owner: Owner,
+    ) -> QueueStatus:
+        view = self._view
+        if passive:
+            queue = self._queue(view, name, owner)
+            return await self._status(view, queue.name)
+        requested = declared_queue(
+            name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            connection=owner.connection_id,
+        )
+        existing = view.queues.get(name)
+        if existing is None:
+            # The default exchange's subscription exists before anyone can see the queue.
+            await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
+            existing = await self._metadata(self._r.store.create_queue(self._ns, requested))
+            if existing == requested:
+                return QueueStatus(name, 0, 0)
+        check_exclusive_access(existing, owner.connection_id, self.name)
+        check_equivalent(existing, requested, vhost=self.name)
+        return await self._status(self._view, name)
+
+    async def _status(self, view: VhostView, queue: str) -> QueueStatus:
+        consumers = len(self._consumers.get(queue, ()))
+        return QueueStatus(queue, await self._message_count(view, queue), consumers)
+
+    async def _message_count(self, view: VhostView, queue: str) -> int:
+        total = 0
+        subscription = subscription_for(queue)
+        for topic in self._queue_topics(view, queue):
+            stats = await self._pulsar(self._r.admin.topic_stats(topic), f"counting '{queue}'")
+            found = stats.subscriptions.get(subscription)
+            if found is not None:
+                total += found.msg_backlog
+        return total
+
+    async def delete_queue(
+        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
+    ) -> int:
+        view = self._view
+        if name not in view.queues:
+            return 0  # idempotent, as in RabbitMQ
+        self._queue(view, name, owner)
+        where = resource("queue", name, self.name)
+        if if_unused and self._consumers.get(name):
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
+        count = await self._message_count(view, name)
+        if if_empty and count:
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} is not empty")
+        await self._drop_queue(view, name)
+        return count
+
+    async def _drop_queue(self, view: VhostView, name: str) -> None:
+        topics = self._queue_topics(view, name)
+        await self._metadata(self._r.store.delete_queue(self._ns, name))
+        for subscription in list(self._consumers.pop(name, ())):
+            await subscription.end()
+        getter = self._getters.pop(name, None)
+        if getter is not None:
+            await getter.close()
+        for topic in topics:
+            await self._pulsar(
+                self._r.admin.delete_subscription(topic, subscription_for(name), force=True),
+                f"deleting queue '{name}'",
+            )
+
+    async def purge_queue(self, name: str, *, owner: Owner) -> int:
+        view = self._view
+        self._queue(view, name, owner)
+        count = await self._message_count(view, name)
+        for topic in self._queue_topics(view, name):
+            await self._pulsar(
+                self._r.admin.skip_all(topic, subscription_for(name)), f"purging '{name}'"
+            )
+        return count
+
+    # ------------------------------------------------------------------ bindings
+
+    async def bind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Field],
+        *,
+        owner: Owner,
+    ) -> None:
+        check_bind(exchange)
+        view = self._view
+        self._queue(view, queue, owner)
+        target = self._exchange(view, exchange)
+        if target is None:
+            raise not_found("exchange", exchange, self.name)
+        validate_binding(target.type, arguments)
+        binding = Binding(queue, exchange, routing_key, arguments)
+        # Subscriptions first, so a publisher that sees the binding finds them in place.
+        for topic in self._binding_topics(view, binding):
+            await self._subscribe_topic(topic, queue)
+        await self._metadata(self._r.store.add_binding(self._ns, binding))
+        if target.type is ExchangeType.TOPIC:
+            # Keys registered while we subscribed: the publisher of a new key looks for
+            # bindings after registering it, and we look for keys after binding.
+            for topic in self._binding_topics(self._view, binding):
+                await self._subscribe_topic(topic, queue)
+
+    async def unbind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Field],
+        *,
+        owner: Owner,
+    ) -> None:
+        check_bind(exchange)
+        view = self._view
+        if queue in view.queues:
+            self._queue(view, queue, owner)
+        binding = Binding(queue, exchange, routing_key, arguments)
+        if binding not in view.bindings:
+            return  # idempotent, as in RabbitMQ
+        topics = self._binding_topics(view, binding)
+        await self._metadata(self._r.store.remove_binding(self._ns, binding))
+        view = self._view
+        await self._drop_subscriptions(view, {binding: topics})
+        target = view.exchanges.get(exchange)
+        if (
+            target is not None
+            and target.auto_delete
+            and not any(b.exchange == exchange for b in view.bindings)
+        ):
+            # RabbitMQ deletes an auto-delete exchange when its last binding goes.
+            await self._metadata(self._r.store.delete_exchange(self._ns, exchange))
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(self, message: Message) -> PublishOutcome:
+        view = self._view
+        exchange = self._exchange(view, message.exchange)
+        if exchange is None:
+            raise not_found("exchange", message.exchange, self.name)
+        if exchange.internal:
+            raise ChannelError(
+                ReplyCode.ACCESS_REFUSED,
+                f"cannot publish to internal {resource('exchange', exchange.name, self.name)}",
+            )
+        key = message.routing_key
+        if exchange.name == DEFAULT_EXCHANGE:
+            routed = key in view.queues
+        else:
+            if (
+                exchange.type is ExchangeType.TOPIC
+                and (exchange.name, key) not in self._prepared_keys
+            ):
+                await self._prepare_topic_key(exchange, key)
+                view = self._view
+            headers = message.properties.headers if exchange.type is ExchangeType.HEADERS else None
+            routed = bool(self._router(view, exchange).route(key, headers))
+        # Written even when this replica's view routes it nowhere: a binding made on another
+        # replica may not have reached the view yet, and Pulsar drops a message that no
+        # subscription wants anyway.
+        topic = publish_topic(self.namespace, exchange, key)
+        try:
+            stored = await self._r.producers.submit(topic, message.body, to_pulsar(message))
+        except PulsarClientError as error:
+            raise to_amqp_error(error, f"publishing to {topic}") from None
+        return PublishOutcome(routed=routed, stored=stored)
+
+    async def _prepare_topic_key(self, exchange: Exchange, key: str) -> None:
+        """A topic exchange's key gets its own topic: before its first message, every pattern
+        binding that matches the key must have its subscription there."""
+        await self._metadata(self._r.store.register_topic_key(self._ns, exchange.name, key))
+        view = self._view
+        topic = topic_for(self.namespace, exchange.name, key)
+        for binding in self._router(view, exchange).patterns_matching(key):
+            if compile_topic(binding.routing_key).shape != "literal":
+                await self._subscribe_topic(topic, binding.queue)
+        self._prepared_keys.add((exchange.name, key))
+
+    # ------------------------------------------------------------------ consuming
+
+    def _admits(self, queue: str) -> Any:
+        def admits(message: Message, topic: str) -> bool:
+            decoded = decode_local_name(topic.rsplit("/", 1)[-1])
+            if decoded is None or decoded[1] is not None:
+                return True  # keyed topics (direct, topic, default) carry only routed messages
+            view = self._view
+            exchange = self._exchange(view, decoded[0])
+            if exchange is None or exchange.type is not ExchangeType.HEADERS:
+                return True
+            headers = message.properties.headers
+            return any(
+                headers_match(b.arguments, headers)
+                for b in view.bindings
+                if b.queue == queue and b.exchange == exchange.name
+            )
+
+        return admits
+
+    async def _subscription(
+        self, queue: str, *, exclusive: bool, receiver_queue_size: int
+    ) -> PulsarQueueSubscription:
+        topics = sorted(self._queue_topics(self._view, queue))
+        consumer = await self._pulsar(
+            self._r.client.subscribe(
+                topics,
+                subscription_for(queue),
+                ConsumerOptions(receiver_queue_size=receiver_queue_size),
+            ),
+            f"consuming from '{queue}'",
+        )
+        return PulsarQueueSubscription(
+            queue, consumer, self._admits(queue), self._consumer_closed, exclusive=exclusive
+        )
+
+    async def consume(
+        self, queue: str, *, exclusive: bool, owner: Owner
+    ) -> PulsarQueueSubscription:
+        self._queue(self._view, queue, owner)
+        existing = self._consumers.get(queue, set())
+        if any(s.exclusive for s in existing) or (exclusive and existing):
+            raise ChannelError(
+                ReplyCode.ACCESS_REFUSED, f"{resource('queue', queue, self.name)} in exclusive use"
+            )
+        subscription = await self._subscription(
+            queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_size
+        )
+        self._consumers.setdefault(queue, set()).add(subscription)
+        return subscription
+
+    def _consumer_closed(self, subscription: PulsarQueueSubscription) -> None:
+        consumers = self._consumers.get(subscription.queue)
+        if consumers is None or subscription not in consumers:
+            return
+        consumers.discard(subscription)
+        if consumers:
+            return
+        del self._consumers[subscription.queue]
+        queue = self._view.queues.get(subscription.queue)
+        if queue is not None and queue.auto_delete and not subscription.ended:
+            # An auto-delete queue goes when its last consumer does.
+            self._r.nursery.start_soon(self._auto_delete, queue.name)
+
+    async def _auto_delete(self, name: str) -> None:
+        try:
+            if name in self._view.queues and not self._consumers.get(name):
+                await self._drop_queue(self._view, name)
+        except Exception:
+            log.warning(
+                "auto-deleting queue '%s' in vhost '%s' failed", name, self.name, exc_info=True
+            )
+
+    async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
+        self._queue(self._view, queue, owner)
+        getter = self._getters.get(queue)
+        if getter is None or getter.closed:
+            # One small consumer per queue serves every Basic.Get: none is created per call.
+            getter = await self._subscription(queue, exclusive=False, receiver_queue_size=1)
+            self._getters[queue] = getter
+        delivery = getter.receive_nowait()
+        if delivery is None:
+            with trio.move_on_after(GET_WAIT):
+                delivery = await getter.receive()
+        if delivery is None:
+            return None
+        return delivery, getter.consumer.buffered
+
+    async def release(self, owner: Owner) -> None:
+        view = self._view
+        for queue in list(view.queues.values()):
+            if queue.owner == owner.connection_id:
+                try:
+                    await self._drop_queue(self._view, queue.name)
+                except Exception:
+                    log.warning("deleting exclusive queue '%s' failed", queue.name, exc_info=True)
+
+    async def aclose(self) -> None:
+        for subscriptions in list(self._consumers.values()):
+            for subscription in list(subscriptions):
+                await subscription.close()
+        for getter in list(self._getters.values()):
+            await getter.close()
+        self._getters.clear()
