@@ -11,12 +11,10 @@ from collections.abc import Sequence
 import trio
 
 from gateway import __version__
-from gateway.amqp.connection import ConnectionSettings
+from gateway.app import pulsar_backend, server_settings
 from gateway.auth.authenticator import AcceptAnyone
-from gateway.backend.unsupported import UnsupportedBackend
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.server.server import GatewayServer, StartupError
-from gateway.server.settings import ListenAddress, ServerSettings
 
 log = logging.getLogger("gateway")
 
@@ -46,36 +44,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def server_settings(config: GatewayConfig) -> ServerSettings:
-    """Translate configuration keys into what the protocol core and the shell need."""
-    return ServerSettings(
-        listeners=tuple(
-            ListenAddress(listener.scheme, listener.host, listener.port)
-            for listener in config.amqpListeners
-        ),
-        connection=ConnectionSettings(
-            channel_max=config.amqpSessionCountLimit,
-            frame_max=config.amqpNetworkBufferSize,
-            heartbeat=config.amqpHeartbeatDelay,
-            heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
-            max_message_size=config.amqpMaxMessageSize,
-            mechanisms=tuple(config.amqpAuthenticationMechanisms),
-        ),
-        close_timeout=config.amqpConnectionCloseTimeout / 1000,
-        handshake_timeout=config.amqpHandshakeTimeoutMs / 1000,
-        debug_binary_length=config.amqpDebugBinaryDataLength,
-    )
-
-
-async def serve(settings: ServerSettings) -> None:
-    server = GatewayServer(settings, AcceptAnyone(), UnsupportedBackend())
-    # Bind before anything else runs, so that a taken port is a one-line error, not a traceback.
-    await server.bind()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        nursery.start_soon(_stop_on_signals, server, nursery.cancel_scope)
-        await server.stopped.wait()
-        nursery.cancel_scope.cancel()
+async def serve(config: GatewayConfig) -> None:
+    settings = server_settings(config)
+    async with pulsar_backend(config) as backend:
+        server = GatewayServer(settings, AcceptAnyone(), backend)
+        # Bind before serving, so that a taken port is a one-line error, not a traceback.
+        await server.bind()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            nursery.start_soon(_stop_on_signals, server, nursery.cancel_scope)
+            await server.stopped.wait()
+            nursery.cancel_scope.cancel()
 
 
 async def _stop_on_signals(server: GatewayServer, scope: trio.CancelScope) -> None:
@@ -102,11 +81,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     try:
-        trio.run(serve, server_settings(config))
-    except StartupError as error:
-        print(f"starlight-rabbitmq: cannot start: {error}", file=sys.stderr)
+        trio.run(serve, config)
+    except BaseException as error:
+        startup = _startup_error(error)
+        if startup is None:
+            raise
+        print(f"starlight-rabbitmq: cannot start: {startup}", file=sys.stderr)
         return EXIT_STARTUP_ERROR
     return 0
+
+
+def _startup_error(error: BaseException) -> StartupError | None:
+    """The StartupError inside ``error``, which trio's nurseries wrap in exception groups."""
+    if isinstance(error, StartupError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _startup_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

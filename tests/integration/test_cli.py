@@ -26,6 +26,7 @@ def free_port() -> int:
 
 
 def write_config(tmp_path: Path, extra: str = "", port: int | None = None) -> Path:
+    """A config for the local stack's default addresses (see scripts/stack.py)."""
     path = tmp_path / "gateway.conf"
     path.write_text(
         "brokerServiceURL=pulsar://127.0.0.1:6650\n"
@@ -55,7 +56,9 @@ def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 20
 
 
 @pytest.fixture
-def gateway_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+def gateway_process(
+    tmp_path: Path, pulsar_stack: object
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     process = subprocess.Popen(
         [*COMMAND, "-c", str(write_config(tmp_path, port=port))],
@@ -102,7 +105,7 @@ def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+def test_taken_port_is_a_clear_error(tmp_path: Path, pulsar_stack: object) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -113,6 +116,7 @@ def test_taken_port_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.integration
 def test_sigterm_closes_clients_with_320_and_exits_0(
     gateway_process: tuple[subprocess.Popen[str], int],
 ) -> None:
