@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import trio
@@ -14,7 +15,7 @@ from gateway.backend.unsupported import UnsupportedBackend
 from gateway.server.server import GatewayServer
 from gateway.server.settings import ListenAddress, ServerSettings
 
-START_TIMEOUT = 10.0
+START_TIMEOUT = 60.0
 
 
 class GatewayInThread:
@@ -24,12 +25,17 @@ class GatewayInThread:
         *,
         authenticator: Authenticator | None = None,
         backend: Backend | None = None,
+        backend_factory: Callable[[], AbstractAsyncContextManager[Backend]] | None = None,
     ) -> None:
+        """``backend_factory`` builds the backend inside the gateway's own trio loop (a real
+        backend's clients belong to the loop that created them)."""
         self.settings = settings or ServerSettings(
             listeners=(ListenAddress("amqp", "127.0.0.1", 0),)
         )
+        self._authenticator = authenticator or AcceptAnyone()
+        self._backend_factory = backend_factory
         self.server = GatewayServer(
-            self.settings, authenticator or AcceptAnyone(), backend or UnsupportedBackend()
+            self.settings, self._authenticator, backend or UnsupportedBackend()
         )
         self.port = 0
         self._token: trio.lowlevel.TrioToken | None = None
@@ -46,6 +52,14 @@ class GatewayInThread:
 
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        if self._backend_factory is None:
+            await self._serve()
+            return
+        async with self._backend_factory() as backend:
+            self.server = GatewayServer(self.settings, self._authenticator, backend)
+            await self._serve()
+
+    async def _serve(self) -> None:
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(self.server.serve)
             self.port = bound[0][1]

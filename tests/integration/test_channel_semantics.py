@@ -1,8 +1,8 @@
-"""The channel logic end to end with real clients, over the in-memory backend.
+"""RabbitMQ's behaviour end to end with real clients, on both backends.
 
-These pin RabbitMQ's behaviour for everything between the protocol core and the storage:
-delivery tags, prefetch, acks and requeues, confirms, returns, and entity rules. The same
-scenarios run against the Pulsar backend in the mapping tests.
+Every scenario runs over the in-memory backend (the channel logic alone) and over the Pulsar
+backend on the local stack (the mapping), each Pulsar run in a namespace of its own: delivery
+tags, prefetch, acks and requeues, confirms, returns, routing and entity rules.
 """
 
 from __future__ import annotations
@@ -23,13 +23,21 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from gateway.backend.memory import MemoryBackend
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
 from tests.support.scripted_client import ScriptedClient, commands
 
 
-@pytest.fixture
-def gateway() -> Iterator[GatewayInThread]:
-    with GatewayInThread(backend=MemoryBackend()) as running:
-        yield running
+@pytest.fixture(params=["memory", pytest.param("pulsar", marks=pytest.mark.integration)])
+def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayInThread]:
+    if request.param == "memory":
+        with GatewayInThread(backend=MemoryBackend()) as running:
+            yield running
+        return
+    stack = request.getfixturevalue("pulsar_stack")
+    with fresh_namespace(stack.web_url) as namespace:
+        config = stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace)
+        with GatewayInThread(backend_factory=backend_factory(config)) as running:
+            yield running
 
 
 @pytest.fixture
