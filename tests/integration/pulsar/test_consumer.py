@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pulsar
 import pytest
 import trio
 
@@ -12,6 +13,7 @@ from gateway.pulsar.client import PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.producer import ProducerOptions, TrioProducer
+from tests.conftest import StackEndpoints
 from tests.integration.pulsar.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -333,3 +335,35 @@ async def test_subscribing_several_topics_is_all_or_nothing(
     assert info.value.result == "ConsumerBusy"
     # The consumer that did get `free` was closed again.
     assert (await admin.topic_stats(free)).subscriptions["q"].consumer_count == 0
+
+
+def _native_multi_topic_round_trip(broker_url: str, names: list[str]) -> list[int]:
+    """pulsar-client's own multi-topic consumer (not used by TrioConsumer; see the docs)."""
+    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        consumer = client.subscribe(names, "multi", consumer_type=pulsar.ConsumerType.Shared)
+        for name in names:
+            producer = client.create_producer(name)
+            for i in range(10):
+                producer.send(f"{name}-{i}".encode())
+        seen = []
+        for _ in range(10 * len(names)):
+            message = consumer.receive(10_000)
+            seen.append(message.topic_name())
+            consumer.acknowledge(message)
+        consumer.close()  # flushes the acks
+        return [seen.count(name) for name in names]
+    finally:
+        client.close()
+
+
+async def test_pulsar_client_multi_topic_consumer_routes_acks_per_topic(
+    pulsar_stack: StackEndpoints, admin: PulsarAdmin, topic: Topic
+) -> None:
+    names = [topic("native-a"), topic("native-b")]
+    counts = await trio.to_thread.run_sync(
+        _native_multi_topic_round_trip, pulsar_stack.broker_url, names
+    )
+    assert counts == [10, 10]
+    for name in names:  # one subscription name, created on every topic, acks routed right
+        assert await admin.subscription_backlog(name, "multi") == 0
