@@ -1,0 +1,216 @@
+"""The data of each znode: small JSON documents, with AMQP arguments kept exactly.
+
+Arguments are field tables whose values carry their AMQP type (``Field(kind, value)``); JSON
+has no way to say "unsigned 16-bit" or "decimal with scale 3", so a table is stored as the
+base64 of its wire encoding (``encode_table``), which ``decode_table`` turns back into the same
+typed values. Entities are immutable once stored (a redeclare never changes a node: an
+equivalent redeclare is a no-op and an inequivalent one is refused), so these documents are
+written once and never updated in place.
+
+Every document has ``"v": 1``; a reader refuses versions it does not know instead of guessing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+from gateway.amqp.fieldtable import Field, decode_table, encode_table
+from gateway.metadata.paths import (
+    decode_binding_id,
+    decode_name,
+    decode_topic_key,
+    encode_binding_id,
+    encode_topic_key,
+)
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+
+__all__ = [
+    "FORMAT_VERSION",
+    "TopicKey",
+    "arguments_digest",
+    "binding_from_child",
+    "binding_id",
+    "decode_binding",
+    "decode_exchange",
+    "decode_queue",
+    "encode_binding",
+    "encode_exchange",
+    "encode_queue",
+    "namespace_document",
+    "topic_key_child",
+    "topic_key_from_child",
+]
+
+FORMAT_VERSION: Final = 1
+_COMPACT: Final = {"separators": (",", ":"), "ensure_ascii": True}
+
+
+class TopicKey(NamedTuple):
+    exchange: str
+    routing_key: str
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+def _canonical(field: Field) -> Field:
+    # Tables compare equal whatever their key order (they are dicts), so the digest must not
+    # depend on it either; arrays are ordered.
+    if field.kind == "F":
+        return Field("F", {key: _canonical(field.value[key]) for key in sorted(field.value)})
+    if field.kind == "A":
+        return Field("A", [_canonical(item) for item in field.value])
+    return field
+
+
+def arguments_digest(arguments: Mapping[str, Field]) -> str | None:
+    """A 128-bit digest of the arguments' exact (typed) encoding, key order aside; None when
+    there are none. Two bindings differing only in arguments are distinct bindings (RabbitMQ
+    compares binding arguments as terms, types included), and the digest tells them apart in
+    their znode names."""
+    if not arguments:
+        return None
+    table = {key: _canonical(arguments[key]) for key in sorted(arguments)}
+    digest = hashlib.blake2b(encode_table(table), digest_size=16).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _pack_arguments(document: dict[str, Any], arguments: Mapping[str, Field]) -> None:
+    if arguments:
+        document["arguments"] = base64.b64encode(encode_table(arguments)).decode("ascii")
+
+
+def _unpack_arguments(document: Mapping[str, Any]) -> dict[str, Field]:
+    packed = document.get("arguments")
+    if packed is None:
+        return {}
+    if not isinstance(packed, str):
+        raise ValueError("'arguments' is not a base64 string")
+    raw = base64.b64decode(packed, validate=True)
+    table, end = decode_table(raw)
+    if end != len(raw):
+        raise ValueError("trailing bytes after the arguments table")
+    return table
+
+
+def _dump(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, **_COMPACT).encode("ascii")  # type: ignore[arg-type]
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    document = json.loads(data)
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    if document.get("v") != FORMAT_VERSION:
+        raise ValueError(f"unknown document version {document.get('v')!r}")
+    return document
+
+
+def _flag(document: Mapping[str, Any], key: str) -> bool:
+    value = document.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key!r} is not a boolean")
+    return value
+
+
+# ------------------------------------------------------------------------------ entities
+
+
+def encode_exchange(exchange: Exchange) -> bytes:
+    document: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "type": exchange.type.value,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+    }
+    _pack_arguments(document, exchange.arguments)
+    return _dump(document)
+
+
+def decode_exchange(child: str, data: bytes) -> Exchange:
+    document = _load(data)
+    return Exchange(
+        decode_name(child),
+        ExchangeType(document["type"]),
+        durable=_flag(document, "durable"),
+        auto_delete=_flag(document, "auto_delete"),
+        internal=_flag(document, "internal"),
+        arguments=_unpack_arguments(document),
+    )
+
+
+def encode_queue(queue: Queue) -> bytes:
+    document: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "durable": queue.durable,
+        "exclusive": queue.exclusive,
+        "auto_delete": queue.auto_delete,
+    }
+    if queue.owner is not None:
+        document["owner"] = queue.owner
+    _pack_arguments(document, queue.arguments)
+    return _dump(document)
+
+
+def decode_queue(child: str, data: bytes) -> Queue:
+    document = _load(data)
+    owner = document.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise ValueError("'owner' is not a string")
+    return Queue(
+        decode_name(child),
+        durable=_flag(document, "durable"),
+        exclusive=_flag(document, "exclusive"),
+        auto_delete=_flag(document, "auto_delete"),
+        arguments=_unpack_arguments(document),
+        owner=owner,
+    )
+
+
+def binding_id(binding: Binding) -> str:
+    """The binding's znode name, which is also its identity in the store."""
+    return encode_binding_id(
+        binding.queue, binding.exchange, binding.routing_key, arguments_digest(binding.arguments)
+    )
+
+
+def encode_binding(binding: Binding) -> bytes:
+    document: dict[str, Any] = {"v": FORMAT_VERSION}
+    _pack_arguments(document, binding.arguments)
+    return _dump(document)
+
+
+def binding_from_child(child: str) -> Binding | None:
+    """The binding named ``child`` when the name says everything (no arguments); None when its
+    arguments must be read from the node."""
+    parsed = decode_binding_id(child)
+    if parsed.arguments_digest is not None:
+        return None
+    return Binding(parsed.queue, parsed.exchange, parsed.routing_key)
+
+
+def decode_binding(child: str, data: bytes) -> Binding:
+    parsed = decode_binding_id(child)
+    arguments = _unpack_arguments(_load(data)) if data else {}
+    if arguments_digest(arguments) != parsed.arguments_digest:
+        raise ValueError(f"binding {child!r}: its arguments do not match the digest in its name")
+    return Binding(parsed.queue, parsed.exchange, parsed.routing_key, arguments)
+
+
+def topic_key_child(exchange: str, routing_key: str) -> str:
+    return encode_topic_key(exchange, routing_key)
+
+
+def topic_key_from_child(child: str) -> TopicKey:
+    exchange, key = decode_topic_key(child)
+    return TopicKey(exchange, key)
+
+
+def namespace_document(buckets: int) -> bytes:
+    """The namespace node's data: the layout parameters a reader must agree with."""
+    return _dump({"v": FORMAT_VERSION, "buckets": buckets})

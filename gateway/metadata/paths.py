@@ -1,0 +1,189 @@
+"""Where the metadata lives in ZooKeeper, and how names become znode names.
+
+Layout (docs/metadata.md has the whole picture)::
+
+    <prefix>/vhosts/<namespace>                       {"v":1,"buckets":256}
+    <prefix>/vhosts/<namespace>/exchanges/<bb>/<exchange>        exchange JSON
+    <prefix>/vhosts/<namespace>/exchanges/<bb>/<exchange>/<binding id>   (ref, empty)
+    <prefix>/vhosts/<namespace>/queues/<bb>/<queue>              queue JSON
+    <prefix>/vhosts/<namespace>/queues/<bb>/<queue>/<binding id>         (ref, empty)
+    <prefix>/vhosts/<namespace>/bindings/<bb>/<binding id>       binding JSON
+    <prefix>/vhosts/<namespace>/topic-keys/<bb>/<exchange>,<key>         (empty)
+
+``<bb>`` is a bucket: two hex digits of a CRC-32 of the child's name. Buckets keep every
+folder that a watch lists small: ZooKeeper watches are one-shot and only say "the children
+changed", so a replica re-lists the folder after every change. One flat folder of 100,000
+queues would cost every replica a 2 MB listing per declare; a bucket of it costs 1/256 of that.
+
+Names: a znode name cannot contain ``/``, cannot be ``.``, ``..`` or empty, and ZooKeeper
+refuses control characters and some Unicode ranges. AMQP names are any UTF-8 up to 255 octets.
+``encode_name`` keeps printable ASCII except ``/``, ``%`` and ``,`` as it is (so ordinary names
+stay readable in ``zkCli``) and writes every other octet of the UTF-8 (surrogatepass) encoding
+as ``%XX``; ``.`` and ``..`` get their first dot escaped, and the empty name is ``%`` alone
+(which no other name encodes to). ``,`` is escaped because it separates the parts of compound
+names (binding ids, topic keys). The encoding is exact and canonical: ``decode_name`` refuses
+any text that ``encode_name`` would not have produced.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+__all__ = [
+    "BUCKETS",
+    "Folder",
+    "Layout",
+    "ParsedBinding",
+    "bucket_of",
+    "decode_binding_id",
+    "decode_name",
+    "decode_topic_key",
+    "encode_binding_id",
+    "encode_name",
+    "encode_topic_key",
+]
+
+# Part of the on-disk format (recorded in the namespace node): changing it is a migration.
+BUCKETS: Final = 256
+
+_EMPTY: Final = "%"
+SEPARATOR: Final = ","
+# Printable ASCII but "%" (the escape), "," (the separator) and "/" (the path separator).
+_PLAIN: Final = re.compile(r"[!-$&-+\-.0-~]+")
+_PLAIN_CHARS: Final = frozenset(chr(c) for c in range(0x21, 0x7F)) - {"%", ",", "/"}
+_ESCAPE: Final = re.compile(r"%([0-9A-F]{2})")
+
+
+class Folder(enum.StrEnum):
+    """The folders under a namespace; the value is the znode name."""
+
+    EXCHANGES = "exchanges"
+    QUEUES = "queues"
+    BINDINGS = "bindings"
+    TOPIC_KEYS = "topic-keys"
+
+
+def encode_name(text: str) -> str:
+    """A znode name for ``text``: compact (ASCII names are unchanged) and reversible."""
+    if not text:
+        return _EMPTY
+    if _PLAIN.fullmatch(text) and text != "." and text != "..":
+        return text
+    raw = text.encode("utf-8", "surrogatepass")
+    parts: list[str] = []
+    for index, octet in enumerate(raw):
+        char = chr(octet)
+        if char in _PLAIN_CHARS and not (index == 0 and char == "." and text in (".", "..")):
+            parts.append(char)
+        else:
+            parts.append(f"%{octet:02X}")
+    return "".join(parts)
+
+
+def decode_name(encoded: str) -> str:
+    """The name ``encode_name`` turned into ``encoded``; ValueError for anything else."""
+    if encoded == _EMPTY:
+        return ""
+    if _PLAIN.fullmatch(encoded):
+        text = encoded
+    else:
+        raw = bytearray()
+        position = 0
+        for match in _ESCAPE.finditer(encoded):
+            raw += encoded[position : match.start()].encode("ascii", "strict")
+            raw.append(int(match.group(1), 16))
+            position = match.end()
+        raw += encoded[position:].encode("ascii", "strict")
+        try:
+            text = raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not an encoded name: {encoded!r}") from error
+    if encode_name(text) != encoded:
+        raise ValueError(f"not a canonically encoded name: {encoded!r}")
+    return text
+
+
+def bucket_of(child: str) -> str:
+    """The bucket of an (encoded) child name: stable across processes and versions."""
+    return f"{zlib.crc32(child.encode('ascii')) % BUCKETS:02x}"
+
+
+class ParsedBinding(NamedTuple):
+    queue: str
+    exchange: str
+    routing_key: str
+    # The digest of the binding's arguments; None when it has none (then the name is the
+    # whole binding and its data never needs to be read).
+    arguments_digest: str | None
+
+
+def encode_binding_id(
+    queue: str, exchange: str, routing_key: str, arguments_digest: str | None
+) -> str:
+    """``<queue>,<exchange>,<key>[,<digest>]``: the binding's znode name, and its identity."""
+    parts = [encode_name(queue), encode_name(exchange), encode_name(routing_key)]
+    if arguments_digest is not None:
+        parts.append(arguments_digest)
+    return SEPARATOR.join(parts)
+
+
+def decode_binding_id(child: str) -> ParsedBinding:
+    parts = child.split(SEPARATOR)
+    if len(parts) == 3:
+        digest = None
+    elif len(parts) == 4 and parts[3]:
+        digest = parts[3]
+    else:
+        raise ValueError(f"not a binding id: {child!r}")
+    queue, exchange, key = (decode_name(part) for part in parts[:3])
+    return ParsedBinding(queue, exchange, key, digest)
+
+
+def encode_topic_key(exchange: str, routing_key: str) -> str:
+    return encode_name(exchange) + SEPARATOR + encode_name(routing_key)
+
+
+def decode_topic_key(child: str) -> tuple[str, str]:
+    exchange, separator, key = child.partition(SEPARATOR)
+    if not separator:
+        raise ValueError(f"not a topic key: {child!r}")
+    return decode_name(exchange), decode_name(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Paths under one prefix (``/starlight-rabbitmq`` in production, unique ones in tests)."""
+
+    prefix: str = "/starlight-rabbitmq"
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or self.prefix.endswith("/") or "//" in self.prefix:
+            raise ValueError(f"the prefix must be an absolute path, not {self.prefix!r}")
+
+    @property
+    def vhosts(self) -> str:
+        return f"{self.prefix}/vhosts"
+
+    def namespace(self, namespace: str) -> str:
+        return f"{self.prefix}/vhosts/{encode_name(namespace)}"
+
+    def folder(self, namespace: str, folder: Folder) -> str:
+        return f"{self.namespace(namespace)}/{folder.value}"
+
+    def bucket(self, namespace: str, folder: Folder, bucket: str) -> str:
+        return f"{self.namespace(namespace)}/{folder.value}/{bucket}"
+
+    def node(self, namespace: str, folder: Folder, child: str) -> str:
+        return f"{self.namespace(namespace)}/{folder.value}/{bucket_of(child)}/{child}"
+
+    def skeleton(self, namespace: str) -> list[str]:
+        """Every folder a namespace needs, parents first (creating them in this order in one
+        session is safe: ZooKeeper applies one session's requests in order)."""
+        root = self.namespace(namespace)
+        elements = self.prefix.split("/")[1:]
+        ancestors = ["/" + "/".join(elements[: depth + 1]) for depth in range(len(elements))]
+        return [*ancestors, self.vhosts, root, *(f"{root}/{folder.value}" for folder in Folder)]
