@@ -407,14 +407,19 @@ class AMQPSession:
 
         The reference design closes the Pulsar consumers behind an AMQP consumer on cancel,
         which redelivers what they held; later acks of those tags are accepted and ignored.
+        They are requeued explicitly first, so that they come back marked redelivered.
         """
+        returned = []
         for tag, entry in list(state.unacked.items()):
             if entry.consumer is consumer:
                 del state.unacked[tag]
                 state.forgotten.add(tag)
+                returned.append(entry.delivery)
         consumer.unacked = 0
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
+            for delivery in returned:
+                await delivery.reject(True)
             await consumer.subscription.close()
         state.signal_credit()
 
