@@ -11,6 +11,7 @@ from gateway.amqp.connection import ConnectionSettings
 from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
+from gateway.metadata.store import MetadataStore
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
 from gateway.pulsar.admin import PulsarAdmin
@@ -55,8 +56,13 @@ def _broker_token(config: GatewayConfig) -> str | None:
 
 
 @asynccontextmanager
-async def pulsar_backend(config: GatewayConfig) -> AsyncIterator[PulsarBackend]:
-    """The backend on the configured Pulsar and ZooKeeper, closed on exit."""
+async def pulsar_backend(
+    config: GatewayConfig, store: MetadataStore | None = None
+) -> AsyncIterator[PulsarBackend]:
+    """The backend on the configured Pulsar and ZooKeeper, closed on exit.
+
+    ``store`` replaces the ZooKeeper metadata store (tests use the in-memory one).
+    """
     token = _broker_token(config)
     tls_trust = config.brokerClientTrustCertsFilePath or None
     client = await PulsarClient.create(
@@ -68,9 +74,10 @@ async def pulsar_backend(config: GatewayConfig) -> AsyncIterator[PulsarBackend]:
         )
     )
     admin = PulsarAdmin(config.brokerWebServiceURL, auth_token=token, tls=tls_trust)
-    store = ZooKeeperMetadataStore(
-        config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
-    )
+    if store is None:
+        store = ZooKeeperMetadataStore(
+            config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
+        )
     try:
         async with trio.open_nursery() as nursery:
             producers = ProducerCache(

@@ -11,6 +11,7 @@ import httpx
 from gateway.app import pulsar_backend
 from gateway.backend.interface import Backend
 from gateway.config import GatewayConfig, config_from_text
+from gateway.metadata.store import MetadataStore
 
 
 def stack_config(web_url: str, broker_url: str, zookeeper: str, namespace: str) -> GatewayConfig:
@@ -36,10 +37,12 @@ def fresh_namespace(web_url: str) -> Iterator[str]:
             admin.delete(f"/admin/v2/namespaces/public/{name}", params={"force": "true"})
 
 
-def backend_factory(config: GatewayConfig) -> Callable[[], AbstractAsyncContextManager[Backend]]:
+def backend_factory(
+    config: GatewayConfig, store: MetadataStore | None = None
+) -> Callable[[], AbstractAsyncContextManager[Backend]]:
     @asynccontextmanager
     async def factory() -> AsyncIterator[Backend]:
-        async with pulsar_backend(config) as backend:
+        async with pulsar_backend(config, store) as backend:
             yield backend
 
     return factory
