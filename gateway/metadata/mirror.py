@@ -155,16 +155,14 @@ class NamespaceMirror:
 
     # ------------------------------------------------------------------ listings and reads
 
-    def apply_folder_listing(self, folder: Folder, buckets: Iterable[str]) -> list[str]:
-        """A folder's buckets; returns those not known before. A bucket missing from the
-        listing was deleted with its contents (only a namespace deleted from outside does
-        that), so its entities go."""
+    def apply_folder_listing(self, folder: Folder, buckets: Iterable[str]) -> None:
+        """A folder's buckets. A bucket missing from the listing was deleted with its contents
+        (only a namespace deleted from outside does that), so its entities go."""
         known = self._folders[folder]
         listed = set(buckets)
         for gone in [name for name in known if name not in listed]:
             if known.pop(gone).entities:
                 self._changed()
-        return [name for name in listed if name not in known]
 
     def apply_bucket_listing(
         self, folder: Folder, bucket_name: str, children: Sequence[str], cversion: int

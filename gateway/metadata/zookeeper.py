@@ -1,0 +1,1065 @@
+"""The metadata store on ZooKeeper (kazoo), with per-namespace views kept current by watches.
+
+docs/metadata.md describes the layout, the encoding, what is atomic and the fault behaviour;
+this docstring says how the code is arranged.
+
+**Threads.** kazoo runs its own threads: a connection thread (state listeners), a completion
+thread (results of asynchronous calls) and a watch thread. Nothing here blocks or raises on
+those threads: every callback hands its argument to trio with the captured
+``TrioToken.run_sync_soon`` (dropping it if the trio run is over) and returns. All kazoo calls
+are made from the trio thread, so the order in which they are issued is the order in which the
+server sees them.
+
+**Order.** ZooKeeper answers one session's requests in order, and kazoo's completion thread
+runs the callbacks in that order, so answers reach trio (a FIFO) in server order. Every answer
+is *applied* (to the mirror, the view) right there, in a ``run_sync_soon`` callback, never
+later in the task that awaits it: a task resumes after other callbacks have run, and applying
+its answer then could put an older state over a newer one. So own writes are in the view when
+the write returns, and a later watch event cannot regress them. (kazoo APIs that wrap their
+result in a second AsyncResult, ``create_async`` and ``sync_async``, would reorder callbacks;
+writes therefore go through ``transaction()`` even for a single create.)
+
+**Watches.** One-shot children watches on each folder (to learn new buckets) and each bucket.
+A watch event re-lists that bucket (one listing in flight per path; events meanwhile mark it
+dirty), the mirror diffs the listing, and the new children's data is read with a multiRead.
+
+**Faults.** On SUSPENDED or LOST, writes are refused at once with ``MetadataUnavailable`` and
+the views stay as they are; answers to reads issued before are ignored (an epoch counter). On
+CONNECTED after either, every open namespace is re-listed (after a ``sync``, so a server that
+lags behind cannot show an older state), which re-registers the watches (kazoo drops them all
+when a connection drops) and repairs the mirror from the diff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+import outcome
+import trio
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    UnimplementedError,
+    ZookeeperStoppedError,
+)
+from kazoo.protocol.states import EventType, KazooState
+from kazoo.retry import KazooRetry
+
+from gateway.metadata.codec import (
+    TopicKey,
+    binding_id,
+    decode_exchange,
+    decode_queue,
+    encode_binding,
+    encode_exchange,
+    encode_queue,
+    namespace_document,
+    topic_key_child,
+    topic_key_from_child,
+)
+from gateway.metadata.errors import MissingEntity
+from gateway.metadata.mirror import NamespaceMirror
+from gateway.metadata.multiread import MISSING, MultiRead
+from gateway.metadata.paths import (
+    BUCKETS,
+    Folder,
+    Layout,
+    decode_binding_id,
+    encode_name,
+)
+from gateway.metadata.store import MetadataUnavailable, VhostView
+from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
+
+__all__ = ["ZooKeeperMetadataStore"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Reads per multiRead: ~100 KB answers, far below ZooKeeper's 1 MB packet limit.
+READ_BATCH: Final = 500
+# Operations per transaction, and their approximate size: a multi is one packet, and
+# ZooKeeper refuses packets over jute.maxbuffer (1 MB by default).
+TXN_OPS: Final = 900
+TXN_BYTES: Final = 512 * 1024
+# A compare-and-set loop gives up after this many lost races (each one means someone else
+# changed the same entity meanwhile; a handful is already unusual).
+ATTEMPTS: Final = 16
+# Errors that say "the connection went away": the outcome of a write is then unknown.
+_CONNECTION_ERRORS: Final = (
+    ConnectionLoss,
+    SessionExpiredError,
+    ConnectionClosedError,
+    ZookeeperStoppedError,
+    OperationTimeoutError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Create:
+    path: str
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class _Delete:
+    path: str
+    version: int = -1
+
+
+_Op = _Create | _Delete
+
+
+def _size(op: _Op) -> int:
+    return len(op.path) + 32 + (len(op.data) if isinstance(op, _Create) else 0)
+
+
+class _Reply(Generic[T]):
+    """One answer, applied on the trio thread and awaited by one task."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: outcome.Outcome[T] | None = None
+
+
+@dataclass(eq=False)
+class _Namespace:
+    name: str
+    mirror: NamespaceMirror
+    event: trio.Event = field(default_factory=trio.Event)
+    signalled: int = 0
+    loaded: trio.Event = field(default_factory=trio.Event)
+    load_started: float = 0.0
+    load_seconds: float | None = None
+    # Reads in flight in the current epoch that the first load waits for.
+    outstanding: int = 0
+    # Paths with a listing in flight (current epoch), and paths whose watch fired meanwhile.
+    inflight: set[str] = field(default_factory=set)
+    dirty: set[str] = field(default_factory=set)
+    # Buckets listed (so watched) in the current epoch. Not the mirror's buckets: our own
+    # write into a new bucket makes the mirror know it before any listing watches it.
+    watched: set[str] = field(default_factory=set)
+
+
+class ZooKeeperMetadataStore:
+    """``MetadataStore`` on ZooKeeper. Connects on first use (or ``await connect()``)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        session_timeout: float = 30,
+        prefix: str = "/starlight-rabbitmq",
+        request_timeout: float = 10.0,
+        connect_timeout: float = 15.0,
+        open_timeout: float = 300.0,
+    ) -> None:
+        self._hosts = hosts
+        self._layout = Layout(prefix)
+        self._request_timeout = request_timeout
+        self._connect_timeout = connect_timeout
+        self._open_timeout = open_timeout
+        # Reconnect quickly and keep trying: the default backs off to an hour between tries.
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        self._client: Any = KazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry=retry
+        )
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._started = False
+        self._closed = False
+        self._start_lock = trio.Lock()
+        self._open_locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
+        self._namespaces: dict[str, _Namespace] = {}
+        # Listed path -> (namespace, folder, bucket or None for the folder itself).
+        self._watched: dict[str, tuple[_Namespace, Folder, str | None]] = {}
+        self._epoch = 0
+        self._disconnected = False
+        self._multiread = True
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    def load_seconds(self, namespace: str) -> float | None:
+        """How long the first load of ``namespace`` took (None until it finished)."""
+        state = self._namespaces.get(namespace)
+        return None if state is None else state.load_seconds
+
+    # ================================================================== lifecycle
+
+    async def connect(self) -> None:
+        """Connect now (otherwise the first call does); MetadataUnavailable if ZooKeeper
+        cannot be reached within ``connect_timeout``."""
+        if self._started:
+            return
+        async with self._start_lock:
+            if self._started:
+                return
+            if self._closed:
+                raise MetadataUnavailable("the metadata store is closed")
+            self._token = trio.lowlevel.current_trio_token()
+            self._client.add_listener(self._state_listener)
+            try:
+                await trio.to_thread.run_sync(
+                    self._client.start, self._connect_timeout, abandon_on_cancel=True
+                )
+            except Exception as error:
+                self._client.remove_listener(self._state_listener)
+                raise MetadataUnavailable(
+                    f"cannot connect to ZooKeeper at {self._hosts} within "
+                    f"{self._connect_timeout:g} s: {error}"
+                ) from error
+            self._started = True
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for state in self._namespaces.values():
+            self._wake(state)
+        if self._started:
+            self._client.remove_listener(self._state_listener)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._client.stop)
+                await trio.to_thread.run_sync(self._client.close)
+
+    async def __aenter__(self) -> ZooKeeperMetadataStore:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ================================================================== views
+
+    async def open(self, namespace: str) -> VhostView:
+        await self.connect()
+        async with self._open_locks[namespace]:
+            state = self._namespaces.get(namespace)
+            if state is None:
+                self._check_writable(f"open namespace {namespace!r}")
+                await self._ensure_paths(
+                    namespace, self._layout.skeleton(namespace), f"open {namespace!r}"
+                )
+                state = _Namespace(namespace, NamespaceMirror(namespace))
+                state.load_started = time.perf_counter()
+                self._namespaces[namespace] = state
+                for folder in Folder:
+                    self._list_folder(state, folder, every_bucket=True)
+            with trio.move_on_after(self._open_timeout):
+                await state.loaded.wait()
+            if not state.loaded.is_set():
+                raise MetadataUnavailable(
+                    f"loading namespace {namespace!r} from ZooKeeper did not finish within "
+                    f"{self._open_timeout:g} s"
+                )
+            # Every vhost has these (rabbit_vhost creates them with the vhost).
+            present = state.mirror.snapshot().exchanges
+            for exchange in PREDECLARED_EXCHANGES:
+                if exchange.name not in present:
+                    await self.create_exchange(namespace, exchange)
+            return state.mirror.snapshot()
+
+    def view(self, namespace: str) -> VhostView:
+        state = self._namespaces.get(namespace)
+        if state is None or not state.loaded.is_set():
+            raise KeyError(f"namespace {namespace!r} is not open")
+        return state.mirror.snapshot()
+
+    async def changed(self, namespace: str, since_version: int) -> VhostView:
+        state = self._namespaces.get(namespace)
+        if state is None:
+            raise KeyError(f"namespace {namespace!r} is not open")
+        if state.mirror.version > since_version:
+            await trio.lowlevel.checkpoint()
+        while state.mirror.version <= since_version:
+            if self._closed:
+                raise MetadataUnavailable("the metadata store is closed")
+            await state.event.wait()
+        return state.mirror.snapshot()
+
+    # ================================================================== exchanges and queues
+
+    async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:
+        winner = await self._create_entity(
+            namespace,
+            Folder.EXCHANGES,
+            encode_name(exchange.name),
+            exchange,
+            encode_exchange(exchange),
+            f"declare exchange {exchange.name!r}",
+        )
+        assert isinstance(winner, Exchange)
+        return winner
+
+    async def delete_exchange(self, namespace: str, name: str) -> bool:
+        what = f"delete exchange {name!r}"
+        deleted = await self._delete_entity(namespace, Folder.EXCHANGES, name, what)
+        if deleted:
+            await self._delete_topic_keys(namespace, name, what)
+        return deleted
+
+    async def create_queue(self, namespace: str, queue: Queue) -> Queue:
+        winner = await self._create_entity(
+            namespace,
+            Folder.QUEUES,
+            encode_name(queue.name),
+            queue,
+            encode_queue(queue),
+            f"declare queue {queue.name!r}",
+        )
+        assert isinstance(winner, Queue)
+        return winner
+
+    async def delete_queue(self, namespace: str, name: str) -> bool:
+        return await self._delete_entity(namespace, Folder.QUEUES, name, f"delete queue {name!r}")
+
+    # ================================================================== bindings, topic keys
+
+    async def add_binding(self, namespace: str, binding: Binding) -> bool:
+        what = f"bind queue {binding.queue!r} to exchange {binding.exchange!r}"
+        await self._prepare(what)
+        child = binding_id(binding)
+        ops: list[_Op] = [
+            _Create(self._layout.node(namespace, Folder.BINDINGS, child), encode_binding(binding)),
+            _Create(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
+            _Create(self._ref(namespace, Folder.EXCHANGES, binding.exchange, child)),
+        ]
+
+        def created() -> None:
+            self._own(namespace, lambda m: m.own_created(Folder.BINDINGS, child, binding))
+
+        def exists(index: int, error: Exception) -> None:
+            if index == 0 and isinstance(error, NodeExistsError):
+                self._own(namespace, lambda m: m.learned(Folder.BINDINGS, child, binding))
+
+        for _ in range(ATTEMPTS):
+            failure = await self._transact(what, ops, created, exists)
+            if failure is None:
+                return True
+            index, error = failure
+            if index == 0 and isinstance(error, NodeExistsError):
+                return False
+            if index == 0 and isinstance(error, NoNodeError):
+                await self._ensure_parents(namespace, ops[0].path, what)
+                continue
+            if isinstance(error, NoNodeError):
+                kind = "queue" if index == 1 else "exchange"
+                raise MissingEntity(kind, binding.queue if index == 1 else binding.exchange)
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    async def remove_binding(self, namespace: str, binding: Binding) -> bool:
+        what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
+        await self._prepare(what)
+        child = binding_id(binding)
+        ops: list[_Op] = [
+            _Delete(self._layout.node(namespace, Folder.BINDINGS, child)),
+            _Delete(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
+            _Delete(self._ref(namespace, Folder.EXCHANGES, binding.exchange, child)),
+        ]
+
+        def deleted() -> None:
+            self._own(namespace, lambda m: m.own_deleted(Folder.BINDINGS, child))
+
+        def absent(index: int, error: Exception) -> None:
+            if index == 0 and isinstance(error, NoNodeError):
+                self._own(namespace, lambda m: m.forget(Folder.BINDINGS, child))
+
+        failure = await self._transact(what, ops, deleted, absent)
+        if failure is None:
+            return True
+        index, error = failure
+        if index == 0 and isinstance(error, NoNodeError):
+            return False
+        if isinstance(error, NoNodeError):
+            # A binding without one of its refs: only a bug or a hand edit makes one. Remove
+            # what is there rather than leave a binding nobody can delete.
+            log.error("metadata: binding %r in %s had no %s ref", child, namespace, ops[index])
+            failure = await self._transact(what, ops[:1], deleted, absent)
+            return failure is None
+        raise self._unexpected(error, what)
+
+    async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        what = f"register routing key {routing_key!r} of exchange {exchange!r}"
+        await self._prepare(what)
+        child = topic_key_child(exchange, routing_key)
+        key = TopicKey(exchange, routing_key)
+        ops: list[_Op] = [_Create(self._layout.node(namespace, Folder.TOPIC_KEYS, child))]
+
+        def created() -> None:
+            self._own(namespace, lambda m: m.own_created(Folder.TOPIC_KEYS, child, key))
+
+        def exists(index: int, error: Exception) -> None:
+            if isinstance(error, NodeExistsError):
+                self._own(namespace, lambda m: m.learned(Folder.TOPIC_KEYS, child, key))
+
+        for _ in range(ATTEMPTS):
+            failure = await self._transact(what, ops, created, exists)
+            if failure is None:
+                return True
+            _, error = failure
+            if isinstance(error, NodeExistsError):
+                return False
+            if isinstance(error, NoNodeError):
+                await self._ensure_parents(namespace, ops[0].path, what)
+                continue
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    # ================================================================== bulk import
+
+    async def bulk_create(
+        self,
+        namespace: str,
+        *,
+        exchanges: Iterable[Exchange] = (),
+        queues: Iterable[Queue] = (),
+        bindings: Iterable[Binding] = (),
+        concurrency: int = 16,
+    ) -> None:
+        """Create many entities in batched transactions (~900 znodes each): for imports from
+        another store, and benchmarks. Each batch is atomic; a batch that meets an existing
+        entity is redone one entity at a time with the usual create-if-absent calls."""
+        what = f"import metadata into {namespace!r}"
+        await self._prepare(what)
+        folders = (Folder.EXCHANGES, Folder.QUEUES, Folder.BINDINGS)
+        buckets = [
+            self._layout.bucket(namespace, folder, f"{index:02x}")
+            for folder in folders
+            for index in range(BUCKETS)
+        ]
+        await self._ensure_paths(namespace, [*self._layout.skeleton(namespace), *buckets], what)
+        limiter = trio.CapacityLimiter(concurrency)
+
+        async def batch(items: list[tuple[Exchange | Queue | Binding, list[_Op]]]) -> None:
+            async with limiter:
+                ops = [op for _, op_list in items for op in op_list]
+
+                def created() -> None:
+                    for entity, _ in items:
+                        self._own_created(namespace, entity)
+
+                failure = await self._transact(what, ops, created)
+            if failure is not None:
+                for entity, _ in items:
+                    await self._create_any(namespace, entity)
+
+        async def run(entities: Iterable[Exchange | Queue | Binding]) -> None:
+            async with trio.open_nursery() as nursery:
+                items: list[tuple[Exchange | Queue | Binding, list[_Op]]] = []
+                count = size = 0
+                for entity in entities:
+                    ops = self._create_ops(namespace, entity)
+                    items.append((entity, ops))
+                    count += len(ops)
+                    size += sum(_size(op) for op in ops)
+                    if count >= TXN_OPS or size >= TXN_BYTES:
+                        nursery.start_soon(batch, items)
+                        items, count, size = [], 0, 0
+                if items:
+                    nursery.start_soon(batch, items)
+
+        # Bindings need their queue and exchange: all of those first.
+        await run([*exchanges, *queues])
+        await run(bindings)
+
+    def _create_ops(self, namespace: str, entity: Exchange | Queue | Binding) -> list[_Op]:
+        if isinstance(entity, Exchange):
+            path = self._layout.node(namespace, Folder.EXCHANGES, encode_name(entity.name))
+            return [_Create(path, encode_exchange(entity))]
+        if isinstance(entity, Queue):
+            path = self._layout.node(namespace, Folder.QUEUES, encode_name(entity.name))
+            return [_Create(path, encode_queue(entity))]
+        child = binding_id(entity)
+        return [
+            _Create(self._layout.node(namespace, Folder.BINDINGS, child), encode_binding(entity)),
+            _Create(self._ref(namespace, Folder.QUEUES, entity.queue, child)),
+            _Create(self._ref(namespace, Folder.EXCHANGES, entity.exchange, child)),
+        ]
+
+    def _own_created(self, namespace: str, entity: Exchange | Queue | Binding) -> None:
+        if isinstance(entity, Exchange):
+            folder, child = Folder.EXCHANGES, encode_name(entity.name)
+        elif isinstance(entity, Queue):
+            folder, child = Folder.QUEUES, encode_name(entity.name)
+        else:
+            folder, child = Folder.BINDINGS, binding_id(entity)
+        self._own(namespace, lambda m: m.own_created(folder, child, entity))
+
+    async def _create_any(self, namespace: str, entity: Exchange | Queue | Binding) -> None:
+        if isinstance(entity, Exchange):
+            await self.create_exchange(namespace, entity)
+        elif isinstance(entity, Queue):
+            await self.create_queue(namespace, entity)
+        else:
+            await self.add_binding(namespace, entity)
+
+    # ================================================================== write internals
+
+    def _ref(self, namespace: str, folder: Folder, name: str, binding_child: str) -> str:
+        """A binding's ref under its queue or exchange node."""
+        return f"{self._layout.node(namespace, folder, encode_name(name))}/{binding_child}"
+
+    async def _create_entity(
+        self,
+        namespace: str,
+        folder: Folder,
+        child: str,
+        entity: Exchange | Queue,
+        data: bytes,
+        what: str,
+    ) -> Exchange | Queue:
+        """Create unless it exists; the winner otherwise. The create is the compare-and-set:
+        exactly one of any number of concurrent creates of a path succeeds, and the others
+        read what it wrote."""
+        await self._prepare(what)
+        path = self._layout.node(namespace, folder, child)
+        ops: list[_Op] = [_Create(path, data)]
+
+        def created() -> None:
+            self._own(namespace, lambda m: m.own_created(folder, child, entity))
+
+        for _ in range(ATTEMPTS):
+            failure = await self._transact(what, ops, created)
+            if failure is None:
+                return entity
+            _, error = failure
+            if isinstance(error, NodeExistsError):
+                winner = await self._read_entity(namespace, folder, child, path, what)
+                if winner is not None:
+                    return winner
+                continue  # deleted again before we could read it: try to create it
+            if isinstance(error, NoNodeError):
+                await self._ensure_parents(namespace, path, what)
+                continue
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    async def _read_entity(
+        self, namespace: str, folder: Folder, child: str, path: str, what: str
+    ) -> Exchange | Queue | None:
+        def apply(result: Any) -> Exchange | Queue | None:
+            try:
+                data, _stat = self._value(result, what)
+            except NoNodeError:
+                self._own(namespace, lambda m: m.forget(folder, child))
+                return None
+            entity = (decode_exchange if folder is Folder.EXCHANGES else decode_queue)(child, data)
+            self._own(namespace, lambda m: m.learned(folder, child, entity))
+            return entity
+
+        return await self._ask(lambda: self._client.get_async(path), apply, what)
+
+    async def _delete_entity(self, namespace: str, folder: Folder, name: str, what: str) -> bool:
+        """Delete a queue or an exchange with its bindings, atomically.
+
+        The node's children are refs to its bindings, so listing them gives every binding, and
+        deleting the node fails (NotEmpty) if a binding was added after the listing: then we
+        list again. A cascade too big for one transaction deletes bindings in atomic batches
+        first (each binding with its two refs) and the node last.
+        """
+        await self._prepare(what)
+        child = encode_name(name)
+        path = self._layout.node(namespace, folder, child)
+        for _ in range(ATTEMPTS):
+            listing = await self._list_refs(namespace, folder, child, path, what)
+            if listing is None:
+                return False
+            refs, version = listing
+            ops: list[_Op] = []
+            unbound: list[str] = []
+            size = 0
+            for ref in refs:
+                ref_ops = self._unbind_ops(namespace, ref)
+                if len(ops) + len(ref_ops) + 1 > TXN_OPS or size >= TXN_BYTES:
+                    break
+                ops += ref_ops
+                unbound.append(ref)
+                size += sum(_size(op) for op in ref_ops)
+            whole = len(unbound) == len(refs)
+            if whole:
+                ops.append(_Delete(path, version))
+
+            def deleted(unbound: list[str] = unbound, whole: bool = whole) -> None:
+                def apply(mirror: NamespaceMirror) -> None:
+                    for ref in unbound:
+                        mirror.own_deleted(Folder.BINDINGS, ref)
+                    if whole:
+                        mirror.own_deleted(folder, child)
+
+                self._own(namespace, apply)
+
+            def failed(
+                index: int, error: Exception, whole: bool = whole, last: int = len(ops)
+            ) -> None:
+                if whole and index == last - 1 and isinstance(error, NoNodeError):
+                    self._own(namespace, lambda m: m.forget(folder, child))
+
+            failure = await self._transact(what, ops, deleted, failed)
+            if failure is None:
+                if whole:
+                    return True
+                continue  # a batch of bindings is gone; list what is left
+            index, error = failure
+            if whole and index == len(ops) - 1 and isinstance(error, NoNodeError):
+                return False  # deleted by someone else meanwhile
+            if isinstance(error, NoNodeError | NotEmptyError | BadVersionError):
+                continue  # a binding came or went meanwhile: list again
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    async def _list_refs(
+        self, namespace: str, folder: Folder, child: str, path: str, what: str
+    ) -> tuple[list[str], int] | None:
+        def apply(result: Any) -> tuple[list[str], int] | None:
+            try:
+                refs, stat = self._value(result, what)
+            except NoNodeError:
+                self._own(namespace, lambda m: m.forget(folder, child))
+                return None
+            return list(refs), int(stat.version)
+
+        return await self._ask(
+            lambda: self._client.get_children_async(path, include_data=True), apply, what
+        )
+
+    def _unbind_ops(self, namespace: str, ref: str) -> list[_Op]:
+        parsed = decode_binding_id(ref)
+        return [
+            _Delete(self._layout.node(namespace, Folder.BINDINGS, ref)),
+            _Delete(self._ref(namespace, Folder.QUEUES, parsed.queue, ref)),
+            _Delete(self._ref(namespace, Folder.EXCHANGES, parsed.exchange, ref)),
+        ]
+
+    async def _delete_topic_keys(self, namespace: str, exchange: str, what: str) -> None:
+        """Best effort, after the exchange is gone: the keys this replica knows of. Topic keys
+        do not depend on the exchange existing, so one registered concurrently may stay (as it
+        would if registered just after the delete)."""
+        state = self._namespaces.get(namespace)
+        if state is None:
+            return
+        children = [
+            child
+            for child in state.mirror.children(Folder.TOPIC_KEYS)
+            if topic_key_from_child(child).exchange == exchange
+        ]
+        for start in range(0, len(children), TXN_OPS):
+            pending = children[start : start + TXN_OPS]
+            for _ in range(ATTEMPTS):
+                if not pending:
+                    break
+                ops: list[_Op] = [
+                    _Delete(self._layout.node(namespace, Folder.TOPIC_KEYS, c)) for c in pending
+                ]
+
+                def deleted(batch: list[str] = pending) -> None:
+                    def apply(mirror: NamespaceMirror) -> None:
+                        for child in batch:
+                            mirror.own_deleted(Folder.TOPIC_KEYS, child)
+
+                    self._own(namespace, apply)
+
+                def absent(index: int, error: Exception, batch: list[str] = pending) -> None:
+                    if isinstance(error, NoNodeError):
+                        self._forget(namespace, Folder.TOPIC_KEYS, batch[index])
+
+                failure = await self._transact(what, ops, deleted, absent)
+                if failure is None:
+                    break
+                index, error = failure
+                if not isinstance(error, NoNodeError):
+                    raise self._unexpected(error, what)
+                pending = pending[:index] + pending[index + 1 :]
+
+    async def _ensure_parents(self, namespace: str, path: str, what: str) -> None:
+        """Create the namespace's folders and the bucket of ``path`` if missing."""
+        bucket = path.rsplit("/", 1)[0]
+        await self._ensure_paths(namespace, [*self._layout.skeleton(namespace), bucket], what)
+
+    async def _ensure_paths(self, namespace: str, paths: Sequence[str], what: str) -> None:
+        """Create each path unless it exists. All are issued before any answer is awaited, in
+        the order given: one session's requests are applied in order, so a parent listed
+        before its child exists when the child is created."""
+        root = self._layout.namespace(namespace)
+        replies = [
+            self._submit_transaction(
+                what, [_Create(path, namespace_document(BUCKETS) if path == root else b"")]
+            )
+            for path in paths
+        ]
+        for reply in replies:
+            failure = await self._wait(reply, what)
+            if failure is not None and not isinstance(failure[1], NodeExistsError):
+                raise self._unexpected(failure[1], what)
+
+    async def _transact(
+        self,
+        what: str,
+        ops: Sequence[_Op],
+        on_success: Callable[[], None],
+        on_failure: Callable[[int, Exception], None] | None = None,
+    ) -> tuple[int, Exception] | None:
+        """Commit ``ops`` atomically. On success ``on_success`` runs in answer order (it
+        updates the view) and None is returned; otherwise ``on_failure`` runs likewise and
+        (index of the failed op, its error) is returned."""
+        return await self._wait(self._submit_transaction(what, ops, on_success, on_failure), what)
+
+    def _submit_transaction(
+        self,
+        what: str,
+        ops: Sequence[_Op],
+        on_success: Callable[[], None] | None = None,
+        on_failure: Callable[[int, Exception], None] | None = None,
+    ) -> _Reply[tuple[int, Exception] | None]:
+        # transaction() even for one create: create_async would reorder answers.
+        transaction = self._client.transaction()
+        for op in ops:
+            if isinstance(op, _Create):
+                transaction.create(op.path, op.data)
+            else:
+                transaction.delete(op.path, op.version)
+
+        def apply(result: Any) -> tuple[int, Exception] | None:
+            results = self._value(result, what)
+            for index, item in enumerate(results):
+                if isinstance(item, Exception) and not isinstance(
+                    item, RolledBackError | RuntimeInconsistency
+                ):
+                    if on_failure is not None:
+                        on_failure(index, item)
+                    return index, item
+            if on_success is not None:
+                on_success()
+            return None
+
+        return self._submit(what, transaction.commit_async, apply)
+
+    async def _ask(self, issue: Callable[[], Any], apply: Callable[[Any], T], what: str) -> T:
+        return await self._wait(self._submit(what, issue, apply), what)
+
+    def _submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> _Reply[T]:
+        """Issue a kazoo call for a write; its answer is applied in order on the trio thread.
+        Refused at once while ZooKeeper is unreachable (kazoo would queue it)."""
+        self._check_writable(what)
+        reply: _Reply[T] = _Reply()
+
+        def on_answer(result: Any) -> None:
+            reply.result = outcome.capture(apply, result)
+            reply.done.set()
+
+        self._link(issue(), on_answer)
+        return reply
+
+    async def _wait(self, reply: _Reply[T], what: str) -> T:
+        """The answer, or MetadataUnavailable if none comes within ``request_timeout``."""
+        with trio.move_on_after(self._request_timeout):
+            await reply.done.wait()
+        if reply.result is None:
+            raise MetadataUnavailable(
+                f"ZooKeeper did not answer within {self._request_timeout:g} s while trying to "
+                f"{what}; the change may or may not have been made"
+            )
+        return reply.result.unwrap()
+
+    def _value(self, result: Any, what: str) -> Any:
+        try:
+            return result.get_nowait()
+        except _CONNECTION_ERRORS as error:
+            raise MetadataUnavailable(
+                f"lost the connection to ZooKeeper while trying to {what}; the change may or "
+                "may not have been made"
+            ) from error
+
+    async def _prepare(self, what: str) -> None:
+        await self.connect()
+        self._check_writable(what)
+
+    def _check_writable(self, what: str) -> None:
+        if self._closed:
+            raise MetadataUnavailable(f"cannot {what}: the metadata store is closed")
+        state = self._client.state
+        if state != KazooState.CONNECTED:
+            raise MetadataUnavailable(
+                f"cannot {what}: ZooKeeper at {self._hosts} is unreachable (connection "
+                f"{state.lower()}); metadata changes are refused until it is back, while "
+                "publishing and consuming go on with the entities already known"
+            )
+
+    def _unexpected(self, error: Exception, what: str) -> Exception:
+        if isinstance(error, KazooException):
+            return MetadataUnavailable(f"ZooKeeper refused to {what}: {type(error).__name__}")
+        return error
+
+    def _too_many_races(self, what: str) -> MetadataUnavailable:
+        return MetadataUnavailable(
+            f"could not {what}: it changed concurrently {ATTEMPTS} times in a row; try again"
+        )
+
+    def _forget(self, namespace: str, folder: Folder, child: str) -> None:
+        self._own(namespace, lambda mirror: mirror.forget(folder, child))
+
+    def _own(self, namespace: str, apply: Callable[[NamespaceMirror], None]) -> None:
+        """Apply one of our own writes (or reads) to the namespace's view, if it is open."""
+        state = self._namespaces.get(namespace)
+        if state is not None:
+            apply(state.mirror)
+            self._wake(state)
+
+    # ================================================================== kazoo -> trio
+
+    def _link(self, async_result: Any, apply: Callable[[Any], None]) -> None:
+        """Run ``apply(async_result)`` on the trio thread when the answer comes. Must be called
+        right after issuing the request, from the trio thread (see the module docstring)."""
+        token = self._token
+        assert token is not None
+
+        def done(result: Any) -> None:  # kazoo's completion thread
+            # RunFinishedError: the trio run is over, nobody is left to care.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._apply, apply, result)
+
+        async_result.rawlink(done)
+
+    @staticmethod
+    def _apply(apply: Callable[[Any], None], result: Any) -> None:
+        try:
+            apply(result)
+        except Exception:
+            # An exception here would end the trio run; log it instead.
+            log.exception("metadata: applying a ZooKeeper answer failed")
+
+    def _state_listener(self, state: str) -> None:  # kazoo's connection thread
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(self._on_state, state)
+
+    def _watch_listener(self, event: Any) -> None:  # kazoo's watch thread
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(self._on_watch, event.path, event.type)
+
+    # ================================================================== keeping views current
+
+    def _on_state(self, state: str) -> None:
+        if self._closed:
+            return
+        if state == KazooState.CONNECTED:
+            if not self._disconnected:
+                return
+            self._disconnected = False
+            self._epoch += 1
+            log.info(
+                "metadata: reconnected to ZooKeeper; resynchronising %d namespace(s)",
+                len(self._namespaces),
+            )
+            for namespace in self._namespaces.values():
+                self._resync(namespace)
+            return
+        # SUSPENDED or LOST: answers to reads issued so far may never come; forget them.
+        self._epoch += 1
+        if not self._disconnected:
+            self._disconnected = True
+            log.warning(
+                "metadata: ZooKeeper connection %s; metadata changes are refused and views are "
+                "served from the cache until it is back",
+                "lost (session expired)" if state == KazooState.LOST else "suspended",
+            )
+
+    def _resync(self, state: _Namespace) -> None:
+        state.inflight.clear()
+        state.dirty.clear()
+        state.watched.clear()
+        state.outstanding = 0
+        # A server that lags behind the one we used before must catch up before we read.
+        self._client.sync_async(self._layout.namespace(state.name))
+        for folder in Folder:
+            self._list_folder(state, folder, every_bucket=True)
+
+    def _on_watch(self, path: str | None, event_type: str) -> None:
+        if self._closed or path is None or event_type == EventType.NONE:
+            return  # NONE: kazoo dropping watches on disconnect; the resync re-lists
+        entry = self._watched.get(path)
+        if entry is None:
+            return
+        state, folder, bucket = entry
+        if bucket is None:
+            self._list_folder(state, folder, every_bucket=False)
+        else:
+            self._list_bucket(state, folder, bucket)
+
+    def _list_folder(self, state: _Namespace, folder: Folder, *, every_bucket: bool) -> None:
+        path = self._layout.folder(state.name, folder)
+        if not every_bucket and path in state.inflight:
+            state.dirty.add(path)
+            return
+        self._watched[path] = (state, folder, None)
+        state.inflight.add(path)
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or self._closed:
+                return
+            state.outstanding -= 1
+            state.inflight.discard(path)
+            try:
+                buckets, _stat = result.get_nowait()
+            except NoNodeError:
+                buckets = []
+            except (KazooException, OSError):
+                buckets = None  # the connection went; the resync lists again
+            if buckets is not None:
+                state.mirror.apply_folder_listing(folder, buckets)
+                for bucket in buckets:
+                    bucket_path = self._layout.bucket(state.name, folder, bucket)
+                    if every_bucket or bucket_path not in state.watched:
+                        self._list_bucket(state, folder, bucket)
+            if path in state.dirty:
+                state.dirty.discard(path)
+                self._list_folder(state, folder, every_bucket=False)
+            self._settle(state)
+
+        self._link(
+            self._client.get_children_async(path, watch=self._watch_listener, include_data=True),
+            apply,
+        )
+
+    def _list_bucket(self, state: _Namespace, folder: Folder, bucket: str) -> None:
+        path = self._layout.bucket(state.name, folder, bucket)
+        if path in state.inflight:
+            state.dirty.add(path)
+            return
+        self._watched[path] = (state, folder, bucket)
+        state.watched.add(path)
+        state.inflight.add(path)
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or self._closed:
+                return
+            state.outstanding -= 1
+            state.inflight.discard(path)
+            try:
+                children, stat = result.get_nowait()
+            except NoNodeError:
+                state.mirror.apply_missing_bucket(folder, bucket)
+            except (KazooException, OSError):
+                pass  # the connection went; the resync lists again
+            else:
+                to_read = state.mirror.apply_bucket_listing(folder, bucket, children, stat.cversion)
+                if to_read:
+                    self._read(state, folder, to_read)
+            if path in state.dirty:
+                state.dirty.discard(path)
+                self._list_bucket(state, folder, bucket)
+            self._settle(state)
+
+        self._link(
+            self._client.get_children_async(path, watch=self._watch_listener, include_data=True),
+            apply,
+        )
+
+    def _read(self, state: _Namespace, folder: Folder, children: list[str]) -> None:
+        """Read the children's data, in multiReads of READ_BATCH (or one get each where the
+        server has no multiRead)."""
+        if not self._multiread:
+            for child in children:
+                self._read_one(state, folder, child)
+            return
+        chroot = self._client.chroot or ""
+        for start in range(0, len(children), READ_BATCH):
+            batch = children[start : start + READ_BATCH]
+            paths = [chroot + self._layout.node(state.name, folder, child) for child in batch]
+            state.outstanding += 1
+            epoch = self._epoch
+
+            def apply(result: Any, batch: list[str] = batch, epoch: int = epoch) -> None:
+                if epoch != self._epoch or self._closed:
+                    return
+                state.outstanding -= 1
+                try:
+                    datas = result.get_nowait()
+                except UnimplementedError:
+                    log.warning("metadata: ZooKeeper has no multiRead; reading one node at a time")
+                    self._multiread = False
+                    self._read(state, folder, batch)
+                except (KazooException, OSError, ValueError) as error:
+                    if not isinstance(error, _CONNECTION_ERRORS):
+                        log.warning("metadata: reading %d znodes failed: %r", len(batch), error)
+                else:
+                    for child, data in zip(batch, datas, strict=True):
+                        state.mirror.apply_data(folder, child, None if data is MISSING else data)
+                self._settle(state)
+
+            async_result = self._client.handler.async_result()
+            self._link(async_result, apply)
+            # kazoo has no public way to send a request type it does not know.
+            self._client._call(MultiRead(paths), async_result)
+
+    def _read_one(self, state: _Namespace, folder: Folder, child: str) -> None:
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or self._closed:
+                return
+            state.outstanding -= 1
+            try:
+                data, _stat = result.get_nowait()
+            except NoNodeError:
+                state.mirror.apply_data(folder, child, None)
+            except (KazooException, OSError):
+                pass
+            else:
+                state.mirror.apply_data(folder, child, data or b"")
+            self._settle(state)
+
+        self._link(self._client.get_async(self._layout.node(state.name, folder, child)), apply)
+
+    def _settle(self, state: _Namespace) -> None:
+        """After an answer: wake waiters, and finish the first load when nothing is left."""
+        self._wake(state)
+        if state.outstanding == 0 and not state.loaded.is_set():
+            state.load_seconds = time.perf_counter() - state.load_started
+            counts = state.mirror.counts()
+            log.info(
+                "metadata: loaded namespace %s from ZooKeeper in %.3f s: %d exchanges, "
+                "%d queues, %d bindings, %d topic keys",
+                state.name,
+                state.load_seconds,
+                counts[Folder.EXCHANGES.value],
+                counts[Folder.QUEUES.value],
+                counts[Folder.BINDINGS.value],
+                counts[Folder.TOPIC_KEYS.value],
+            )
+            state.loaded.set()
+
+    def _wake(self, state: _Namespace) -> None:
+        if state.mirror.version != state.signalled or self._closed:
+            state.signalled = state.mirror.version
+            state.event.set()
+            state.event = trio.Event()
