@@ -45,6 +45,21 @@ class ScriptedClient:
                 raise EOFError(f"server closed the connection; unparsed: {bytes(self._buffer)!r}")
             self._buffer += data
 
+    async def receive_raw(self) -> tuple[int, int, bytes]:
+        """The next frame undecoded: (frame type, channel, payload) — for byte-exact checks."""
+        while len(self._buffer) < 7 or len(self._buffer) < 8 + int.from_bytes(
+            self._buffer[3:7], "big"
+        ):
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise EOFError("server closed the connection")
+            self._buffer += data
+        size = int.from_bytes(self._buffer[3:7], "big")
+        frame_type, channel = self._buffer[0], int.from_bytes(self._buffer[1:3], "big")
+        payload = bytes(self._buffer[7 : 7 + size])
+        del self._buffer[: 8 + size]
+        return frame_type, channel, payload
+
     async def expect(self, kind: type, channel: int | None = None) -> Any:
         """Receive frames, skipping heartbeats, until one arrives; it must be of ``kind``."""
         while True:
