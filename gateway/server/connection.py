@@ -83,8 +83,7 @@ class ClientConnection:
                     await trio.sleep_forever()
                 nursery.cancel_scope.cancel()
         finally:
-            if self._session is not None:
-                await self._session.close()
+            await self._close_session()
             await trio.aclose_forcefully(self._stream)
             self._log_closed()
             self.finished.set()
@@ -210,6 +209,9 @@ class ClientConnection:
         elif isinstance(event, ev.ConnectionClosed):
             origin = "client" if event.by_client else "server"
             self._record_reason(f"closed by {origin}: {event.reply_code} {event.reply_text}")
+            # Before Close-Ok leaves: a client that saw Close-Ok may at once expect its
+            # exclusive queues gone and its unacknowledged messages back in their queues.
+            await self._close_session()
         elif isinstance(event, ev.ConnectionErrored):
             self._record_reason(
                 f"closed by server: {event.error.reply_code} {event.error.reply_text}"
@@ -223,6 +225,12 @@ class ClientConnection:
             self.protocol.accept_update_secret()
         elif self._session is not None:
             await self._session.handle(event)
+
+    async def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            with trio.CancelScope(shield=True):
+                await session.close()
 
     async def _open_vhost(self, vhost: str) -> None:
         self.vhost = vhost
