@@ -11,13 +11,15 @@ from gateway.amqp.connection import ConnectionSettings
 from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
-from gateway.metadata.store import MetadataStore
+from gateway.metadata.store import MetadataStore, MetadataUnavailable
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
+from gateway.pulsar.errors import AdminError
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
+from gateway.server.server import StartupError
 from gateway.server.settings import ListenAddress, ServerSettings
 
 
@@ -55,6 +57,23 @@ def _broker_token(config: GatewayConfig) -> str | None:
     return params
 
 
+async def _check_reachable(
+    admin: PulsarAdmin, store: MetadataStore, config: GatewayConfig
+) -> None:
+    """Fail start-up with one clear line when Pulsar or ZooKeeper cannot be reached."""
+    try:
+        await admin.request("GET", "/admin/v2/clusters")
+    except AdminError as error:
+        raise StartupError(
+            f"cannot reach the Pulsar admin API at {config.brokerWebServiceURL}: {error}"
+        ) from None
+    if isinstance(store, ZooKeeperMetadataStore):
+        try:
+            await store.connect()
+        except MetadataUnavailable as error:
+            raise StartupError(str(error)) from None
+
+
 @asynccontextmanager
 async def pulsar_backend(
     config: GatewayConfig, store: MetadataStore | None = None
@@ -79,6 +98,7 @@ async def pulsar_backend(
             config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
         )
     try:
+        await _check_reachable(admin, store, config)
         async with trio.open_nursery() as nursery:
             producers = ProducerCache(
                 client, ProducerOptions(batching_enabled=config.amqpBatchingEnabled)

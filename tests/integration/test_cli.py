@@ -136,3 +136,14 @@ def test_sigterm_closes_clients_with_320_and_exits_0(
     assert "connection opened" in output
     assert "connection closed" in output
     assert "Traceback" not in output
+
+
+def test_unreachable_pulsar_is_a_clear_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    config.write_text(
+        config.read_text().replace("http://127.0.0.1:8080", f"http://127.0.0.1:{free_port()}")
+    )
+    result = run(["-c", str(config)])
+    assert result.returncode == 1
+    assert "cannot reach the Pulsar admin API" in result.stderr
+    assert "Traceback" not in result.stderr

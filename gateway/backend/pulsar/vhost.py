@@ -25,6 +25,7 @@ from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatu
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.metadata.errors import MissingEntity
 from gateway.metadata.store import MetadataUnavailable, VhostView
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
@@ -84,6 +85,9 @@ class PulsarVirtualHost:
     async def _metadata(self, write: Awaitable[T]) -> T:
         try:
             return await write
+        except MissingEntity as missing:
+            # Deleted meanwhile, perhaps on another replica: as if it had never been there.
+            raise not_found(missing.kind, missing.name, self.name) from None
         except MetadataUnavailable as error:
             raise amqp_error(
                 ReplyCode.INTERNAL_ERROR, f"metadata store unavailable, try again: {error}"
