@@ -75,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Libraries log each request or reconnect at INFO; one line per admin call drowns the
+    # gateway's own connection log lines.
+    for noisy in ("httpx", "httpcore", "kazoo"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         config = load_config(args.config)
     except ConfigError as error:
