@@ -1,0 +1,214 @@
+"""A throw-away RabbitMQ node on loopback, for the benchmarks that compare against RabbitMQ.
+
+    with local_rabbitmq() as node:      # starts epmd + rabbitmq-server, waits until it serves
+        print(node.amqp_url)            # amqp://guest:guest@127.0.0.1:<port>
+    # stopped, temp dir removed
+
+Uses Debian's ``rabbitmq-server`` package (``apt-get install rabbitmq-server``; the package's own
+service is never started or touched: Debian's policy-rc.d denies service starts in containers,
+and on a machine with systemd ``systemctl disable --now rabbitmq-server`` leaves it off). The
+node runs as the current user from ``/usr/lib/rabbitmq/bin/rabbitmq-server`` with everything
+pointed into one temp dir: its own node name, AMQP port, Erlang distribution port, HOME (for the
+Erlang cookie), Mnesia/log/config/plugin files, and its own ``epmd`` on a private port, started
+in the foreground as our child so that it can be stopped by pid (a RabbitMQ-started epmd would
+daemonize and outlive the node). Nothing listens beyond 127.0.0.1 / ::1.
+
+``python3 bench/rabbitmq.py`` starts a node, prints its URL, and stops it on Enter or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+
+
+class RabbitMQUnavailable(RuntimeError):
+    """rabbitmq-server is not installed or did not start; the message says why."""
+
+
+@dataclass(frozen=True)
+class RabbitNode:
+    port: int
+    pid: int
+    log: Path
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def version() -> str | None:
+    """The installed rabbitmq-server package version (dpkg), or None."""
+    if not SERVER_SCRIPT.exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "rabbitmq-server"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def unavailable_reason() -> str | None:
+    """Why a node cannot be started here, or None if it can be tried."""
+    if not SERVER_SCRIPT.exists():
+        return (
+            f"{SERVER_SCRIPT} not found: install Debian's rabbitmq-server "
+            "(apt-get install rabbitmq-server)"
+        )
+    if shutil.which("epmd") is None:
+        return "epmd (Erlang) is not on PATH"
+    return None
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop_process(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
+    """Signal the process itself, wait, then kill whatever is left of its session (our own
+    process group: it was started with start_new_session)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
+    """Start a private RabbitMQ node on 127.0.0.1; stop it and remove its files on exit."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RabbitMQUnavailable(reason)
+    base = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
+    port = port or free_port()
+    epmd_port, dist_port = free_port(), free_port()
+    log = base / "server.log"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "HOME": str(base),  # the Erlang cookie goes here
+        "ERL_EPMD_PORT": str(epmd_port),
+        "ERL_EPMD_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODENAME": f"bench{port}@localhost",
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(dist_port),
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        "RABBITMQ_BASE": str(base),
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_LOGS": "-",
+        # Files that do not exist: no /etc/rabbitmq configuration, no plugins.
+        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+        "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+        "RABBITMQ_PID_FILE": str(base / "pid"),
+    }
+    epmd: subprocess.Popen[bytes] | None = None
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        epmd = subprocess.Popen(
+            ["epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while not port_open(epmd_port):
+            if epmd.poll() is not None or time.monotonic() > deadline:
+                raise RabbitMQUnavailable(f"epmd did not start on port {epmd_port}")
+            time.sleep(0.05)
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [str(SERVER_SCRIPT)],
+                cwd=base,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while b"Server startup complete" not in log.read_bytes():
+            if server.poll() is not None:
+                raise RabbitMQUnavailable(
+                    f"rabbitmq-server exited with {server.returncode}:\n{_tail(log)}"
+                )
+            if time.monotonic() > deadline:
+                raise RabbitMQUnavailable(
+                    f"rabbitmq-server not ready within {START_TIMEOUT:.0f} s:\n{_tail(log)}"
+                )
+            time.sleep(0.2)
+        if not port_open(port):
+            raise RabbitMQUnavailable(f"rabbitmq-server does not listen on {port}:\n{_tail(log)}")
+        yield RabbitNode(port=port, pid=server.pid, log=log)
+    finally:
+        # SIGTERM makes the Erlang VM run init:stop() (an orderly shutdown).
+        if server is not None:
+            _stop_process(server, signal.SIGTERM, STOP_TIMEOUT)
+        if epmd is not None:
+            _stop_process(epmd, signal.SIGTERM, 5)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    try:
+        with local_rabbitmq() as node:
+            print(f"RabbitMQ {version()} at {node.amqp_url} (log {node.log}); Enter stops it")
+            with contextlib.suppress(KeyboardInterrupt, EOFError):
+                input()
+    except RabbitMQUnavailable as exc:
+        print(f"cannot start RabbitMQ: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
