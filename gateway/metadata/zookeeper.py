@@ -192,11 +192,22 @@ class ZooKeeperMetadataStore:
         self._watched: dict[str, tuple[_Namespace, Folder, str | None]] = {}
         self._epoch = 0
         self._disconnected = False
+        self._connection_changed = trio.Event()
         self._multiread = True
 
     @property
     def layout(self) -> Layout:
         return self._layout
+
+    @property
+    def connected(self) -> bool:
+        """Whether ZooKeeper is reachable (writes are accepted): for readiness checks."""
+        return self._started and not self._closed and self._client.state == KazooState.CONNECTED
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        """Wait until the connection is up (or, with False, down), as seen by this store."""
+        while (self._started and not self._disconnected and not self._closed) != connected:
+            await self._connection_changed.wait()
 
     def load_seconds(self, namespace: str) -> float | None:
         """How long the first load of ``namespace`` took (None until it finished)."""
@@ -228,11 +239,14 @@ class ZooKeeperMetadataStore:
                     f"{self._connect_timeout:g} s: {error}"
                 ) from error
             self._started = True
+            self._connection_changed.set()
+            self._connection_changed = trio.Event()
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._connection_changed.set()
         for state in self._namespaces.values():
             self._wake(state)
         if self._started:
@@ -866,6 +880,8 @@ class ZooKeeperMetadataStore:
     def _on_state(self, state: str) -> None:
         if self._closed:
             return
+        self._connection_changed.set()
+        self._connection_changed = trio.Event()
         if state == KazooState.CONNECTED:
             if not self._disconnected:
                 return
@@ -880,13 +896,18 @@ class ZooKeeperMetadataStore:
             return
         # SUSPENDED or LOST: answers to reads issued so far may never come; forget them.
         self._epoch += 1
-        if not self._disconnected:
-            self._disconnected = True
+        if state == KazooState.LOST:
+            # After SUSPENDED too: the session (and anything ephemeral of it) is gone.
             log.warning(
-                "metadata: ZooKeeper connection %s; metadata changes are refused and views are "
-                "served from the cache until it is back",
-                "lost (session expired)" if state == KazooState.LOST else "suspended",
+                "metadata: ZooKeeper session lost (expired); metadata changes are refused and "
+                "views are served from the cache until a new session is established"
             )
+        elif not self._disconnected:
+            log.warning(
+                "metadata: ZooKeeper connection suspended; metadata changes are refused and "
+                "views are served from the cache until it is back"
+            )
+        self._disconnected = True
 
     def _resync(self, state: _Namespace) -> None:
         state.inflight.clear()
