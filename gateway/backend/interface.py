@@ -181,7 +181,10 @@ class VirtualHost(Protocol):
     ) -> None: ...
 
     async def publish(self, message: Message) -> PublishOutcome:
-        """Route and store; returns once routed (and back-pressure allows the next one)."""
+        """Route and store; returns once routed (and back-pressure allows the next one).
+
+        Must be cancellation-safe: a cancelled publish has sent nothing, so it can be retried.
+        """
         ...
 
     async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> QueueSubscription:

@@ -26,6 +26,7 @@ from gateway.backend.interface import (
     Delivery,
     Message,
     Owner,
+    PublishOutcome,
     QueueSubscription,
     SubscriptionEnded,
     VirtualHost,
@@ -39,6 +40,9 @@ log = logging.getLogger("gateway.session")
 # Cleanup (requeueing, closing subscriptions) must finish even when the connection is being
 # torn down, but never hang the teardown.
 CLEANUP_TIMEOUT = 10.0
+# A publish that waits this long for the backend (Pulsar's in-flight limit reached) tells the
+# client, if it listens, with Connection.Blocked; Unblocked follows when the publish goes on.
+BLOCKED_AFTER = 1.0
 
 
 class SessionLink(Protocol):
@@ -285,7 +289,7 @@ class AMQPSession:
             return
         message = Message(event.exchange, event.routing_key, event.header, event.body)
         try:
-            outcome = await self._vhost.publish(message)
+            outcome = await self._publish_or_block(message)
         except AMQPError as error:
             raise error.with_method(*_BASIC_PUBLISH) from None
         if not outcome.routed and event.mandatory:
@@ -301,6 +305,26 @@ class AMQPSession:
             )
         if state.confirms is not None:
             state.confirms.add(outcome.stored)
+
+    async def _publish_or_block(self, message: Message) -> PublishOutcome:
+        """Publish; while the backend holds the publish back, the client is told it is blocked.
+
+        The reader is waiting here, so the client's socket is not read: that is the
+        back-pressure itself. Connection.Blocked only explains it to clients that advertise
+        ``connection.blocked`` (RabbitMQ's resource alarms do the same).
+        """
+        with trio.move_on_after(BLOCKED_AFTER):
+            return await self._vhost.publish(message)
+        # Cancelling the first attempt sent nothing (backends publish cancellation-safely).
+        blocked = self._protocol.send_blocked("the message store is not keeping up")
+        if blocked:
+            await self._link.flush()
+        try:
+            return await self._vhost.publish(message)
+        finally:
+            if blocked:
+                self._protocol.send_unblocked()
+                await self._link.flush()
 
     async def _confirm_select(self, state: ChannelState, method: Any) -> None:
         if state.confirms is None:
