@@ -118,6 +118,20 @@ def _stop_process(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> No
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _beam_pid(script_pid: int) -> int | None:
+    """The Erlang VM (beam.smp) started by the rabbitmq-server script: the script itself when it
+    exec'd, else its child."""
+    candidates = [script_pid]
+    with contextlib.suppress(OSError):
+        children = Path(f"/proc/{script_pid}/task/{script_pid}/children").read_text().split()
+        candidates += [int(child) for child in children]
+    for pid in candidates:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip().startswith("beam"):
+                return pid
+    return None
+
+
 @contextlib.contextmanager
 def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
     """Start a private RabbitMQ node on 127.0.0.1; stop it and remove its files on exit."""
@@ -188,10 +202,16 @@ def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
             time.sleep(0.2)
         if not port_open(port):
             raise RabbitMQUnavailable(f"rabbitmq-server does not listen on {port}:\n{_tail(log)}")
-        yield RabbitNode(port=port, pid=server.pid, log=log)
+        beam = _beam_pid(server.pid) or server.pid
+        yield RabbitNode(port=port, pid=beam, log=log)
     finally:
-        # SIGTERM makes the Erlang VM run init:stop() (an orderly shutdown).
         if server is not None:
+            # SIGTERM makes the Erlang VM run init:stop() (an orderly shutdown); the script
+            # that started it then exits too.
+            beam = _beam_pid(server.pid)
+            if beam is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(beam, signal.SIGTERM)
             _stop_process(server, signal.SIGTERM, STOP_TIMEOUT)
         if epmd is not None:
             _stop_process(epmd, signal.SIGTERM, 5)

@@ -1,0 +1,1103 @@
+"""The gateway against the raw pulsar-client on the same Pulsar, measured in one run.
+
+    .venv/bin/python bench/bench_gateway_vs_pulsar.py            # needs the local stack up
+    .venv/bin/python bench/bench_gateway_vs_pulsar.py -n 5000 --no-rabbitmq   # quicker
+
+Same work on both sides, in a fresh Pulsar namespace (deleted afterwards, with the gateway's
+ZooKeeper metadata of it):
+
+* **raw**: pulsar-client's producer (``send_async``, batching as the gateway configures it:
+  1 ms delay, 1000 messages, 128 KiB), N messages of 1 KiB, timed until the last send callback;
+  then a new Shared subscription from the earliest message, ``receive`` + ``acknowledge`` until
+  N, timed from subscribe to the last ack.
+* **gateway**: ``starlight-rabbitmq`` started as a subprocess on a free loopback port. The
+  AMQP client below publishes N persistent 1 KiB messages to a durable queue through the default
+  exchange with publisher confirms, keeping a window of W unconfirmed (default 500), timed until
+  the last confirm; then ``basic.consume`` with ``basic.qos`` prefetch P (default 500), one
+  ``basic.ack`` per message, timed from consume to the last ack sent.
+* **latency**: a trickle (default 1000 messages at 200/s, after 20 unmeasured ones) with the
+  consumer already attached: publish→deliver and publish→confirm, p50/p99/max.
+* **RabbitMQ (same client)**: if Debian's rabbitmq-server is installed, the same AMQP phases
+  against a private RabbitMQ node (bench/rabbitmq.py): the client's ceiling on this machine, and
+  a gateway/RabbitMQ ratio with a Python client.
+
+The AMQP client is a minimal asyncio ``Protocol`` written for this benchmark: pamqp encodes and
+decodes the handshake and the synchronous methods; the hot path is hand-written: a publish is
+one prebuilt byte string (method + header + body frames), confirms and deliveries are parsed
+with ``struct.unpack_from`` straight out of the receive buffer, and the acks of one read are
+written with one ``write``. Its CPU time is measured per phase and printed as µs/message, so a
+reader can see how far it is from being the bottleneck.
+
+Also printed per phase: CPU seconds used by the gateway process, the Pulsar JVM, this process,
+and everything else on the machine (from /proc), so that results on a busy machine can be
+recognised as such. ``--profile`` records the gateway with py-spy during its throughput phases
+and prints the top functions.
+
+Every phase is bounded (``--phase-timeout``, default 120 s) and the whole run stays on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import importlib.util
+import os
+import platform
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+from pamqp import base, body, commands, frame, header
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import rabbitmq  # noqa: E402  (bench/rabbitmq.py, next to this file)
+
+GATEWAY_EXE = REPO_DIR / ".venv" / "bin" / "starlight-rabbitmq"
+ZK_PREFIX = "/starlight-rabbitmq"
+
+
+def load_stack() -> ModuleType:
+    """scripts/stack.py (imported by path, as its docstring asks)."""
+    spec = importlib.util.spec_from_file_location("stack", REPO_DIR / "scripts" / "stack.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["stack"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- CPU accounting (/proc) --------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds spent busy by all cores since boot (/proc/stat, idle and iowait excluded)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    # guest time is already counted in user time
+    return (sum(values[:8]) - idle) / CLK_TCK
+
+
+def find_pid(cmdline_part: str) -> int | None:
+    """The first process whose command line contains ``cmdline_part``."""
+    needle = cmdline_part.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds per named process, this process, and the machine, between start and stop."""
+
+    pids: dict[str, int]
+    start: dict[str, float] = field(default_factory=dict)
+    used: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def _sample(self) -> dict[str, float]:
+        sample = {name: proc_cpu_seconds(pid) for name, pid in self.pids.items()}
+        sample["client"] = time.process_time()
+        sample["machine"] = machine_busy_seconds()
+        sample["wall"] = time.perf_counter()
+        return sample
+
+    def __enter__(self) -> CpuMeter:
+        self.start = self._sample()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._sample()
+        self.wall = end["wall"] - self.start["wall"]
+        self.used = {k: end[k] - self.start[k] for k in end if k != "wall"}
+        named = sum(v for k, v in self.used.items() if k != "machine")
+        self.used["other"] = max(0.0, self.used["machine"] - named)
+
+    def summary(self) -> str:
+        order = [k for k in (*self.pids, "client", "other") if k in self.used]
+        parts = [f"{k} {self.used[k]:.1f}" for k in order]
+        return f"cpu s: {', '.join(parts)} (wall {self.wall:.1f})"
+
+
+# --- Pulsar namespace and the gateway process --------------------------------------------------
+
+
+@contextlib.contextmanager
+def fresh_namespace(web_url: str, zookeeper: str) -> Iterator[str]:
+    """``public/bench-<random>``; on exit the namespace (forced) and its gateway metadata go."""
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    with httpx.Client(base_url=web_url, timeout=60) as admin:
+        admin.put(f"/admin/v2/namespaces/public/{name}").raise_for_status()
+        try:
+            yield name
+        finally:
+            reply = admin.delete(f"/admin/v2/namespaces/public/{name}", params={"force": "true"})
+            if reply.status_code >= 300:
+                print(f"warning: deleting namespace public/{name}: HTTP {reply.status_code}")
+            delete_gateway_metadata(zookeeper, f"public/{name}")
+
+
+def delete_gateway_metadata(zookeeper: str, namespace: str) -> None:
+    """Remove the gateway's ZooKeeper subtree of ``namespace`` (what outlives its deletion)."""
+    from kazoo.client import KazooClient
+
+    from gateway.metadata.paths import encode_name
+
+    zk = KazooClient(hosts=zookeeper, timeout=10)
+    zk.start(timeout=10)
+    try:
+        path = f"{ZK_PREFIX}/vhosts/{encode_name(namespace)}"
+        if zk.exists(path):
+            zk.delete(path, recursive=True)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class GatewayProcess:
+    port: int
+    pid: int
+    log: Path
+
+
+@contextlib.contextmanager
+def gateway_process(
+    broker_url: str, web_url: str, zookeeper: str, namespace: str, *, timeout: float = 60.0
+) -> Iterator[GatewayProcess]:
+    """``starlight-rabbitmq -c <temp conf>`` on a free loopback port, vhost ``/`` on
+    ``public/<namespace>``; stopped with SIGINT (graceful), then SIGKILL if it lingers."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    port = rabbitmq.free_port()
+    conf = workdir / "gateway.conf"
+    conf.write_text(
+        f"brokerServiceURL={broker_url}\n"
+        f"brokerWebServiceURL={web_url}\n"
+        f"configurationStoreServers={zookeeper}\n"
+        f"amqpListeners=amqp://127.0.0.1:{port}\n"
+        f"amqpDefaultNamespace={namespace}\n"
+        "httpServerPort=0\n"
+    )
+    log = workdir / "gateway.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(GATEWAY_EXE), "-c", str(conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO_DIR,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not rabbitmq.port_open(port):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited with {proc.returncode}:\n{_log_tail(log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not listen within {timeout:.0f} s")
+            time.sleep(0.1)
+        yield GatewayProcess(port=port, pid=proc.pid, log=log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- a minimal asyncio AMQP 0-9-1 client --------------------------------------------------------
+
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
+FRAME_END = b"\xce"
+_FRAME_HEAD = struct.Struct(">BHI")
+_CLASS_METHOD = struct.Struct(">I")
+_TAG_BITS = struct.Struct(">QB")
+_U64 = struct.Struct(">Q")
+_ACK_FRAME = struct.Struct(
+    ">BHIHHQBB"
+)  # type, channel, size 13, class 60, method 80, tag, bits, end
+BASIC_ACK = (60 << 16) | 80
+BASIC_NACK = (60 << 16) | 120
+BASIC_DELIVER = (60 << 16) | 60
+CHANNEL = 1
+MAX_FRAME = 131072
+
+
+class AmqpError(RuntimeError):
+    pass
+
+
+class AmqpClient(asyncio.Protocol):
+    """One connection, one channel (1). Use ``await AmqpClient.open(host, port)``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.inbox: asyncio.Queue[base.Frame | None] = asyncio.Queue()
+        self.lost: BaseException | None = None
+        self.frame_max = MAX_FRAME
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        # publisher confirms: tags are 1, 2, ...; every tag < low is confirmed, plus acked_above
+        self.low = 1
+        self.acked_above: set[int] = set()
+        self.confirmed = 0
+        self.nacked = 0
+        self.confirm_event = asyncio.Event()
+        self.confirm_times: dict[int, int] | None = None  # tag -> send ns, when measuring
+        self.confirm_latencies: list[int] = []
+        # deliveries
+        self.deliver_tag = 0
+        self.body_left = 0
+        self.body_head = b""
+        self.on_delivery: Callable[[int, bytes], None] | None = None
+        self.pending_acks: list[bytes] = []
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or ConnectionResetError("connection closed by the server")
+        self.inbox.put_nowait(None)
+        self.confirm_event.set()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        pos, size_all = 0, len(buf)
+        unpack_head, unpack_cm = _FRAME_HEAD.unpack_from, _CLASS_METHOD.unpack_from
+        while size_all - pos >= 8:
+            kind, _channel, size = unpack_head(buf, pos)
+            end = pos + 7 + size
+            if end >= size_all:
+                break
+            start = pos + 7
+            if kind == FRAME_METHOD:
+                (cm,) = unpack_cm(buf, start)
+                if cm in (BASIC_ACK, BASIC_NACK):
+                    tag, bits = _TAG_BITS.unpack_from(buf, start + 4)
+                    if cm == BASIC_NACK:
+                        self.nacked += 1
+                    self._confirm(tag, bits & 1)
+                elif cm == BASIC_DELIVER:
+                    at = start + 4
+                    at += 1 + buf[at]  # consumer tag
+                    (self.deliver_tag,) = _U64.unpack_from(buf, at)
+                else:
+                    _, _, value = frame.unmarshal(bytes(buf[pos : end + 1]))
+                    assert isinstance(value, base.Frame)
+                    self._slow_method(value)
+            elif kind == FRAME_HEADER:
+                (self.body_left,) = _U64.unpack_from(buf, start + 4)
+                self.body_head = b""
+                if self.body_left == 0:
+                    self._delivered()
+            elif kind == FRAME_BODY:
+                if not self.body_head:
+                    self.body_head = bytes(buf[start : start + min(size, 16)])
+                self.body_left -= size
+                if self.body_left <= 0:
+                    self._delivered()
+            pos = end + 1
+        del buf[:pos]
+        if self.pending_acks and self.transport is not None:
+            self.transport.write(b"".join(self.pending_acks))
+            self.pending_acks.clear()
+
+    def _slow_method(self, value: base.Frame) -> None:
+        if isinstance(value, commands.Connection.Close):
+            self.send(0, commands.Connection.CloseOk())
+        self.inbox.put_nowait(value)
+
+    def _confirm(self, tag: int, multiple: int) -> None:
+        times = self.confirm_times
+        now = time.perf_counter_ns() if times is not None else 0
+        if multiple:
+            if tag >= self.low:
+                already = [t for t in self.acked_above if t <= tag]
+                self.confirmed += tag - self.low + 1 - len(already)
+                if times is not None:
+                    for t in range(self.low, tag + 1):
+                        sent = times.pop(t, None)
+                        if sent is not None:
+                            self.confirm_latencies.append(now - sent)
+                self.acked_above.difference_update(already)
+                self.low = tag + 1
+        elif tag == self.low or (tag > self.low and tag not in self.acked_above):
+            self.confirmed += 1
+            if times is not None and tag in times:
+                self.confirm_latencies.append(now - times.pop(tag))
+            if tag == self.low:
+                self.low += 1
+            else:
+                self.acked_above.add(tag)
+        while self.low in self.acked_above:
+            self.acked_above.remove(self.low)
+            self.low += 1
+        self.confirm_event.set()
+
+    def _delivered(self) -> None:
+        if self.on_delivery is not None:
+            self.on_delivery(self.deliver_tag, self.body_head)
+
+    def ack(self, tag: int) -> None:
+        """Queue a basic.ack; written at the end of the current read."""
+        self.pending_acks.append(_ACK_FRAME.pack(1, CHANNEL, 13, 60, 80, tag, 0, 0xCE))
+
+    # requests
+    def write(self, data: bytes) -> None:
+        if self.lost is not None:
+            raise AmqpError(f"connection lost: {self.lost}")
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def send(self, channel: int, value: base.Frame) -> None:
+        self.write(frame.marshal(value, channel))
+
+    async def expect(self, kind: type[base.Frame], timeout: float = 30.0) -> Any:
+        value = await asyncio.wait_for(self.inbox.get(), timeout)
+        if value is None:
+            raise AmqpError(f"connection lost waiting for {kind.__name__}: {self.lost}")
+        if isinstance(value, commands.Connection.Close | commands.Channel.Close):
+            raise AmqpError(f"{value.name}: {value.reply_code} {value.reply_text}")
+        if not isinstance(value, kind):
+            raise AmqpError(f"expected {kind.__name__}, got {value.name}")
+        return value
+
+    async def call(self, value: base.Frame, reply: type[base.Frame]) -> Any:
+        self.send(CHANNEL, value)
+        return await self.expect(reply)
+
+    @classmethod
+    async def open(cls, host: str, port: int, vhost: str = "/") -> AmqpClient:
+        loop = asyncio.get_running_loop()
+        _, client = await loop.create_connection(cls, host, port)
+        client.write(b"AMQP\x00\x00\x09\x01")
+        await client.expect(commands.Connection.Start)
+        client.send(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"product": "bench_gateway_vs_pulsar"},
+                mechanism="PLAIN",
+                response="\x00guest\x00guest",
+            ),
+        )
+        tune = await client.expect(commands.Connection.Tune)
+        client.frame_max = min(tune.frame_max or MAX_FRAME, MAX_FRAME)
+        client.send(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=client.frame_max, heartbeat=0
+            ),
+        )
+        client.send(0, commands.Connection.Open(virtual_host=vhost))
+        await client.expect(commands.Connection.OpenOk)
+        await client.call(commands.Channel.Open(), commands.Channel.OpenOk)
+        return client
+
+    async def close(self) -> None:
+        if self.lost is None and self.transport is not None:
+            with contextlib.suppress(AmqpError, TimeoutError):
+                self.send(0, commands.Connection.Close(200, "bye", 0, 0))
+                await self.expect(commands.Connection.CloseOk, timeout=10)
+        if self.transport is not None:
+            self.transport.close()
+
+    def message_frames(self, routing_key: str, payload: bytes) -> bytes:
+        """Basic.Publish to the default exchange + content header (persistent) + body frames."""
+        parts = [
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), CHANNEL),
+            frame.marshal(
+                header.ContentHeader(0, len(payload), commands.Basic.Properties(delivery_mode=2)),
+                CHANNEL,
+            ),
+        ]
+        step = self.frame_max - 8
+        for at in range(0, len(payload), step):
+            parts.append(frame.marshal(body.ContentBody(payload[at : at + step]), CHANNEL))
+        return b"".join(parts)
+
+    async def wait_confirmed(self, target: int, deadline: float) -> None:
+        while self.confirmed < target:
+            if self.lost is not None:
+                raise AmqpError(f"connection lost: {self.lost}")
+            self.confirm_event.clear()
+            await asyncio.wait_for(self.confirm_event.wait(), deadline - time.monotonic())
+
+
+async def amqp_publish_confirmed(
+    client: AmqpClient, queue: str, count: int, size: int, window: int, timeout: float
+) -> float:
+    """Publish ``count`` messages with at most ``window`` unconfirmed; seconds until the last
+    confirm. The client must be in confirm mode with no earlier publishes on the channel."""
+    blob = client.message_frames(queue, b"x" * size)
+    deadline = time.monotonic() + timeout
+    started = time.perf_counter()
+    sent = 0
+    while sent < count:
+        room = window - (sent - client.confirmed)
+        if room <= 0:
+            client.confirm_event.clear()
+            await asyncio.wait_for(client.confirm_event.wait(), deadline - time.monotonic())
+            continue
+        chunk = min(room, count - sent, 64)
+        client.write(blob * chunk)
+        sent += chunk
+        if not client.can_write.is_set():
+            await asyncio.wait_for(client.can_write.wait(), deadline - time.monotonic())
+    await client.wait_confirmed(count, deadline)
+    elapsed = time.perf_counter() - started
+    if client.nacked:
+        raise AmqpError(f"{client.nacked} publishes were nacked")
+    return elapsed
+
+
+async def amqp_consume(
+    client: AmqpClient, queue: str, count: int, prefetch: int, timeout: float
+) -> float:
+    """basic.consume with prefetch, ack each delivery; seconds from consume to the last ack."""
+    done = asyncio.Event()
+    received = 0
+
+    def on_delivery(tag: int, _head: bytes) -> None:
+        nonlocal received
+        received += 1
+        client.ack(tag)
+        if received >= count:
+            done.set()
+
+    await client.call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
+    client.on_delivery = on_delivery
+    started = time.perf_counter()
+    await client.call(
+        commands.Basic.Consume(queue=queue, consumer_tag="bench"), commands.Basic.ConsumeOk
+    )
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        raise AmqpError(f"consume: {received} of {count} messages within {timeout:.0f} s") from None
+    elapsed = time.perf_counter() - started
+    client.on_delivery = None
+    client.send(CHANNEL, commands.Basic.Cancel(consumer_tag="bench"))
+    await client.expect(commands.Basic.CancelOk)
+    return elapsed
+
+
+@dataclass
+class Latency:
+    deliver_ns: list[int]
+    confirm_ns: list[int]
+
+    @staticmethod
+    def _fmt(values: list[int]) -> str:
+        if not values:
+            return "n/a"
+        ms = sorted(v / 1e6 for v in values)
+        p50 = statistics.median(ms)
+        p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+        return f"{p50:.2f} / {p99:.2f} / {ms[-1]:.2f}"
+
+    def deliver(self) -> str:
+        return self._fmt(self.deliver_ns)
+
+    def confirm(self) -> str:
+        return self._fmt(self.confirm_ns)
+
+
+async def amqp_latency(
+    host: str, port: int, queue: str, count: int, rate: float, size: int, warmup: int
+) -> Latency:
+    """A trickle at ``rate``/s with a consumer attached; the body carries the send time."""
+    publisher = await AmqpClient.open(host, port)
+    consumer = await AmqpClient.open(host, port)
+    try:
+        await publisher.call(
+            commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk
+        )
+        await publisher.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        deliver: list[int] = []
+        got = 0
+        total = warmup + count
+        done = asyncio.Event()
+
+        def on_delivery(tag: int, head: bytes) -> None:
+            nonlocal got
+            got += 1
+            (sent,) = _U64.unpack_from(head)
+            if got > warmup:
+                deliver.append(time.perf_counter_ns() - sent)
+            consumer.ack(tag)
+            if got >= total:
+                done.set()
+
+        consumer.on_delivery = on_delivery
+        await consumer.call(commands.Basic.Qos(prefetch_count=500), commands.Basic.QosOk)
+        await consumer.call(
+            commands.Basic.Consume(queue=queue, consumer_tag="lat"), commands.Basic.ConsumeOk
+        )
+        template = publisher.message_frames(queue, b"\0" * size)
+        body_at = len(template) - size - 1
+        publisher.confirm_times = {}
+        interval = 1.0 / rate
+        started = time.perf_counter()
+        for i in range(total):
+            delay = started + i * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = time.perf_counter_ns()
+            if i >= warmup:
+                publisher.confirm_times[i + 1] = now
+            publisher.write(template[:body_at] + _U64.pack(now) + template[body_at + 8 :])
+        await asyncio.wait_for(done.wait(), 60 + total / rate)
+        await publisher.wait_confirmed(total, time.monotonic() + 30)
+        await publisher.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        return Latency(deliver, list(publisher.confirm_latencies))
+    finally:
+        await consumer.close()
+        await publisher.close()
+
+
+@dataclass
+class Rates:
+    publish: float = 0.0
+    consume: float = 0.0
+    publish_cpu: CpuMeter | None = None
+    consume_cpu: CpuMeter | None = None
+    latency: Latency | None = None
+    backlog: int | None = None
+    note: str = ""
+
+    def client_us_per_msg(self, count: int) -> str:
+        parts = []
+        for meter in (self.publish_cpu, self.consume_cpu):
+            if meter is not None:
+                parts.append(f"{meter.used['client'] / count * 1e6:.0f}")
+        return " / ".join(parts) or "n/a"
+
+
+async def run_amqp(
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+) -> Rates:
+    """Warm-up, publish-confirmed phase, consume phase, latency trickle against one broker."""
+    rates = Rates()
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    client = await AmqpClient.open(host, port)
+    try:
+        await client.call(
+            commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk
+        )
+        await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        if args.warmup:
+            await amqp_publish_confirmed(
+                client, queue, args.warmup, args.size, args.window, args.phase_timeout
+            )
+            await amqp_consume(client, queue, args.warmup, args.prefetch, args.phase_timeout)
+            await client.close()
+            client = await AmqpClient.open(host, port)
+            await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        with CpuMeter(pids) as meter:
+            seconds = await amqp_publish_confirmed(
+                client, queue, args.count, args.size, args.window, args.phase_timeout
+            )
+        rates.publish, rates.publish_cpu = args.count / seconds, meter
+        with CpuMeter(pids) as meter:
+            seconds = await amqp_consume(
+                client, queue, args.count, args.prefetch, args.phase_timeout
+            )
+        rates.consume, rates.consume_cpu = args.count / seconds, meter
+        await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+    finally:
+        await client.close()
+    if args.latency_count:
+        rates.latency = await amqp_latency(
+            host, port, f"{queue}-lat", args.latency_count, args.latency_rate, args.size, 20
+        )
+    return rates
+
+
+# --- raw pulsar-client --------------------------------------------------------------------------
+
+
+def raw_producer(client: Any, topic: str) -> Any:
+    # The gateway's producer settings (gateway/pulsar/producer.py ProducerOptions), but blocking
+    # when 1000 are pending instead of failing: this loop has nothing better to do.
+    return client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=1,
+        batching_max_messages=1000,
+        batching_max_allowed_size_in_bytes=128 * 1024,
+        max_pending_messages=1000,
+        block_if_queue_full=True,
+    )
+
+
+def raw_publish(producer: Any, count: int, size: int, timeout: float) -> float:
+    import pulsar
+
+    payload = b"x" * size
+    done = threading.Event()
+    lock = threading.Lock()
+    state = {"acked": 0, "failed": 0}
+
+    def callback(result: Any, _msg_id: Any) -> None:
+        with lock:
+            state["acked"] += 1
+            if result != pulsar.Result.Ok:
+                state["failed"] += 1
+            if state["acked"] >= count:
+                done.set()
+
+    started = time.perf_counter()
+    for _ in range(count):
+        producer.send_async(payload, callback)
+    producer.flush()
+    if not done.wait(timeout):
+        raise RuntimeError(f"raw publish: {state['acked']} of {count} within {timeout:.0f} s")
+    elapsed = time.perf_counter() - started
+    if state["failed"]:
+        raise RuntimeError(f"raw publish: {state['failed']} sends failed")
+    return elapsed
+
+
+def raw_consume(client: Any, topic: str, subscription: str, count: int, timeout: float) -> float:
+    import pulsar
+
+    started = time.perf_counter()
+    consumer = client.subscribe(
+        topic,
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        for got in range(count):
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                raise RuntimeError(f"raw consume: {got} of {count} within {timeout:.0f} s")
+            consumer.acknowledge(consumer.receive(timeout_millis=left_ms))
+        return time.perf_counter() - started
+    finally:
+        consumer.close()  # flushes the grouped acks
+
+
+def raw_latency(
+    client: Any, topic: str, count: int, rate: float, size: int, warmup: int
+) -> Latency:
+    import pulsar
+
+    consumer = client.subscribe(
+        topic, "lat", consumer_type=pulsar.ConsumerType.Shared
+    )  # attached before the first send
+    producer = raw_producer(client, topic)
+    total = warmup + count
+    deliver: list[int] = []
+    confirm: list[int] = []
+    failures: list[BaseException] = []
+
+    def receive_all() -> None:
+        try:
+            for i in range(total):
+                msg = consumer.receive(timeout_millis=int((60 + total / rate) * 1000))
+                now = time.perf_counter_ns()
+                if i >= warmup:
+                    deliver.append(now - _U64.unpack_from(msg.data())[0])
+                consumer.acknowledge(msg)
+        except BaseException as exc:
+            failures.append(exc)
+
+    receiver = threading.Thread(target=receive_all, name="raw-latency", daemon=True)
+    receiver.start()
+    padding = b"\0" * (size - 8)
+    interval = 1.0 / rate
+    started = time.perf_counter()
+    for i in range(total):
+        delay = started + i * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        now = time.perf_counter_ns()
+
+        def confirmed(
+            _result: Any, _msg_id: Any, sent: int = now, measured: bool = i >= warmup
+        ) -> None:
+            if measured:
+                confirm.append(time.perf_counter_ns() - sent)
+
+        producer.send_async(_U64.pack(now) + padding, confirmed)
+    producer.flush()
+    receiver.join(90 + total / rate)
+    producer.close()
+    consumer.close()
+    if failures:
+        raise RuntimeError(f"raw latency consumer failed: {failures[0]!r}")
+    return Latency(deliver, confirm)
+
+
+def run_raw(
+    broker_url: str, namespace: str, args: argparse.Namespace, pids: dict[str, int]
+) -> Rates:
+    import pulsar
+
+    rates = Rates()
+    client = pulsar.Client(broker_url, logger=_quiet_pulsar_logger())
+    try:
+        if args.warmup:
+            warm = f"persistent://public/{namespace}/raw-warmup"
+            producer = raw_producer(client, warm)
+            raw_publish(producer, args.warmup, args.size, args.phase_timeout)
+            producer.close()
+            raw_consume(client, warm, "bench", args.warmup, args.phase_timeout)
+        topic = f"persistent://public/{namespace}/raw-tput"
+        producer = raw_producer(client, topic)
+        with CpuMeter(pids) as meter:
+            seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
+        producer.close()
+        rates.publish, rates.publish_cpu = args.count / seconds, meter
+        with CpuMeter(pids) as meter:
+            seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
+        rates.consume, rates.consume_cpu = args.count / seconds, meter
+        rates.backlog = subscription_backlog(args.web_url, f"public/{namespace}/raw-tput")
+        if args.latency_count:
+            rates.latency = raw_latency(
+                client,
+                f"persistent://public/{namespace}/raw-lat",
+                args.latency_count,
+                args.latency_rate,
+                args.size,
+                20,
+            )
+    finally:
+        client.close()
+    return rates
+
+
+def _quiet_pulsar_logger() -> Any:
+    import logging
+
+    logger = logging.getLogger("bench.pulsar")
+    logger.setLevel(logging.WARNING)
+    return logger
+
+
+def subscription_backlog(web_url: str, topic_path: str, wait: float = 5.0) -> int | None:
+    """Sum of msgBacklog over the topic's subscriptions, polled until 0 (acks are grouped)."""
+    deadline = time.monotonic() + wait
+    backlog: int | None = None
+    with httpx.Client(base_url=web_url, timeout=10) as admin:
+        while True:
+            reply = admin.get(f"/admin/v2/persistent/{topic_path}/stats")
+            if reply.status_code != 200:
+                return None
+            subs = reply.json().get("subscriptions", {})
+            backlog = sum(int(s.get("msgBacklog", 0)) for s in subs.values())
+            if backlog == 0 or time.monotonic() > deadline:
+                return backlog
+            time.sleep(0.25)
+
+
+# --- py-spy -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, out: Path, enabled: bool) -> Iterator[None]:
+    """Record ``pid`` with py-spy (raw collapsed stacks) while the block runs."""
+    exe = shutil.which("py-spy") or str(REPO_DIR / ".venv" / "bin" / "py-spy")
+    if not enabled:
+        yield
+        return
+    if not Path(exe).exists():
+        print("note: --profile needs py-spy on PATH (pip install py-spy); not profiling")
+        yield
+        return
+    proc = subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--rate",
+            "200",
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1.0)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if not out.exists():
+            print(f"note: py-spy wrote nothing: {err.decode(errors='replace').strip()[-300:]}")
+
+
+def profile_summary(collapsed: Path, top: int = 20) -> str:
+    """Top functions by own samples and by inclusive samples from py-spy's raw output."""
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [f for f in stack.split(";") if f]
+        if not frames:
+            continue
+        own[_short(frames[-1])] += count
+        for name in {_short(f) for f in frames}:
+            incl[name] += count
+    if not total:
+        return "no samples"
+    lines = [f"py-spy: {total} samples of the gateway (all threads, idle excluded)", "own:"]
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in own.most_common(top)]
+    lines.append("inclusive:")
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in incl.most_common(top)]
+    return "\n".join(lines)
+
+
+def _short(frame_text: str) -> str:
+    # "function (path/to/file.py:123)" -> "function (file.py)"
+    name, _, where = frame_text.partition(" (")
+    where = where.rstrip(")")
+    file_part = where.rsplit(":", 1)[0]
+    marker = "/gateway/"
+    if marker in file_part:
+        file_part = "gateway/" + file_part.split(marker, 1)[1]
+    else:
+        file_part = Path(file_part).name
+    return f"{name} ({file_part})"
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:,.0f}" if value else "-"
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def machine_line() -> str:
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} cores ({model}), {mem:.0f} GiB, Python {platform.python_version()}, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
+def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: list[str]) -> None:
+    raw, gw, rmq = results.get("raw"), results.get("gateway"), results.get("rabbitmq")
+    print()
+    print(
+        f"== {args.count:,} messages of {args.size} B; AMQP confirm window {args.window}, "
+        f"prefetch {args.prefetch}; warm-up {args.warmup} =="
+    )
+    cols = [
+        (name, r)
+        for name, r in (
+            ("raw pulsar-client", raw),
+            ("gateway", gw),
+            ("RabbitMQ (same client)", rmq),
+        )
+        if r is not None
+    ]
+    header_line = "| | " + " | ".join(name for name, _ in cols)
+    if raw and gw:
+        header_line += " | gateway/raw"
+    if rmq and gw:
+        header_line += " | gateway/RabbitMQ"
+    print(header_line + " |")
+    print("|---" * header_line.count("|") + "|")
+
+    def row(label: str, get: Callable[[Rates], float]) -> None:
+        line = f"| {label} | " + " | ".join(fmt_rate(get(r)) for _, r in cols)
+        if raw and gw:
+            line += f" | {ratio(get(gw), get(raw))}"
+        if rmq and gw:
+            line += f" | {ratio(get(gw), get(rmq))}"
+        print(line + " |")
+
+    row("publish, confirmed (msg/s)", lambda r: r.publish)
+    row("consume + ack (msg/s)", lambda r: r.consume)
+    if any(r.latency for _, r in cols):
+        print(
+            f"| deliver latency p50/p99/max ms ({args.latency_count} at {args.latency_rate:g}/s) | "
+            + " | ".join(r.latency.deliver() if r.latency else "-" for _, r in cols)
+            + " |"
+        )
+        print(
+            "| confirm latency p50/p99/max ms | "
+            + " | ".join(r.latency.confirm() if r.latency else "-" for _, r in cols)
+            + " |"
+        )
+    print(
+        "| client CPU µs/msg (publish / consume) | "
+        + " | ".join(r.client_us_per_msg(args.count) for _, r in cols)
+        + " |"
+    )
+    print()
+    for name, r in cols:
+        for phase, meter in (("publish", r.publish_cpu), ("consume", r.consume_cpu)):
+            if meter is not None:
+                print(f"{name:>22} {phase:<7} {meter.summary()}")
+        if r.backlog is not None:
+            print(f"{name:>22} backlog after consume: {r.backlog}")
+        if r.note:
+            print(f"{name:>22} {r.note}")
+    for note in notes:
+        print(f"note: {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--count", type=int, default=20_000, help="messages per phase")
+    parser.add_argument("-s", "--size", type=int, default=1024, help="body bytes (>= 16)")
+    parser.add_argument("--window", type=int, default=500, help="unconfirmed publishes in flight")
+    parser.add_argument("--prefetch", type=int, default=500, help="basic.qos prefetch count")
+    parser.add_argument("--warmup", type=int, default=2000, help="unmeasured messages first")
+    parser.add_argument("--latency-count", type=int, default=1000, help="0 skips latency")
+    parser.add_argument("--latency-rate", type=float, default=200.0, help="messages/s")
+    parser.add_argument("--phase-timeout", type=float, default=120.0, help="seconds per phase")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw pulsar-client run")
+    parser.add_argument("--no-gateway", action="store_true", help="skip the gateway run")
+    parser.add_argument(
+        "--no-rabbitmq", action="store_true", help="skip the same client against RabbitMQ"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="record the gateway with py-spy during its throughput phases (collapsed stacks)",
+    )
+    args = parser.parse_args(argv)
+    if args.size < 16:
+        parser.error("--size must be at least 16 (the latency runs put a timestamp in the body)")
+
+    stack = load_stack()
+    args.web_url = stack.WEB_URL
+    notes: list[str] = []
+    results: dict[str, Rates] = {}
+    print(f"machine: {machine_line()}")
+    if not (args.no_raw and args.no_gateway):
+        if not stack.is_up():
+            print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
+            return 2
+        pulsar_pid = find_pid("PulsarStandaloneStarter")
+        with fresh_namespace(stack.WEB_URL, stack.ZOOKEEPER) as namespace:
+            print(f"namespace public/{namespace} on {stack.BROKER_URL}")
+            if not args.no_raw:
+                pids = {"pulsar": pulsar_pid} if pulsar_pid else {}
+                print("raw pulsar-client ...", flush=True)
+                results["raw"] = run_raw(stack.BROKER_URL, namespace, args, pids)
+            if not args.no_gateway:
+                print("gateway ...", flush=True)
+                with gateway_process(
+                    stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER, namespace
+                ) as gw:
+                    pids = {"gateway": gw.pid}
+                    if pulsar_pid:
+                        pids["pulsar"] = pulsar_pid
+                    profiling = args.profile is not None
+                    out = args.profile or Path("/dev/null")
+                    with py_spy(gw.pid, out, profiling):
+                        results["gateway"] = asyncio.run(run_amqp("127.0.0.1", gw.port, args, pids))
+                    if profiling and out.exists():
+                        notes.append("profile:\n" + profile_summary(out))
+    if not args.no_rabbitmq:
+        reason = rabbitmq.unavailable_reason()
+        if reason:
+            notes.append(f"RabbitMQ column skipped: {reason}")
+        else:
+            print(f"RabbitMQ {rabbitmq.version()} (same AMQP client) ...", flush=True)
+            try:
+                with rabbitmq.local_rabbitmq() as node:
+                    results["rabbitmq"] = asyncio.run(
+                        run_amqp("127.0.0.1", node.port, args, {"rabbitmq": node.pid})
+                    )
+            except rabbitmq.RabbitMQUnavailable as exc:
+                notes.append(f"RabbitMQ column skipped: {exc}")
+    print_report(args, results, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
