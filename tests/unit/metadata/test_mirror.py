@@ -1,0 +1,145 @@
+"""The mirror's rules: listings diffed, replacements caught by cversion, own writes kept."""
+
+from __future__ import annotations
+
+from gateway.amqp.fieldtable import Field
+from gateway.metadata.codec import binding_id, encode_binding, encode_exchange, encode_queue
+from gateway.metadata.mirror import NamespaceMirror
+from gateway.metadata.paths import Folder, bucket_of, encode_name
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+
+Q = Folder.QUEUES
+
+
+def _q(name: str, owner: str | None = None) -> tuple[str, str, bytes]:
+    child = encode_name(name)
+    queue = Queue(name, exclusive=owner is not None, owner=owner)
+    return child, bucket_of(child), encode_queue(queue)
+
+
+def test_a_listing_asks_for_new_children_and_drops_gone_ones() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a")
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=1) == [child]
+    assert "a" not in mirror.snapshot().queues  # not read yet
+    mirror.apply_data(Q, child, data)
+    assert mirror.snapshot().queues["a"] == Queue("a")
+    version = mirror.version
+    # Nothing changed: nothing to read, version unchanged.
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=1) == []
+    assert mirror.version == version
+    # Gone.
+    assert mirror.apply_bucket_listing(Q, bucket, [], cversion=2) == []
+    assert "a" not in mirror.snapshot().queues
+    assert mirror.version > version
+
+
+def test_a_replacement_between_listings_is_caught_by_cversion() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a", owner="c1")
+    mirror.apply_bucket_listing(Q, bucket, [child], cversion=1)
+    mirror.apply_data(Q, child, data)
+    # Deleted and re-created (another owner) between two listings: same names, cversion +2.
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=3) == [child]
+    _, _, replaced = _q("a", owner="c2")
+    mirror.apply_data(Q, child, replaced)
+    assert mirror.snapshot().queues["a"].owner == "c2"
+
+
+def test_own_writes_are_accounted_for() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, _ = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [], cversion=0)
+    mirror.own_created(Q, child, Queue("a"))
+    assert mirror.snapshot().queues["a"] == Queue("a")
+    # The listing after our create: +1, ours; nothing to read.
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=1) == []
+    mirror.own_deleted(Q, child)
+    assert "a" not in mirror.snapshot().queues
+    assert mirror.apply_bucket_listing(Q, bucket, [], cversion=2) == []
+    # Our create and someone else's delete + re-create: +3, one unaccounted pair: re-read.
+    mirror.own_created(Q, child, Queue("a"))
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=5) == [child]
+
+
+def test_a_read_older_than_a_listing_that_dropped_the_child_is_ignored() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [child], cversion=1)
+    mirror.apply_bucket_listing(Q, bucket, [], cversion=2)
+    mirror.apply_data(Q, child, data)  # the read asked for after the first listing
+    assert "a" not in mirror.snapshot().queues
+
+
+def test_a_read_that_finds_nothing_removes_the_child() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [child], cversion=1)
+    mirror.apply_data(Q, child, data)
+    mirror.apply_data(Q, child, None)
+    assert "a" not in mirror.snapshot().queues
+
+
+def test_learned_entities_show_until_a_later_listing_lacks_them() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, _ = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [], cversion=0)
+    mirror.learned(Q, child, Queue("a"))
+    assert "a" in mirror.snapshot().queues
+    # The listing that shows it: counted as someone else's create; already known, no read.
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=1) == []
+    mirror.forget(Q, child)
+    assert "a" not in mirror.snapshot().queues
+
+
+def test_bindings_and_topic_keys_need_no_reads_and_dangling_bindings_are_hidden() -> None:
+    mirror = NamespaceMirror("t/n")
+    plain = Binding("q", "x", "k")
+    with_args = Binding("q", "x", "", {"a": Field("b", 1)})
+    children = [binding_id(plain), binding_id(with_args)]
+    to_read: list[str] = []
+    for child in children:
+        to_read += mirror.apply_bucket_listing(Folder.BINDINGS, bucket_of(child), [child], 1)
+    assert to_read == [binding_id(with_args)]
+    mirror.apply_data(Folder.BINDINGS, binding_id(with_args), encode_binding(with_args))
+    assert mirror.snapshot().bindings == frozenset()  # no queue, no exchange yet
+    q, q_bucket, q_data = _q("q")
+    mirror.apply_bucket_listing(Q, q_bucket, [q], 1)
+    mirror.apply_data(Q, q, q_data)
+    exchange = Exchange("x", ExchangeType.HEADERS)
+    mirror.apply_bucket_listing(Folder.EXCHANGES, bucket_of("x"), ["x"], 1)
+    mirror.apply_data(Folder.EXCHANGES, "x", encode_exchange(exchange))
+    assert mirror.snapshot().bindings == {plain, with_args}
+    key = "x,a.b"
+    assert mirror.apply_bucket_listing(Folder.TOPIC_KEYS, bucket_of(key), [key], 1) == []
+    assert dict(mirror.snapshot().topic_keys) == {"x": frozenset({"a.b"})}
+
+
+def test_foreign_children_are_ignored() -> None:
+    mirror = NamespaceMirror("t/n")
+    assert mirror.apply_bucket_listing(Folder.BINDINGS, "00", ["not-a-binding"], 1) == []
+    assert mirror.apply_bucket_listing(Q, "00", ["broken"], 1) == ["broken"]
+    mirror.apply_data(Q, "broken", b"not json")
+    assert not mirror.snapshot().queues and not mirror.snapshot().bindings
+
+
+def test_snapshots_are_built_once_per_version() -> None:
+    mirror = NamespaceMirror("t/n")
+    first = mirror.snapshot()
+    assert mirror.snapshot() is first
+    mirror.own_created(Q, "a", Queue("a"))
+    second = mirror.snapshot()
+    assert second is not first and second.version > first.version
+    assert "a" not in first.queues
+
+
+def test_a_vanished_bucket_takes_its_entities() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [child], cversion=1)
+    mirror.apply_data(Q, child, data)
+    mirror.apply_folder_listing(Q, [])
+    assert not mirror.snapshot().queues
+    mirror.own_created(Q, child, Queue("a"))
+    mirror.apply_missing_bucket(Q, bucket)
+    assert not mirror.snapshot().queues
