@@ -271,3 +271,20 @@ async def test_unreachable_and_closed(zk_fleet: ZooKeeperFleet, proxy: TcpProxy)
     await store.aclose()
     with pytest.raises(MetadataUnavailable, match="closed"):
         await store.create_queue("public/x", Queue("q"))
+
+
+async def test_delete_namespace(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespace: str) -> None:
+    store = await zk_fleet.replica()
+    await store.open(namespace)
+    queues = [Queue(f"q{index}") for index in range(300)]
+    await store.bulk_create(
+        namespace, queues=queues, bindings=[Binding(q.name, "amq.fanout", "") for q in queues]
+    )
+    await store.register_topic_key(namespace, "amq.topic", "k")
+    await store.delete_namespace(namespace)
+    root = f"{zk_fleet.prefix}/vhosts/{namespace.replace('/', '%2F')}"
+    assert raw.exists(root) is None
+    with pytest.raises(KeyError):
+        store.view(namespace)
+    view = await store.open(namespace)
+    assert not view.queues and not view.bindings and not view.topic_keys
