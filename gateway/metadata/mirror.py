@@ -25,7 +25,6 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeVar
 
 from gateway.metadata.codec import (
     TopicKey,
@@ -44,7 +43,6 @@ __all__ = ["Entity", "NamespaceMirror", "make_view"]
 log = logging.getLogger(__name__)
 
 Entity = Exchange | Queue | Binding | TopicKey
-_E = TypeVar("_E", Exchange, Queue, Binding, TopicKey)
 
 
 def make_view(
@@ -106,6 +104,106 @@ class _Bucket:
     entities: dict[str, Entity] = field(default_factory=dict)
 
 
+class _Index:
+    """The view's contents by entity name, kept up to date change by change, so that a
+    snapshot is a few C-level copies (a dict of 100,000 queues copies in about a millisecond;
+    rebuilding it from the buckets took 50 times longer) instead of a walk over every entity.
+
+    A binding is visible while its queue and its exchange are both present; ``visible``
+    counts, per Binding value, the visible children that carry it (two children can hold equal
+    values: Decimal("1.5") == Decimal("1.50") but their encodings, hence digests, differ).
+    """
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.bindings: dict[str, Binding] = {}
+        self.by_queue: dict[str, set[str]] = {}
+        self.by_exchange: dict[str, set[str]] = {}
+        self.visible: dict[Binding, int] = {}
+        self.keys: dict[str, set[str]] = {}
+        self.frozen_keys: dict[str, frozenset[str]] = {}
+        # Exchanges whose frozen keys are stale: refrozen at the next view, not at every key
+        # (loading 100,000 keys of one exchange must not refreeze the set 100,000 times).
+        self.stale_keys: set[str] = set()
+
+    def _show(self, binding: Binding, delta: int) -> None:
+        count = self.visible.get(binding, 0) + delta
+        if count:
+            self.visible[binding] = count
+        else:
+            del self.visible[binding]
+
+    def _is_visible(self, binding: Binding) -> bool:
+        return binding.queue in self.queues and binding.exchange in self.exchanges
+
+    def _show_children(self, children: set[str] | None, delta: int) -> None:
+        for child in children or ():
+            binding = self.bindings[child]
+            if self._is_visible(binding):
+                self._show(binding, delta)
+
+    def add(self, child: str, entity: Entity) -> None:
+        if isinstance(entity, Binding):
+            self.bindings[child] = entity
+            self.by_queue.setdefault(entity.queue, set()).add(child)
+            self.by_exchange.setdefault(entity.exchange, set()).add(child)
+            if self._is_visible(entity):
+                self._show(entity, 1)
+        elif isinstance(entity, Queue):
+            self.queues[entity.name] = entity
+            self._show_children(self.by_queue.get(entity.name), 1)
+        elif isinstance(entity, Exchange):
+            self.exchanges[entity.name] = entity
+            self._show_children(self.by_exchange.get(entity.name), 1)
+        else:
+            self.keys.setdefault(entity.exchange, set()).add(entity.routing_key)
+            self.stale_keys.add(entity.exchange)
+
+    def remove(self, child: str, entity: Entity) -> None:
+        if isinstance(entity, Binding):
+            if self._is_visible(entity):
+                self._show(entity, -1)
+            del self.bindings[child]
+            _discard(self.by_queue, entity.queue, child)
+            _discard(self.by_exchange, entity.exchange, child)
+        elif isinstance(entity, Queue):
+            self._show_children(self.by_queue.get(entity.name), -1)
+            del self.queues[entity.name]
+        elif isinstance(entity, Exchange):
+            self._show_children(self.by_exchange.get(entity.name), -1)
+            del self.exchanges[entity.name]
+        else:
+            keys = self.keys[entity.exchange]
+            keys.discard(entity.routing_key)
+            if not keys:
+                del self.keys[entity.exchange]
+            self.stale_keys.add(entity.exchange)
+
+    def view(self, version: int) -> VhostView:
+        for exchange in self.stale_keys:
+            keys = self.keys.get(exchange)
+            if keys:
+                self.frozen_keys[exchange] = frozenset(keys)
+            else:
+                self.frozen_keys.pop(exchange, None)
+        self.stale_keys.clear()
+        return VhostView(
+            version=version,
+            exchanges=MappingProxyType(dict(self.exchanges)),
+            queues=MappingProxyType(dict(self.queues)),
+            bindings=frozenset(self.visible),
+            topic_keys=MappingProxyType(dict(self.frozen_keys)),
+        )
+
+
+def _discard(index: dict[str, set[str]], key: str, child: str) -> None:
+    children = index[key]
+    children.discard(child)
+    if not children:
+        del index[key]
+
+
 class NamespaceMirror:
     """The znodes of one namespace as this replica knows them, and the view built from them."""
 
@@ -113,6 +211,7 @@ class NamespaceMirror:
         self.namespace = namespace
         self.version = 0
         self._folders: dict[Folder, dict[str, _Bucket]] = {folder: {} for folder in Folder}
+        self._index = _Index()
         self._snapshot: VhostView | None = None
 
     # ------------------------------------------------------------------ reading
@@ -121,20 +220,8 @@ class NamespaceMirror:
         """The view at the current version (built once per version)."""
         snapshot = self._snapshot
         if snapshot is None or snapshot.version != self.version:
-            snapshot = self._snapshot = make_view(
-                self.version,
-                self._entities(Folder.EXCHANGES, Exchange),
-                self._entities(Folder.QUEUES, Queue),
-                self._entities(Folder.BINDINGS, Binding),
-                self._entities(Folder.TOPIC_KEYS, TopicKey),
-            )
+            snapshot = self._snapshot = self._index.view(self.version)
         return snapshot
-
-    def _entities(self, folder: Folder, kind: type[_E]) -> Iterator[_E]:
-        for bucket in self._folders[folder].values():
-            for entity in bucket.entities.values():
-                if isinstance(entity, kind):
-                    yield entity
 
     def get(self, folder: Folder, child: str) -> Entity | None:
         bucket = self._folders[folder].get(bucket_of(child))
@@ -161,8 +248,9 @@ class NamespaceMirror:
         known = self._folders[folder]
         listed = set(buckets)
         for gone in [name for name in known if name not in listed]:
-            if known.pop(gone).entities:
-                self._changed()
+            for child in list(known[gone].entities):
+                self._drop(known[gone], child)
+            del known[gone]
 
     def apply_bucket_listing(
         self, folder: Folder, bucket_name: str, children: Sequence[str], cversion: int
@@ -173,11 +261,8 @@ class NamespaceMirror:
         listed = set(children)
         accounted = len(listed - bucket.names) + len(bucket.names - listed) + bucket.own_changes
         suspicious = bucket.cversion is None or cversion != bucket.cversion + accounted
-        gone = [child for child in bucket.entities if child not in listed]
-        for child in gone:
-            del bucket.entities[child]
-        if gone:
-            self._changed()
+        for child in [child for child in bucket.entities if child not in listed]:
+            self._drop(bucket, child)
         bucket.names = listed
         bucket.cversion = cversion
         bucket.own_changes = 0
@@ -193,16 +278,17 @@ class NamespaceMirror:
                 continue
             if entity is None:
                 to_read.append(child)
-            elif entity != known:
-                bucket.entities[child] = entity
-                self._changed()
+            else:
+                self._put(bucket, child, entity)
         return to_read
 
     def apply_missing_bucket(self, folder: Folder, bucket_name: str) -> None:
         """Listing the bucket found no such node."""
-        bucket = self._folders[folder].pop(bucket_name, None)
-        if bucket is not None and bucket.entities:
-            self._changed()
+        bucket = self._folders[folder].get(bucket_name)
+        if bucket is not None:
+            for child in list(bucket.entities):
+                self._drop(bucket, child)
+            del self._folders[folder][bucket_name]
 
     def apply_data(self, folder: Folder, child: str, data: bytes | None) -> None:
         """A read of a child's data (None: the node was gone when read)."""
@@ -211,8 +297,7 @@ class NamespaceMirror:
             return
         if data is None:
             # Deleted after the listing that named it; the next listing confirms it.
-            if bucket.entities.pop(child, None) is not None:
-                self._changed()
+            self._drop(bucket, child)
             return
         if child not in bucket.names:
             return  # a newer listing no longer has it
@@ -221,9 +306,7 @@ class NamespaceMirror:
         except (ValueError, KeyError, TypeError) as error:
             log.warning("metadata: ignoring znode %r in %s: %s", child, folder, error)
             return
-        if bucket.entities.get(child) != entity:
-            bucket.entities[child] = entity
-            self._changed()
+        self._put(bucket, child, entity)
 
     # ------------------------------------------------------------------ own writes
 
@@ -231,30 +314,25 @@ class NamespaceMirror:
         bucket = self._bucket(folder, bucket_of(child))
         bucket.names.add(child)
         bucket.own_changes += 1
-        bucket.entities[child] = entity
-        self._changed()
+        self._put(bucket, child, entity)
 
     def own_deleted(self, folder: Folder, child: str) -> None:
         bucket = self._bucket(folder, bucket_of(child))
         bucket.names.discard(child)
         bucket.own_changes += 1
-        if bucket.entities.pop(child, None) is not None:
-            self._changed()
+        self._drop(bucket, child)
 
     def learned(self, folder: Folder, child: str, entity: Entity) -> None:
         """A read outside the listings found ``entity`` (the winner of a create race): show it
         now. It is not added to the bucket's names, so the next listing still accounts for
         its creation."""
-        bucket = self._bucket(folder, bucket_of(child))
-        if bucket.entities.get(child) != entity:
-            bucket.entities[child] = entity
-            self._changed()
+        self._put(self._bucket(folder, bucket_of(child)), child, entity)
 
     def forget(self, folder: Folder, child: str) -> None:
         """A write found ``child`` absent from the store: stop showing it."""
         bucket = self._folders[folder].get(bucket_of(child))
-        if bucket is not None and bucket.entities.pop(child, None) is not None:
-            self._changed()
+        if bucket is not None:
+            self._drop(bucket, child)
 
     # ------------------------------------------------------------------ internals
 
@@ -264,6 +342,24 @@ class NamespaceMirror:
         if bucket is None:
             bucket = buckets[name] = _Bucket()
         return bucket
+
+    def _put(self, bucket: _Bucket, child: str, entity: Entity) -> None:
+        """The one place that adds or replaces an entity (and keeps the index)."""
+        known = bucket.entities.get(child)
+        if known == entity:
+            return
+        if known is not None:
+            self._index.remove(child, known)
+        bucket.entities[child] = entity
+        self._index.add(child, entity)
+        self._changed()
+
+    def _drop(self, bucket: _Bucket, child: str) -> None:
+        """The one place that removes an entity."""
+        known = bucket.entities.pop(child, None)
+        if known is not None:
+            self._index.remove(child, known)
+            self._changed()
 
     def _changed(self) -> None:
         self.version += 1

@@ -31,6 +31,7 @@ import enum
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final, NamedTuple
 
 __all__ = [
@@ -89,19 +90,21 @@ def decode_name(encoded: str) -> str:
     if encoded == _EMPTY:
         return ""
     if _PLAIN.fullmatch(encoded):
-        text = encoded
-    else:
-        raw = bytearray()
-        position = 0
-        for match in _ESCAPE.finditer(encoded):
-            raw += encoded[position : match.start()].encode("ascii", "strict")
-            raw.append(int(match.group(1), 16))
-            position = match.end()
-        raw += encoded[position:].encode("ascii", "strict")
-        try:
-            text = raw.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"not an encoded name: {encoded!r}") from error
+        # Plain text is its own canonical encoding, but for the two dot names.
+        if encoded == "." or encoded == "..":
+            raise ValueError(f"not a canonically encoded name: {encoded!r}")
+        return encoded
+    raw = bytearray()
+    position = 0
+    for match in _ESCAPE.finditer(encoded):
+        raw += encoded[position : match.start()].encode("ascii", "strict")
+        raw.append(int(match.group(1), 16))
+        position = match.end()
+    raw += encoded[position:].encode("ascii", "strict")
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not an encoded name: {encoded!r}") from error
     if encode_name(text) != encoded:
         raise ValueError(f"not a canonically encoded name: {encoded!r}")
     return text
@@ -154,6 +157,12 @@ def decode_topic_key(child: str) -> tuple[str, str]:
     return decode_name(exchange), decode_name(key)
 
 
+@lru_cache(maxsize=4096)
+def _namespace_path(prefix: str, namespace: str) -> str:
+    # Every node path starts with it: encode each namespace once, not once per znode.
+    return f"{prefix}/vhosts/{encode_name(namespace)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Paths under one prefix (``/starlight-rabbitmq`` in production, unique ones in tests)."""
@@ -169,7 +178,7 @@ class Layout:
         return f"{self.prefix}/vhosts"
 
     def namespace(self, namespace: str) -> str:
-        return f"{self.prefix}/vhosts/{encode_name(namespace)}"
+        return _namespace_path(self.prefix, namespace)
 
     def folder(self, namespace: str, folder: Folder) -> str:
         return f"{self.namespace(namespace)}/{folder.value}"

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gateway.amqp.fieldtable import Field
-from gateway.metadata.codec import binding_id, encode_binding, encode_exchange, encode_queue
-from gateway.metadata.mirror import NamespaceMirror
+from gateway.metadata.codec import (
+    TopicKey,
+    binding_id,
+    encode_binding,
+    encode_exchange,
+    encode_queue,
+    topic_key_child,
+)
+from gateway.metadata.mirror import Entity, NamespaceMirror, make_view
 from gateway.metadata.paths import Folder, bucket_of, encode_name
 from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 
@@ -143,3 +155,50 @@ def test_a_vanished_bucket_takes_its_entities() -> None:
     mirror.own_created(Q, child, Queue("a"))
     mirror.apply_missing_bucket(Q, bucket)
     assert not mirror.snapshot().queues
+
+
+_QUEUES = [Queue(name) for name in "ab"] + [Queue("a", durable=True)]
+_EXCHANGES = [Exchange(name, ExchangeType.DIRECT) for name in "xy"]
+_BINDINGS = [
+    Binding(q, e, "k", args)
+    for q in "ab"
+    for e in "xy"
+    for args in ({}, {"d": Field("D", Decimal("1.5"))}, {"d": Field("D", Decimal("1.50"))})
+]
+_KEYS = [TopicKey(e, k) for e in "xy" for k in ("k1", "k2")]
+_ENTITIES: list[Entity] = [*_QUEUES, *_EXCHANGES, *_BINDINGS, *_KEYS]
+
+
+def _place(entity: Entity) -> tuple[Folder, str]:
+    if isinstance(entity, Queue):
+        return Folder.QUEUES, encode_name(entity.name)
+    if isinstance(entity, Exchange):
+        return Folder.EXCHANGES, encode_name(entity.name)
+    if isinstance(entity, Binding):
+        return Folder.BINDINGS, binding_id(entity)
+    return Folder.TOPIC_KEYS, topic_key_child(*entity)
+
+
+@given(st.lists(st.tuples(st.sampled_from(_ENTITIES), st.sampled_from("cdlf")), max_size=60))
+def test_the_incremental_view_matches_a_rebuild(steps: list[tuple[Entity, str]]) -> None:
+    """Whatever the order of changes, the maintained view equals one built from scratch."""
+    mirror = NamespaceMirror("t/n")
+    for entity, action in steps:
+        folder, child = _place(entity)
+        if action == "c":
+            mirror.own_created(folder, child, entity)
+        elif action == "l":
+            mirror.learned(folder, child, entity)
+        elif action == "d":
+            mirror.own_deleted(folder, child)
+        else:
+            mirror.forget(folder, child)
+        everything = [e for f in Folder for c in mirror.children(f) if (e := mirror.get(f, c))]
+        expected = make_view(
+            mirror.version,
+            [e for e in everything if isinstance(e, Exchange)],
+            [e for e in everything if isinstance(e, Queue)],
+            [e for e in everything if isinstance(e, Binding)],
+            [e for e in everything if isinstance(e, TopicKey)],
+        )
+        assert mirror.snapshot() == expected
