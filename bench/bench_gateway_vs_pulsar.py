@@ -45,6 +45,7 @@ import contextlib
 import importlib.util
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -122,15 +123,24 @@ def find_pid(cmdline_part: str) -> int | None:
 
 @dataclass
 class CpuMeter:
-    """CPU seconds per named process, this process, and the machine, between start and stop."""
+    """CPU seconds per named process, this process, and the machine, between start and stop.
+
+    ``children``, if set, names the CPU of this process's children that end (and are waited
+    for) inside the measured block, e.g. a PerfTest JVM: /proc forgets a process once reaped,
+    getrusage(RUSAGE_CHILDREN) remembers it.
+    """
 
     pids: dict[str, int]
+    children: str | None = None
     start: dict[str, float] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)
     wall: float = 0.0
 
     def _sample(self) -> dict[str, float]:
         sample = {name: proc_cpu_seconds(pid) for name, pid in self.pids.items()}
+        if self.children:
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            sample[self.children] = usage.ru_utime + usage.ru_stime
         sample["client"] = time.process_time()
         sample["machine"] = machine_busy_seconds()
         sample["wall"] = time.perf_counter()
@@ -148,7 +158,8 @@ class CpuMeter:
         self.used["other"] = max(0.0, self.used["machine"] - named)
 
     def summary(self) -> str:
-        order = [k for k in (*self.pids, "client", "other") if k in self.used]
+        names = (*self.pids, *([self.children] if self.children else []), "client", "other")
+        order = [k for k in names if k in self.used]
         parts = [f"{k} {self.used[k]:.1f}" for k in order]
         return f"cpu s: {', '.join(parts)} (wall {self.wall:.1f})"
 
@@ -615,8 +626,11 @@ async def amqp_latency(
 class Rates:
     publish: float = 0.0
     consume: float = 0.0
+    both_publish: float = 0.0  # publishing while a consumer drains the same queue
+    both_consume: float = 0.0
     publish_cpu: CpuMeter | None = None
     consume_cpu: CpuMeter | None = None
+    both_cpu: CpuMeter | None = None
     latency: Latency | None = None
     backlog: int | None = None
     note: str = ""
@@ -629,13 +643,44 @@ class Rates:
         return " / ".join(parts) or "n/a"
 
 
+async def amqp_both(
+    host: str, port: int, queue: str, args: argparse.Namespace
+) -> tuple[float, float]:
+    """Publish (confirmed, windowed) and consume (prefetch, acks) at once on two connections;
+    seconds of the publisher (to its last confirm) and of the consumer (consume to last ack)."""
+    publisher = await AmqpClient.open(host, port)
+    consumer = await AmqpClient.open(host, port)
+    try:
+        await publisher.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        consuming = asyncio.create_task(
+            amqp_consume(consumer, queue, args.count, args.prefetch, args.phase_timeout)
+        )
+        await asyncio.sleep(0)
+        publish_seconds = await amqp_publish_confirmed(
+            publisher, queue, args.count, args.size, args.window, args.phase_timeout
+        )
+        consume_seconds = await consuming
+        return publish_seconds, consume_seconds
+    finally:
+        await consumer.close()
+        await publisher.close()
+
+
+Profiler = Callable[[str], contextlib.AbstractContextManager[None]]
+
+
+def no_profiler(_phase: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 async def run_amqp(
     host: str,
     port: int,
     args: argparse.Namespace,
     pids: dict[str, int],
+    profiler: Profiler = no_profiler,
 ) -> Rates:
-    """Warm-up, publish-confirmed phase, consume phase, latency trickle against one broker."""
+    """Warm-up, publish-confirmed phase, consume phase, both at once, latency trickle."""
     rates = Rates()
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     client = await AmqpClient.open(host, port)
@@ -652,16 +697,24 @@ async def run_amqp(
             await client.close()
             client = await AmqpClient.open(host, port)
             await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
-        with CpuMeter(pids) as meter:
+        with profiler("publish"), CpuMeter(pids) as meter:
             seconds = await amqp_publish_confirmed(
                 client, queue, args.count, args.size, args.window, args.phase_timeout
             )
         rates.publish, rates.publish_cpu = args.count / seconds, meter
-        with CpuMeter(pids) as meter:
+        with profiler("consume"), CpuMeter(pids) as meter:
             seconds = await amqp_consume(
                 client, queue, args.count, args.prefetch, args.phase_timeout
             )
         rates.consume, rates.consume_cpu = args.count / seconds, meter
+        if args.both:
+            with profiler("both"), CpuMeter(pids) as meter:
+                pub_seconds, cons_seconds = await amqp_both(host, port, queue, args)
+            rates.both_publish, rates.both_consume = (
+                args.count / pub_seconds,
+                args.count / cons_seconds,
+            )
+            rates.both_cpu = meter
         await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
     finally:
         await client.close()
@@ -737,6 +790,39 @@ def raw_consume(client: Any, topic: str, subscription: str, count: int, timeout:
         return time.perf_counter() - started
     finally:
         consumer.close()  # flushes the grouped acks
+
+
+def raw_both(client: Any, topic: str, count: int, size: int, timeout: float) -> tuple[float, float]:
+    """Producer and Shared consumer at once; seconds of each (as raw_publish / raw_consume)."""
+    import pulsar
+
+    consumer = client.subscribe(topic, "both", consumer_type=pulsar.ConsumerType.Shared)
+    producer = raw_producer(client, topic)
+    finished: list[float] = []
+    failures: list[BaseException] = []
+
+    def receive_all() -> None:
+        try:
+            deadline = time.monotonic() + timeout
+            for _ in range(count):
+                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                consumer.acknowledge(consumer.receive(timeout_millis=left_ms))
+            finished.append(time.perf_counter())
+        except BaseException as exc:
+            failures.append(exc)
+
+    receiver = threading.Thread(target=receive_all, name="raw-both", daemon=True)
+    started = time.perf_counter()
+    receiver.start()
+    try:
+        publish_seconds = raw_publish(producer, count, size, timeout)
+        receiver.join(timeout)
+    finally:
+        producer.close()
+        consumer.close()
+    if failures or not finished:
+        raise RuntimeError(f"raw consumer (both at once) failed: {failures[:1]!r}")
+    return publish_seconds, finished[0] - started
 
 
 def raw_latency(
@@ -815,6 +901,20 @@ def run_raw(
             seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
         rates.consume, rates.consume_cpu = args.count / seconds, meter
         rates.backlog = subscription_backlog(args.web_url, f"public/{namespace}/raw-tput")
+        if args.both:
+            with CpuMeter(pids) as meter:
+                pub_seconds, cons_seconds = raw_both(
+                    client,
+                    f"persistent://public/{namespace}/raw-both",
+                    args.count,
+                    args.size,
+                    args.phase_timeout,
+                )
+            rates.both_publish, rates.both_consume = (
+                args.count / pub_seconds,
+                args.count / cons_seconds,
+            )
+            rates.both_cpu = meter
         if args.latency_count:
             rates.latency = raw_latency(
                 client,
@@ -856,17 +956,14 @@ def subscription_backlog(web_url: str, topic_path: str, wait: float = 5.0) -> in
 # --- py-spy -------------------------------------------------------------------------------------
 
 
+def py_spy_exe() -> str | None:
+    found = shutil.which("py-spy") or str(REPO_DIR / ".venv" / "bin" / "py-spy")
+    return found if Path(found).exists() else None
+
+
 @contextlib.contextmanager
-def py_spy(pid: int, out: Path, enabled: bool) -> Iterator[None]:
+def py_spy(exe: str, pid: int, out: Path) -> Iterator[None]:
     """Record ``pid`` with py-spy (raw collapsed stacks) while the block runs."""
-    exe = shutil.which("py-spy") or str(REPO_DIR / ".venv" / "bin" / "py-spy")
-    if not enabled:
-        yield
-        return
-    if not Path(exe).exists():
-        print("note: --profile needs py-spy on PATH (pip install py-spy); not profiling")
-        yield
-        return
     proc = subprocess.Popen(
         [
             exe,
@@ -896,6 +993,20 @@ def py_spy(pid: int, out: Path, enabled: bool) -> Iterator[None]:
             _, err = proc.communicate()
         if not out.exists():
             print(f"note: py-spy wrote nothing: {err.decode(errors='replace').strip()[-300:]}")
+
+
+def py_spy_profiler(exe: str, pid: int, directory: Path, summaries: dict[str, str]) -> Profiler:
+    """Profile each phase into ``directory/gateway-<phase>.txt``; summaries by phase."""
+
+    @contextlib.contextmanager
+    def profile(phase: str) -> Iterator[None]:
+        out = directory / f"gateway-{phase}.txt"
+        with py_spy(exe, pid, out):
+            yield
+        if out.exists():
+            summaries[phase] = profile_summary(out)
+
+    return profile
 
 
 def profile_summary(collapsed: Path, top: int = 20) -> str:
@@ -998,6 +1109,9 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
 
     row("publish, confirmed (msg/s)", lambda r: r.publish)
     row("consume + ack (msg/s)", lambda r: r.consume)
+    if args.both:
+        row("both at once: publish (msg/s)", lambda r: r.both_publish)
+        row("both at once: consume (msg/s)", lambda r: r.both_consume)
     if any(r.latency for _, r in cols):
         print(
             f"| deliver latency p50/p99/max ms ({args.latency_count} at {args.latency_rate:g}/s) | "
@@ -1016,7 +1130,8 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
     )
     print()
     for name, r in cols:
-        for phase, meter in (("publish", r.publish_cpu), ("consume", r.consume_cpu)):
+        phases = (("publish", r.publish_cpu), ("consume", r.consume_cpu), ("both", r.both_cpu))
+        for phase, meter in phases:
             if meter is not None:
                 print(f"{name:>22} {phase:<7} {meter.summary()}")
         if r.backlog is not None:
@@ -1034,6 +1149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=500, help="unconfirmed publishes in flight")
     parser.add_argument("--prefetch", type=int, default=500, help="basic.qos prefetch count")
     parser.add_argument("--warmup", type=int, default=2000, help="unmeasured messages first")
+    parser.add_argument(
+        "--no-both", dest="both", action="store_false", help="skip publish+consume at once"
+    )
     parser.add_argument("--latency-count", type=int, default=1000, help="0 skips latency")
     parser.add_argument("--latency-rate", type=float, default=200.0, help="messages/s")
     parser.add_argument("--phase-timeout", type=float, default=120.0, help="seconds per phase")
@@ -1045,13 +1163,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        metavar="FILE",
-        help="record the gateway with py-spy during its throughput phases (collapsed stacks)",
+        metavar="DIR",
+        help="record the gateway with py-spy in each throughput phase (DIR/gateway-<phase>.txt, "
+        "collapsed stacks) and print the top functions; py-spy costs the machine some CPU",
     )
     args = parser.parse_args(argv)
     if args.size < 16:
         parser.error("--size must be at least 16 (the latency runs put a timestamp in the body)")
 
+    spy = py_spy_exe() if args.profile is not None else None
+    if args.profile is not None and spy is None:
+        parser.error("--profile needs py-spy on PATH or in .venv/bin (pip install py-spy)")
     stack = load_stack()
     args.web_url = stack.WEB_URL
     notes: list[str] = []
@@ -1076,12 +1198,16 @@ def main(argv: list[str] | None = None) -> int:
                     pids = {"gateway": gw.pid}
                     if pulsar_pid:
                         pids["pulsar"] = pulsar_pid
-                    profiling = args.profile is not None
-                    out = args.profile or Path("/dev/null")
-                    with py_spy(gw.pid, out, profiling):
-                        results["gateway"] = asyncio.run(run_amqp("127.0.0.1", gw.port, args, pids))
-                    if profiling and out.exists():
-                        notes.append("profile:\n" + profile_summary(out))
+                    summaries: dict[str, str] = {}
+                    profiler: Profiler = no_profiler
+                    if args.profile is not None and spy is not None:
+                        args.profile.mkdir(parents=True, exist_ok=True)
+                        profiler = py_spy_profiler(spy, gw.pid, args.profile, summaries)
+                    results["gateway"] = asyncio.run(
+                        run_amqp("127.0.0.1", gw.port, args, pids, profiler)
+                    )
+                    for phase, summary in summaries.items():
+                        notes.append(f"gateway profile, {phase} phase:\n{summary}")
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()
         if reason:

@@ -202,16 +202,15 @@ def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
             time.sleep(0.2)
         if not port_open(port):
             raise RabbitMQUnavailable(f"rabbitmq-server does not listen on {port}:\n{_tail(log)}")
-        beam = _beam_pid(server.pid) or server.pid
-        yield RabbitNode(port=port, pid=beam, log=log)
+        yield RabbitNode(port=port, pid=_beam_pid(server.pid) or server.pid, log=log)
     finally:
         if server is not None:
             # SIGTERM makes the Erlang VM run init:stop() (an orderly shutdown); the script
             # that started it then exits too.
-            beam = _beam_pid(server.pid)
-            if beam is not None:
+            vm = _beam_pid(server.pid)
+            if vm is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(beam, signal.SIGTERM)
+                    os.kill(vm, signal.SIGTERM)
             _stop_process(server, signal.SIGTERM, STOP_TIMEOUT)
         if epmd is not None:
             _stop_process(epmd, signal.SIGTERM, 5)

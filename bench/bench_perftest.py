@@ -1,0 +1,325 @@
+"""RabbitMQ PerfTest against the gateway and against RabbitMQ itself, in one run.
+
+    .venv/bin/python bench/bench_perftest.py                 # needs the local stack up
+    .venv/bin/python bench/bench_perftest.py --time 15 --latency-time 10   # quicker
+
+PerfTest (``com.rabbitmq:perf-test``, pinned in bench/perftest/pom.xml) is resolved with Maven
+into ~/.m2 and run with ``java``. The same two loads go to each target:
+
+* **throughput**: one producer and one consumer at once, ``--time`` seconds (default 30),
+  ``-s 1000 -f persistent`` to a durable named queue, ``--confirm 500 --qos 500
+  --multi-ack-every 100``: sending (confirmed) and receiving rates, consumer and confirm latency.
+* **latency**: the same at a fixed ``--rate`` (default 200 msg/s) for ``--latency-time`` seconds:
+  consumer latency when nothing queues up.
+
+Targets: the gateway (``starlight-rabbitmq`` subprocess, vhost ``/`` on a fresh Pulsar
+namespace deleted afterwards with its ZooKeeper metadata), and a private RabbitMQ node from
+Debian's rabbitmq-server (bench/rabbitmq.py). If RabbitMQ cannot be started, the reason is printed
+and the gateway is measured alone. CPU seconds of the gateway, the Pulsar JVM, RabbitMQ, the
+PerfTest JVM and everything else are printed per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import bench_gateway_vs_pulsar as gvp  # noqa: E402
+import rabbitmq  # noqa: E402
+
+POM = BENCH_DIR / "perftest" / "pom.xml"
+MAIN_CLASS = "com.rabbitmq.perf.PerfTest"
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "starlight-bench"
+MAVEN_TIMEOUT = 900.0
+
+
+class PerfTestError(RuntimeError):
+    pass
+
+
+def perftest_classpath() -> str:
+    """PerfTest's classpath from Maven (downloads into ~/.m2 the first time), cached per pom."""
+    key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
+    cached = CACHE_DIR / f"perftest-classpath-{key}.txt"
+    if cached.exists():
+        entries = cached.read_text().strip().split(os.pathsep)
+        if entries and all(Path(e).exists() for e in entries):
+            return os.pathsep.join(entries)
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise PerfTestError("`mvn` is not on PATH: Maven is needed to fetch RabbitMQ PerfTest")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    result = subprocess.run(
+        [
+            mvn,
+            "--batch-mode",
+            "--no-transfer-progress",
+            "-f",
+            str(POM),
+            "dependency:build-classpath",
+            f"-Dmdep.outputFile={partial}",
+            "-Dmdep.includeScope=runtime",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=MAVEN_TIMEOUT,
+        check=False,
+    )
+    if result.returncode != 0 or not partial.exists():
+        errors = [line for line in result.stdout.splitlines() if "[ERROR]" in line][:5]
+        raise PerfTestError(
+            f"Maven failed on {POM}: " + ("\n".join(errors) or result.stdout[-2000:])
+        )
+    os.replace(partial, cached)
+    return cached.read_text().strip()
+
+
+def perftest_version() -> str:
+    match = re.search(r"<perftest.version>([^<]+)<", POM.read_text())
+    return match.group(1) if match else "?"
+
+
+# --- one PerfTest run -----------------------------------------------------------------------------
+
+
+@dataclass
+class PerfResult:
+    label: str
+    sent: float | None = None
+    received: float | None = None
+    consumer_latency_us: list[int] = field(default_factory=list)  # min/median/75th/95th/99th
+    confirm_latency_us: list[int] = field(default_factory=list)
+    cpu: gvp.CpuMeter | None = None
+    error: str = ""
+
+    def latency(self, which: str) -> str:
+        values = self.consumer_latency_us if which == "consumer" else self.confirm_latency_us
+        if len(values) != 5:
+            return "-"
+        return f"{values[1] / 1000:.1f} / {values[3] / 1000:.1f} / {values[4] / 1000:.1f}"
+
+
+_RATE = re.compile(r"(sending|receiving) rate avg: ([\d.]+) msg/s")
+_LATENCY = re.compile(r"(consumer|confirm) latency min/median/75th/95th/99th ([\d/]+) ")
+
+
+def parse_summary(output: str, result: PerfResult) -> None:
+    for kind, value in _RATE.findall(output):
+        if kind == "sending":
+            result.sent = float(value)
+        else:
+            result.received = float(value)
+    for kind, values in _LATENCY.findall(output):
+        numbers = [int(v) for v in values.split("/")]
+        if kind == "consumer":
+            result.consumer_latency_us = numbers
+        else:
+            result.confirm_latency_us = numbers
+
+
+def run_perftest(
+    classpath: str,
+    url: str,
+    flags: list[str],
+    label: str,
+    pids: dict[str, int],
+    seconds: float,
+    log_dir: Path,
+) -> PerfResult:
+    """Run PerfTest with ``flags`` against ``url``; bounded by ``seconds`` plus a margin."""
+    result = PerfResult(label)
+    command = ["java", "-Xmx512m", "-cp", classpath, MAIN_CLASS, "--uri", url, *flags]
+    log = log_dir / f"perftest-{re.sub(r'[^a-z0-9]+', '-', label.lower())}.log"
+    print(f"  {label}: PerfTest {' '.join(flags)}", flush=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
+        with gvp.CpuMeter(pids, children="perftest") as meter:
+            try:
+                proc.wait(seconds + 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+                result.error = f"PerfTest did not finish within {seconds + 60:.0f} s"
+    result.cpu = meter
+    output = log.read_text(errors="replace")
+    parse_summary(output, result)
+    if proc.returncode != 0 and not result.error:
+        tail = "\n".join(output.splitlines()[-8:])
+        result.error = f"PerfTest exited with {proc.returncode}: {tail}"
+    elif result.sent is None and not result.error:
+        result.error = "no summary in PerfTest's output: " + "\n".join(output.splitlines()[-8:])
+    return result
+
+
+def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], float]]:
+    common = ["-x", "1", "-y", "1", "-s", str(args.size), "-f", "persistent", "-ad", "false"]
+    common += ["-c", str(args.confirm), "-q", str(args.qos), "-A", str(args.multi_ack)]
+    runs = [
+        (
+            "throughput",
+            [*common, "-u", f"perf-{tag}", "-z", str(args.time), "-i", "5"],
+            float(args.time),
+        )
+    ]
+    if args.latency_time:
+        runs.append(
+            (
+                f"latency at {args.rate} msg/s",
+                [
+                    *common,
+                    "-u",
+                    f"perf-lat-{tag}",
+                    "-r",
+                    str(args.rate),
+                    "-z",
+                    str(args.latency_time),
+                    "-i",
+                    "5",
+                ],
+                float(args.latency_time),
+            )
+        )
+    return runs
+
+
+@contextlib.contextmanager
+def gateway_target(stack: ModuleType) -> Iterator[tuple[str, dict[str, int]]]:
+    broker, web, zk = stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER
+    with (
+        gvp.fresh_namespace(web, zk) as namespace,
+        gvp.gateway_process(broker, web, zk, namespace) as gw,
+    ):
+        pids = {"gateway": gw.pid}
+        pulsar_pid = gvp.find_pid("PulsarStandaloneStarter")
+        if pulsar_pid:
+            pids["pulsar"] = pulsar_pid
+        print(f"gateway on 127.0.0.1:{gw.port}, namespace public/{namespace}", flush=True)
+        yield f"amqp://guest:guest@127.0.0.1:{gw.port}", pids
+
+
+@contextlib.contextmanager
+def rabbitmq_target() -> Iterator[tuple[str, dict[str, int]]]:
+    with rabbitmq.local_rabbitmq() as node:
+        print(f"RabbitMQ {rabbitmq.version()} on 127.0.0.1:{node.port}", flush=True)
+        yield node.amqp_url, {"rabbitmq": node.pid}
+
+
+def fmt(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "-"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def print_report(results: dict[str, dict[str, PerfResult]], notes: list[str]) -> None:
+    gw, rmq = results.get("gateway", {}), results.get("rabbitmq", {})
+    print()
+    print("| load | metric | gateway | RabbitMQ | gateway/RabbitMQ |")
+    print("|---|---|---|---|---|")
+    for load in dict.fromkeys([*gw, *rmq]):
+        g, r = gw.get(load), rmq.get(load)
+        rows: list[tuple[str, Callable[[PerfResult], float | None]]] = [
+            ("sent msg/s (confirmed)", lambda x: x.sent),
+            ("received msg/s", lambda x: x.received),
+        ]
+        for metric, get in rows:
+            gv = get(g) if g else None
+            rv = get(r) if r else None
+            print(f"| {load} | {metric} | {fmt(gv)} | {fmt(rv)} | {ratio(gv, rv)} |")
+        for which in ("consumer", "confirm"):
+            print(
+                f"| {load} | {which} latency median/95th/99th ms | "
+                f"{g.latency(which) if g else '-'} | {r.latency(which) if r else '-'} | |"
+            )
+    print()
+    for target, runs in results.items():
+        for load, res in runs.items():
+            if res.cpu is not None:
+                print(f"{target:>9} {load:<24} {res.cpu.summary()}")
+            if res.error:
+                print(f"{target:>9} {load:<24} FAILED: {res.error}")
+    for note in notes:
+        print(f"note: {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time", type=int, default=30, help="seconds of the throughput run")
+    parser.add_argument("--latency-time", type=int, default=15, help="0 skips the latency run")
+    parser.add_argument("--rate", type=int, default=200, help="msg/s of the latency run")
+    parser.add_argument("--size", type=int, default=1000, help="message bytes (-s)")
+    parser.add_argument("--confirm", type=int, default=500, help="unconfirmed publishes (-c)")
+    parser.add_argument("--qos", type=int, default=500, help="consumer prefetch (-q)")
+    parser.add_argument("--multi-ack", type=int, default=100, help="multi-ack every (-A)")
+    parser.add_argument("--no-gateway", action="store_true")
+    parser.add_argument("--no-rabbitmq", action="store_true")
+    parser.add_argument(
+        "--logs", type=Path, metavar="DIR", help="keep PerfTest's output here (default: removed)"
+    )
+    args = parser.parse_args(argv)
+
+    stack = gvp.load_stack()
+    print(f"machine: {gvp.machine_line()}")
+    classpath = perftest_classpath()
+    print(f"RabbitMQ PerfTest {perftest_version()} ({shutil.which('java')})")
+    notes: list[str] = []
+    results: dict[str, dict[str, PerfResult]] = {}
+    tag = f"{int(time.time())}"
+    log_dir = args.logs or Path(tempfile.mkdtemp(prefix="bench-perftest-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    targets: list[tuple[str, contextlib.AbstractContextManager[tuple[str, dict[str, int]]]]] = []
+    if not args.no_gateway:
+        if stack.is_up():
+            targets.append(("gateway", gateway_target(stack)))
+        else:
+            notes.append("gateway skipped: the local stack is not up (scripts/stack.py up)")
+    if not args.no_rabbitmq:
+        reason = rabbitmq.unavailable_reason()
+        if reason:
+            notes.append(f"RabbitMQ skipped: {reason}")
+        else:
+            targets.append(("rabbitmq", rabbitmq_target()))
+    try:
+        for name, target in targets:
+            try:
+                with target as (url, pids):
+                    runs: dict[str, PerfResult] = {}
+                    for load, flags, seconds in loads(args, tag):
+                        runs[load] = run_perftest(
+                            classpath, url, flags, load, pids, seconds, log_dir
+                        )
+                    results[name] = runs
+            except (rabbitmq.RabbitMQUnavailable, RuntimeError) as exc:
+                notes.append(f"{name} failed: {exc}")
+    finally:
+        if args.logs is None:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        else:
+            notes.append(f"PerfTest output in {log_dir}")
+    print_report(results, notes)
+    return 0 if results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
