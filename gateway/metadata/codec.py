@@ -16,6 +16,8 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from gateway.amqp.fieldtable import Field, decode_table, encode_table
@@ -158,17 +160,25 @@ def encode_queue(queue: Queue) -> bytes:
 
 
 def decode_queue(child: str, data: bytes) -> Queue:
+    durable, exclusive, auto_delete, arguments, owner = _queue_properties(data)
+    return Queue(decode_name(child), durable, exclusive, auto_delete, arguments, owner)
+
+
+# Most queues of a vhost share one of a few documents (durable, no arguments, ...): parsing
+# each distinct document once makes loading 100,000 queues noticeably cheaper. The arguments
+# table is shared between queues but never modified (Queue keeps a read-only copy).
+@lru_cache(maxsize=1024)
+def _queue_properties(data: bytes) -> tuple[bool, bool, bool, Mapping[str, Field], str | None]:
     document = _load(data)
     owner = document.get("owner")
     if owner is not None and not isinstance(owner, str):
         raise ValueError("'owner' is not a string")
-    return Queue(
-        decode_name(child),
-        durable=_flag(document, "durable"),
-        exclusive=_flag(document, "exclusive"),
-        auto_delete=_flag(document, "auto_delete"),
-        arguments=_unpack_arguments(document),
-        owner=owner,
+    return (
+        _flag(document, "durable"),
+        _flag(document, "exclusive"),
+        _flag(document, "auto_delete"),
+        MappingProxyType(_unpack_arguments(document)),
+        owner,
     )
 
 

@@ -778,8 +778,16 @@ class ZooKeeperMetadataStore:
                 pending = pending[:index] + pending[index + 1 :]
 
     async def _ensure_parents(self, namespace: str, path: str, what: str) -> None:
-        """Create the namespace's folders and the bucket of ``path`` if missing."""
+        """Create the bucket of ``path`` (and the namespace's folders, if missing too).
+
+        Buckets are created on first use: an empty vhost does not cost 1,024 znodes, nor a
+        replica 1,024 listings to open it. Usually only the bucket is missing."""
         bucket = path.rsplit("/", 1)[0]
+        failure = await self._transact(what, [_Create(bucket)], _nothing)
+        if failure is None or isinstance(failure[1], NodeExistsError):
+            return
+        if not isinstance(failure[1], NoNodeError):
+            raise self._unexpected(failure[1], what)
         await self._ensure_paths(namespace, [*self._layout.skeleton(namespace), bucket], what)
 
     async def _ensure_paths(self, namespace: str, paths: Sequence[str], what: str) -> None:
