@@ -20,9 +20,10 @@ from gateway.pulsar.errors import ClosedError, PulsarClientError
 
 log = logging.getLogger("gateway.pulsar.delivery")
 
-# Decides whether a message that arrived on a topic belongs to the queue (headers exchanges
-# share one topic among all their bindings: the filter is applied on delivery).
-Admits = Callable[[Message, str], bool]
+# Decides whether a message that arrived belongs to the queue: headers exchanges share one
+# topic among all their bindings, and an unbound topic still draining carries later messages
+# that are not the queue's (the filter is applied on delivery).
+Admits = Callable[[Message, ReceivedMessage], bool]
 
 
 def message_of(received: ReceivedMessage) -> Message:
@@ -103,7 +104,7 @@ class PulsarQueueSubscription:
 
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
         message = message_of(received)
-        if not self._admits(message, received.topic):
+        if not self._admits(message, received):
             # Not for this queue (another binding's headers): done with it, silently.
             self.consumer.acknowledge(received)
             return None

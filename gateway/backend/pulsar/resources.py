@@ -22,3 +22,5 @@ class PulsarResources:
     nursery: trio.Nursery
     # Messages each Pulsar consumer prefetches per topic; AMQP's prefetch is enforced above.
     receiver_queue_size: int = 100
+    # How often subscriptions left behind by an unbind are checked for being drained.
+    drain_check_interval: float = 5.0

@@ -22,7 +22,8 @@ import trio
 from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
 from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
-from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.metadata.errors import MissingEntity
@@ -53,8 +54,8 @@ from gateway.model.routing import (
     validate_binding,
 )
 from gateway.model.vhost import Namespace
-from gateway.pulsar.consumer import ConsumerOptions
-from gateway.pulsar.errors import PulsarClientError, to_amqp_error
+from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
+from gateway.pulsar.errors import AdminError, NotFound, PulsarClientError, to_amqp_error
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -75,6 +76,8 @@ class PulsarVirtualHost:
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
+        self._drains = Drains()
+        self._draining = False
 
     # ------------------------------------------------------------------ helpers
 
@@ -125,14 +128,17 @@ class PulsarVirtualHost:
         keys = view.topic_keys.get(binding.exchange, frozenset())
         return binding_topics(self.namespace, exchange, binding, keys)
 
-    def _queue_topics(
-        self, view: VhostView, queue: str, without: Binding | None = None
-    ) -> set[str]:
+    def _bound_topics(self, view: VhostView, queue: str) -> set[str]:
+        """The topics the queue's bindings (and the default exchange) route into."""
         topics = {topic_for(self.namespace, DEFAULT_EXCHANGE, queue)}
         for binding in view.bindings:
             if binding.queue == queue:
                 topics.update(self._binding_topics(view, binding))
         return topics
+
+    def _queue_topics(self, view: VhostView, queue: str) -> set[str]:
+        """Every topic the queue reads: bound ones, and unbound ones still draining."""
+        return self._bound_topics(view, queue) | self._drains.topics_of(queue)
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
         await self._pulsar(
@@ -196,12 +202,55 @@ class PulsarVirtualHost:
     async def _drop_subscriptions(
         self, view: VhostView, topics: Mapping[Binding, Iterable[str]]
     ) -> None:
-        """Unsubscribe each binding's queue from topics none of its other bindings need."""
+        """Bindings are gone: each queue leaves the topics none of its other bindings need,
+        once it has consumed what was routed to it there (see drains.py)."""
         for binding, binding_topics_ in topics.items():
-            still_needed = self._queue_topics(view, binding.queue)
+            still_needed = self._bound_topics(view, binding.queue)
             for topic in binding_topics_:
                 if topic not in still_needed:
-                    await self._unsubscribe_topic(topic, binding.queue)
+                    await self._start_drain(binding.queue, topic)
+
+    async def _start_drain(self, queue: str, topic: str) -> None:
+        admin = self._r.admin
+        try:
+            backlog = await admin.subscription_backlog(topic, subscription_for(queue))
+        except NotFound:
+            return
+        except AdminError as error:
+            raise to_amqp_error(error, f"unbinding queue '{queue}'") from None
+        if backlog == 0:
+            await self._unsubscribe_topic(topic, queue)
+            return
+        end = await self._pulsar(admin.last_message_id(topic), f"unbinding queue '{queue}'")
+        self._drains.start(queue, topic, end)
+        if not self._draining:
+            self._draining = True
+            self._r.nursery.start_soon(self._drain_loop)
+
+    async def _drain_loop(self) -> None:
+        """Remove drained subscriptions, checking every ``drain_check_interval`` seconds."""
+        try:
+            while self._drains:
+                await trio.sleep(self._r.drain_check_interval)
+                for (queue, topic), drain in self._drains.items():
+                    try:
+                        backlog = await self._r.admin.subscription_backlog(
+                            topic, subscription_for(queue)
+                        )
+                    except NotFound:
+                        self._drains.finish(queue, topic)
+                        continue
+                    except AdminError:
+                        continue  # Pulsar is busy or away: try again next round
+                    if backlog:
+                        continue
+                    self._drains.finish(queue, topic)
+                    if drain.resumed is None:
+                        await self._unsubscribe_topic(topic, queue)
+        except Exception:
+            log.warning("draining unbound subscriptions failed", exc_info=True)
+        finally:
+            self._draining = False
 
     # ------------------------------------------------------------------ queues
 
@@ -271,6 +320,7 @@ class PulsarVirtualHost:
 
     async def _drop_queue(self, view: VhostView, name: str) -> None:
         topics = self._queue_topics(view, name)
+        self._drains.forget_queue(name)
         await self._metadata(self._r.store.delete_queue(self._ns, name))
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
@@ -314,6 +364,9 @@ class PulsarVirtualHost:
         binding = Binding(queue, exchange, routing_key, arguments)
         # Subscriptions first, so a publisher that sees the binding finds them in place.
         for topic in self._binding_topics(view, binding):
+            if self._drains.get(queue, topic) is not None:
+                last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
+                self._drains.rebound(queue, topic, last)
             await self._subscribe_topic(topic, queue)
         await self._metadata(self._r.store.add_binding(self._ns, binding))
         if target.type is ExchangeType.TOPIC:
@@ -398,8 +451,12 @@ class PulsarVirtualHost:
 
     # ------------------------------------------------------------------ consuming
 
-    def _admits(self, queue: str) -> Any:
-        def admits(message: Message, topic: str) -> bool:
+    def _admits(self, queue: str) -> Admits:
+        def admits(message: Message, received: ReceivedMessage) -> bool:
+            topic = received.topic
+            drain = self._drains.get(queue, topic)
+            if drain is not None and drain.excludes(position_of(received.message_id)):
+                return False  # written while the queue was not bound to this topic
             decoded = decode_local_name(topic.rsplit("/", 1)[-1])
             if decoded is None or decoded[1] is not None:
                 return True  # keyed topics (direct, topic, default) carry only routed messages
