@@ -57,9 +57,7 @@ def _broker_token(config: GatewayConfig) -> str | None:
     return params
 
 
-async def _check_reachable(
-    admin: PulsarAdmin, store: MetadataStore, config: GatewayConfig
-) -> None:
+async def _check_reachable(admin: PulsarAdmin, store: MetadataStore, config: GatewayConfig) -> None:
     """Fail start-up with one clear line when Pulsar or ZooKeeper cannot be reached."""
     try:
         await admin.request("GET", "/admin/v2/clusters")

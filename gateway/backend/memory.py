@@ -1,14 +1,14 @@
-"""An in-process backend: exchanges, queues, bindings and messages in memory.
+"""An in-process backend: entities in the in-memory metadata store, messages in deques.
 
-It answers the ``VirtualHost`` interface with RabbitMQ's semantics (the rules themselves come
-from ``gateway.model``), so the channel logic can be tested without Pulsar or ZooKeeper, and
-the same behavioural tests can later be run against the real backend. Nothing is durable.
+It answers the ``VirtualHost`` interface with RabbitMQ's semantics (the entity rules are the
+shared ``Catalog``'s), so the channel logic can be tested without Pulsar or ZooKeeper, and the
+same behavioural tests run against both backends. Nothing is durable.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ import trio
 
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
+from gateway.backend.catalog import Catalog
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -23,23 +24,9 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
-from gateway.model.entities import (
-    DEFAULT_EXCHANGE,
-    PREDECLARED_EXCHANGES,
-    Binding,
-    Exchange,
-    ExchangeType,
-    Queue,
-    check_bind,
-    check_equivalent,
-    check_exchange_declare,
-    check_exchange_delete,
-    check_exclusive_access,
-    declared_queue,
-    not_found,
-    resource,
-)
-from gateway.model.routing import Router, validate_binding
+from gateway.metadata.memory import MemoryMetadataStore
+from gateway.metadata.store import MetadataStore
+from gateway.model.entities import resource
 from gateway.model.vhost import VhostMapper
 
 
@@ -63,7 +50,7 @@ class MemoryDelivery:
 
 @dataclass(eq=False)
 class MemoryQueue:
-    entity: Queue
+    name: str
     ready: deque[tuple[Message, bool]] = field(default_factory=deque)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
@@ -99,14 +86,14 @@ class MemoryQueue:
 @dataclass(eq=False)
 class MemorySubscription:
     queue: MemoryQueue
-    on_closed: Callable[[MemoryQueue], None]
+    on_closed: Callable[[MemoryQueue], Awaitable[None]]
     outstanding: list[MemoryDelivery] = field(default_factory=list)
     closed: bool = False
 
     async def receive(self) -> MemoryDelivery:
         while True:
             if self.queue.deleted:
-                raise SubscriptionEnded(self.queue.entity.name)
+                raise SubscriptionEnded(self.queue.name)
             delivery = self.queue.take()
             if delivery is not None:
                 self.outstanding = [d for d in self.outstanding if not d.settled]
@@ -123,34 +110,23 @@ class MemorySubscription:
         self.outstanding.clear()
         self.queue.subscriptions.remove(self)
         self.queue.exclusive_consumer = False
-        self.on_closed(self.queue)
+        await self.on_closed(self.queue)
 
 
 class MemoryVirtualHost:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, namespace: str, store: MetadataStore) -> None:
         self.name = name
-        self._exchanges: dict[str, Exchange] = {e.name: e for e in PREDECLARED_EXCHANGES}
+        self.catalog = Catalog(name, namespace, store)
         self._queues: dict[str, MemoryQueue] = {}
-        self._routers: dict[str, Router] = {
-            e.name: Router(e.type) for e in PREDECLARED_EXCHANGES if e.name != DEFAULT_EXCHANGE
-        }
 
-    # ------------------------------------------------------------------ lookups
-
-    def _exchange(self, name: str) -> Exchange:
-        exchange = self._exchanges.get(name)
-        if exchange is None:
-            raise not_found("exchange", name, self.name)
-        return exchange
-
-    def _queue(self, name: str, owner: Owner) -> MemoryQueue:
+    def _messages(self, name: str) -> MemoryQueue:
+        """The message store of a queue the catalog knows (created on first use)."""
         queue = self._queues.get(name)
         if queue is None:
-            raise not_found("queue", name, self.name)
-        check_exclusive_access(queue.entity, owner.connection_id, self.name)
+            queue = self._queues[name] = MemoryQueue(name)
         return queue
 
-    # ------------------------------------------------------------------ exchanges
+    # ------------------------------------------------------------------ entities
 
     async def declare_exchange(
         self,
@@ -163,32 +139,18 @@ class MemoryVirtualHost:
         internal: bool,
         arguments: Mapping[str, Any],
     ) -> None:
-        existing = self._exchanges.get(name)
-        check_exchange_declare(name, passive=passive, exists=existing is not None)
-        if passive:
-            self._exchange(name)
-            return
-        requested = Exchange(
-            name, ExchangeType.parse(type), durable, auto_delete, internal, arguments
+        await self.catalog.declare_exchange(
+            name,
+            type,
+            passive=passive,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
         )
-        if existing is not None:
-            check_equivalent(existing, requested, vhost=self.name)
-            return
-        self._exchanges[name] = requested
-        self._routers[name] = Router(requested.type)
 
     async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        check_exchange_delete(name, self.name)
-        if name not in self._exchanges:
-            return  # idempotent, as in RabbitMQ
-        if if_unused and self._routers[name].bindings:
-            raise ChannelError(
-                ReplyCode.PRECONDITION_FAILED, f"{resource('exchange', name, self.name)} in use"
-            )
-        del self._exchanges[name]
-        del self._routers[name]
-
-    # ------------------------------------------------------------------ queues
+        await self.catalog.delete_exchange(name, if_unused=if_unused)
 
     async def declare_queue(
         self,
@@ -201,57 +163,47 @@ class MemoryVirtualHost:
         arguments: Mapping[str, Any],
         owner: Owner,
     ) -> QueueStatus:
-        if passive:
-            queue = self._queue(name, owner)
-        else:
-            requested = declared_queue(
-                name,
-                durable=durable,
-                exclusive=exclusive,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                connection=owner.connection_id,
-            )
-            existing = self._queues.get(name)
-            if existing is None:
-                queue = self._queues[name] = MemoryQueue(requested)
-            else:
-                check_exclusive_access(existing.entity, owner.connection_id, self.name)
-                check_equivalent(existing.entity, requested, vhost=self.name)
-                queue = existing
+        await self.catalog.declare_queue(
+            name,
+            passive=passive,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            owner=owner,
+        )
+        queue = self._messages(name)
         return QueueStatus(name, len(queue.ready), len(queue.subscriptions))
 
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
     ) -> int:
-        if name not in self._queues:
+        view = self.catalog.view
+        if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
-        queue = self._queue(name, owner)
+        self.catalog.queue(view, name, owner)
+        queue = self._messages(name)
         where = resource("queue", name, self.name)
         if if_unused and queue.subscriptions:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
         if if_empty and queue.ready:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} is not empty")
         count = len(queue.ready)
-        self._drop_queue(queue)
+        await self._drop_queue(name)
         return count
 
-    def _drop_queue(self, queue: MemoryQueue) -> None:
-        name = queue.entity.name
-        del self._queues[name]
-        queue.delete()
-        for exchange, router in list(self._routers.items()):
-            for binding in router.bindings:
-                if binding.queue == name:
-                    self._unbind(exchange, binding)
+    async def _drop_queue(self, name: str) -> None:
+        await self.catalog.delete_queue(name)
+        queue = self._queues.pop(name, None)
+        if queue is not None:
+            queue.delete()
 
     async def purge_queue(self, name: str, *, owner: Owner) -> int:
-        queue = self._queue(name, owner)
+        self.catalog.queue(self.catalog.view, name, owner)
+        queue = self._messages(name)
         count = len(queue.ready)
         queue.ready.clear()
         return count
-
-    # ------------------------------------------------------------------ bindings
 
     async def bind_queue(
         self,
@@ -262,12 +214,8 @@ class MemoryVirtualHost:
         *,
         owner: Owner,
     ) -> None:
-        check_bind(exchange)
-        self._queue(queue, owner)
-        target = self._exchange(exchange)
-        validate_binding(target.type, arguments)
-        binding = Binding(queue, exchange, routing_key, arguments)
-        self._routers[exchange] = self._routers[exchange].with_binding(binding)
+        binding, _exchange = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
+        await self.catalog.add_binding(binding)
 
     async def unbind_queue(
         self,
@@ -278,41 +226,22 @@ class MemoryVirtualHost:
         *,
         owner: Owner,
     ) -> None:
-        check_bind(exchange)
-        if queue in self._queues:
-            self._queue(queue, owner)
-        if exchange in self._routers:
-            self._unbind(exchange, Binding(queue, exchange, routing_key, arguments))
-
-    def _unbind(self, exchange: str, binding: Binding) -> None:
-        router = self._routers[exchange].without_binding(binding)
-        self._routers[exchange] = router
-        if not router.bindings and self._exchanges[exchange].auto_delete:
-            del self._exchanges[exchange]
-            del self._routers[exchange]
+        # In memory a routed message is in the queue's deque already: nothing to drain.
+        await self.catalog.remove_binding(queue, exchange, routing_key, arguments, owner)
 
     # ------------------------------------------------------------------ messages
 
     async def publish(self, message: Message) -> PublishOutcome:
-        exchange = self._exchange(message.exchange)
-        if exchange.internal:
-            raise ChannelError(
-                ReplyCode.ACCESS_REFUSED,
-                f"cannot publish to internal {resource('exchange', exchange.name, self.name)}",
-            )
-        if exchange.name == DEFAULT_EXCHANGE:
-            names = {message.routing_key} if message.routing_key in self._queues else set()
-        else:
-            headers = None
-            if exchange.type is ExchangeType.HEADERS:
-                headers = message.properties.headers
-            names = self._routers[exchange.name].route(message.routing_key, headers)
+        view = self.catalog.view
+        exchange = self.catalog.publish_target(view, message.exchange)
+        names = self.catalog.routes(view, exchange, message)
         for name in names:
-            self._queues[name].push(message)
+            self._messages(name).push(message)
         return PublishOutcome(routed=bool(names))
 
     async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> MemorySubscription:
-        target = self._queue(queue, owner)
+        self.catalog.queue(self.catalog.view, queue, owner)
+        target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(
                 ReplyCode.ACCESS_REFUSED,
@@ -323,21 +252,22 @@ class MemoryVirtualHost:
         target.exclusive_consumer = exclusive
         return subscription
 
-    def _consumer_gone(self, queue: MemoryQueue) -> None:
+    async def _consumer_gone(self, queue: MemoryQueue) -> None:
         # An auto-delete queue goes when its last consumer does (having had at least one).
-        if queue.entity.auto_delete and not queue.subscriptions and not queue.deleted:
-            self._drop_queue(queue)
+        entity = self.catalog.view.queues.get(queue.name)
+        if entity is not None and entity.auto_delete and not queue.subscriptions:
+            await self._drop_queue(queue.name)
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[MemoryDelivery, int] | None:
-        delivery = self._queue(queue, owner).take()
+        self.catalog.queue(self.catalog.view, queue, owner)
+        delivery = self._messages(queue).take()
         if delivery is None:
             return None
         return delivery, len(delivery.queue.ready)
 
     async def release(self, owner: Owner) -> None:
-        for queue in list(self._queues.values()):
-            if queue.entity.owner == owner.connection_id:
-                self._drop_queue(queue)
+        for name in self.catalog.owned_by(owner):
+            await self._drop_queue(name)
 
 
 class MemoryBackend:
@@ -345,10 +275,12 @@ class MemoryBackend:
 
     def __init__(self, mapper: VhostMapper | None = None) -> None:
         self._mapper = mapper or VhostMapper()
+        self._store = MemoryMetadataStore()
         self._vhosts: dict[str, MemoryVirtualHost] = {}
 
     async def open_vhost(self, vhost: str, user: str) -> MemoryVirtualHost:
         namespace = str(self._mapper.namespace_for(vhost))
         if namespace not in self._vhosts:
-            self._vhosts[namespace] = MemoryVirtualHost(vhost)
+            await self._store.open(namespace)
+            self._vhosts[namespace] = MemoryVirtualHost(vhost, namespace, self._store)
         return self._vhosts[namespace]

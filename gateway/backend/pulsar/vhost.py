@@ -19,39 +19,29 @@ from typing import Any, TypeVar
 
 import trio
 
-from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
+from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
+from gateway.backend.catalog import Catalog
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
 from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.metadata.errors import MissingEntity
-from gateway.metadata.store import MetadataUnavailable, VhostView
+from gateway.metadata.store import VhostView
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
     Binding,
     Exchange,
     ExchangeType,
-    Queue,
-    check_bind,
-    check_equivalent,
-    check_exchange_declare,
-    check_exchange_delete,
-    check_exclusive_access,
-    declared_queue,
-    not_found,
     resource,
 )
 from gateway.model.naming import decode_local_name, subscription_for, topic_for
 from gateway.model.routing import (
-    Router,
     binding_topics,
     compile_topic,
     headers_match,
     publish_topic,
-    validate_binding,
 )
 from gateway.model.vhost import Namespace
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
@@ -70,9 +60,8 @@ class PulsarVirtualHost:
     def __init__(self, name: str, namespace: Namespace, resources: PulsarResources) -> None:
         self.name = name
         self.namespace = namespace
-        self._ns = str(namespace)
         self._r = resources
-        self._routers: dict[str, tuple[int, Router]] = {}
+        self.catalog = Catalog(name, str(namespace), resources.store)
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
@@ -83,18 +72,7 @@ class PulsarVirtualHost:
 
     @property
     def _view(self) -> VhostView:
-        return self._r.store.view(self._ns)
-
-    async def _metadata(self, write: Awaitable[T]) -> T:
-        try:
-            return await write
-        except MissingEntity as missing:
-            # Deleted meanwhile, perhaps on another replica: as if it had never been there.
-            raise not_found(missing.kind, missing.name, self.name) from None
-        except MetadataUnavailable as error:
-            raise amqp_error(
-                ReplyCode.INTERNAL_ERROR, f"metadata store unavailable, try again: {error}"
-            ) from None
+        return self.catalog.view
 
     async def _pulsar(self, call: Awaitable[T], what: str) -> T:
         try:
@@ -102,27 +80,8 @@ class PulsarVirtualHost:
         except Exception as error:  # admin and client errors become AMQP errors, never hangs
             raise to_amqp_error(error, what) from None
 
-    def _exchange(self, view: VhostView, name: str) -> Exchange | None:
-        return view.exchanges.get(name) or _PREDECLARED.get(name)
-
-    def _queue(self, view: VhostView, name: str, owner: Owner) -> Queue:
-        queue = view.queues.get(name)
-        if queue is None:
-            raise not_found("queue", name, self.name)
-        check_exclusive_access(queue, owner.connection_id, self.name)
-        return queue
-
-    def _router(self, view: VhostView, exchange: Exchange) -> Router:
-        cached = self._routers.get(exchange.name)
-        if cached is not None and cached[0] == view.version:
-            return cached[1]
-        bindings = [b for b in view.bindings if b.exchange == exchange.name]
-        router = Router(exchange.type, bindings)
-        self._routers[exchange.name] = (view.version, router)
-        return router
-
     def _binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
-        exchange = self._exchange(view, binding.exchange)
+        exchange = self.catalog.exchange(view, binding.exchange)
         if exchange is None:
             return []
         keys = view.topic_keys.get(binding.exchange, frozenset())
@@ -172,31 +131,20 @@ class PulsarVirtualHost:
         internal: bool,
         arguments: Mapping[str, Any],
     ) -> None:
-        existing = self._exchange(self._view, name)
-        check_exchange_declare(name, passive=passive, exists=existing is not None)
-        if passive:
-            if existing is None:
-                raise not_found("exchange", name, self.name)
-            return
-        requested = Exchange(
-            name, ExchangeType.parse(type), durable, auto_delete, internal, arguments
+        await self.catalog.declare_exchange(
+            name,
+            type,
+            passive=passive,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
         )
-        if existing is None:
-            existing = await self._metadata(self._r.store.create_exchange(self._ns, requested))
-        check_equivalent(existing, requested, vhost=self.name)
 
     async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        check_exchange_delete(name, self.name)
         view = self._view
-        if name not in view.exchanges:
-            return  # idempotent, as in RabbitMQ
-        bindings = [b for b in view.bindings if b.exchange == name]
-        if if_unused and bindings:
-            raise ChannelError(
-                ReplyCode.PRECONDITION_FAILED, f"{resource('exchange', name, self.name)} in use"
-            )
+        bindings = await self.catalog.delete_exchange(name, if_unused=if_unused)
         topics = {b: self._binding_topics(view, b) for b in bindings}
-        await self._metadata(self._r.store.delete_exchange(self._ns, name))
         await self._drop_subscriptions(self._view, topics)
 
     async def _drop_subscriptions(
@@ -265,27 +213,22 @@ class PulsarVirtualHost:
         arguments: Mapping[str, Any],
         owner: Owner,
     ) -> QueueStatus:
-        view = self._view
-        if passive:
-            queue = self._queue(view, name, owner)
-            return await self._status(view, queue.name)
-        requested = declared_queue(
+        async def subscribe_default() -> None:
+            # The default exchange's subscription exists before anyone can see the queue.
+            await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
+
+        _queue, created = await self.catalog.declare_queue(
             name,
+            passive=passive,
             durable=durable,
             exclusive=exclusive,
             auto_delete=auto_delete,
             arguments=arguments,
-            connection=owner.connection_id,
+            owner=owner,
+            before_create=subscribe_default,
         )
-        existing = view.queues.get(name)
-        if existing is None:
-            # The default exchange's subscription exists before anyone can see the queue.
-            await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
-            existing = await self._metadata(self._r.store.create_queue(self._ns, requested))
-            if existing == requested:
-                return QueueStatus(name, 0, 0)
-        check_exclusive_access(existing, owner.connection_id, self.name)
-        check_equivalent(existing, requested, vhost=self.name)
+        if created:
+            return QueueStatus(name, 0, 0)
         return await self._status(self._view, name)
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
@@ -308,7 +251,7 @@ class PulsarVirtualHost:
         view = self._view
         if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
-        self._queue(view, name, owner)
+        self.catalog.queue(view, name, owner)
         where = resource("queue", name, self.name)
         if if_unused and self._consumers.get(name):
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
@@ -321,7 +264,7 @@ class PulsarVirtualHost:
     async def _drop_queue(self, view: VhostView, name: str) -> None:
         topics = self._queue_topics(view, name)
         self._drains.forget_queue(name)
-        await self._metadata(self._r.store.delete_queue(self._ns, name))
+        await self.catalog.delete_queue(name)
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
         getter = self._getters.pop(name, None)
@@ -335,7 +278,7 @@ class PulsarVirtualHost:
 
     async def purge_queue(self, name: str, *, owner: Owner) -> int:
         view = self._view
-        self._queue(view, name, owner)
+        self.catalog.queue(view, name, owner)
         count = await self._message_count(view, name)
         for topic in self._queue_topics(view, name):
             await self._pulsar(
@@ -354,21 +297,14 @@ class PulsarVirtualHost:
         *,
         owner: Owner,
     ) -> None:
-        check_bind(exchange)
-        view = self._view
-        self._queue(view, queue, owner)
-        target = self._exchange(view, exchange)
-        if target is None:
-            raise not_found("exchange", exchange, self.name)
-        validate_binding(target.type, arguments)
-        binding = Binding(queue, exchange, routing_key, arguments)
+        binding, target = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
         # Subscriptions first, so a publisher that sees the binding finds them in place.
-        for topic in self._binding_topics(view, binding):
+        for topic in self._binding_topics(self._view, binding):
             if self._drains.get(queue, topic) is not None:
                 last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
                 self._drains.rebound(queue, topic, last)
             await self._subscribe_topic(topic, queue)
-        await self._metadata(self._r.store.add_binding(self._ns, binding))
+        await self.catalog.add_binding(binding)
         if target.type is ExchangeType.TOPIC:
             # Keys registered while we subscribed: the publisher of a new key looks for
             # bindings after registering it, and we look for keys after binding.
@@ -384,50 +320,22 @@ class PulsarVirtualHost:
         *,
         owner: Owner,
     ) -> None:
-        check_bind(exchange)
-        view = self._view
-        if queue in view.queues:
-            self._queue(view, queue, owner)
-        binding = Binding(queue, exchange, routing_key, arguments)
-        if binding not in view.bindings:
-            return  # idempotent, as in RabbitMQ
-        topics = self._binding_topics(view, binding)
-        await self._metadata(self._r.store.remove_binding(self._ns, binding))
-        view = self._view
-        await self._drop_subscriptions(view, {binding: topics})
-        target = view.exchanges.get(exchange)
-        if (
-            target is not None
-            and target.auto_delete
-            and not any(b.exchange == exchange for b in view.bindings)
-        ):
-            # RabbitMQ deletes an auto-delete exchange when its last binding goes.
-            await self._metadata(self._r.store.delete_exchange(self._ns, exchange))
+        before = self._view
+        removed = await self.catalog.remove_binding(queue, exchange, routing_key, arguments, owner)
+        if removed is not None:
+            topics = self._binding_topics(before, removed)
+            await self._drop_subscriptions(self._view, {removed: topics})
 
     # ------------------------------------------------------------------ publishing
 
     async def publish(self, message: Message) -> PublishOutcome:
         view = self._view
-        exchange = self._exchange(view, message.exchange)
-        if exchange is None:
-            raise not_found("exchange", message.exchange, self.name)
-        if exchange.internal:
-            raise ChannelError(
-                ReplyCode.ACCESS_REFUSED,
-                f"cannot publish to internal {resource('exchange', exchange.name, self.name)}",
-            )
+        exchange = self.catalog.publish_target(view, message.exchange)
         key = message.routing_key
-        if exchange.name == DEFAULT_EXCHANGE:
-            routed = key in view.queues
-        else:
-            if (
-                exchange.type is ExchangeType.TOPIC
-                and (exchange.name, key) not in self._prepared_keys
-            ):
-                await self._prepare_topic_key(exchange, key)
-                view = self._view
-            headers = message.properties.headers if exchange.type is ExchangeType.HEADERS else None
-            routed = bool(self._router(view, exchange).route(key, headers))
+        if exchange.type is ExchangeType.TOPIC and (exchange.name, key) not in self._prepared_keys:
+            await self._prepare_topic_key(exchange, key)
+            view = self._view
+        routed = bool(self.catalog.routes(view, exchange, message))
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
         # subscription wants anyway.
@@ -441,10 +349,12 @@ class PulsarVirtualHost:
     async def _prepare_topic_key(self, exchange: Exchange, key: str) -> None:
         """A topic exchange's key gets its own topic: before its first message, every pattern
         binding that matches the key must have its subscription there."""
-        await self._metadata(self._r.store.register_topic_key(self._ns, exchange.name, key))
+        await self.catalog.write(
+            self._r.store.register_topic_key(self.catalog.namespace, exchange.name, key)
+        )
         view = self._view
         topic = topic_for(self.namespace, exchange.name, key)
-        for binding in self._router(view, exchange).patterns_matching(key):
+        for binding in self.catalog.router(view, exchange).patterns_matching(key):
             if compile_topic(binding.routing_key).shape != "literal":
                 await self._subscribe_topic(topic, binding.queue)
         self._prepared_keys.add((exchange.name, key))
@@ -461,7 +371,7 @@ class PulsarVirtualHost:
             if decoded is None or decoded[1] is not None:
                 return True  # keyed topics (direct, topic, default) carry only routed messages
             view = self._view
-            exchange = self._exchange(view, decoded[0])
+            exchange = self.catalog.exchange(view, decoded[0])
             if exchange is None or exchange.type is not ExchangeType.HEADERS:
                 return True
             headers = message.properties.headers
@@ -492,7 +402,7 @@ class PulsarVirtualHost:
     async def consume(
         self, queue: str, *, exclusive: bool, owner: Owner
     ) -> PulsarQueueSubscription:
-        self._queue(self._view, queue, owner)
+        self.catalog.queue(self._view, queue, owner)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise ChannelError(
@@ -527,7 +437,7 @@ class PulsarVirtualHost:
             )
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
-        self._queue(self._view, queue, owner)
+        self.catalog.queue(self._view, queue, owner)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:
             # One small consumer per queue serves every Basic.Get: none is created per call.

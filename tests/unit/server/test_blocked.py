@@ -10,6 +10,7 @@ from pamqp import body, header
 from gateway.auth.authenticator import AcceptAnyone, PeerIdentity
 from gateway.backend.interface import Message, PublishOutcome
 from gateway.backend.memory import MemoryBackend, MemoryVirtualHost
+from gateway.metadata.memory import MemoryMetadataStore
 from gateway.server.connection import ClientConnection
 from gateway.server.session import BLOCKED_AFTER
 from gateway.server.settings import ServerSettings
@@ -19,8 +20,8 @@ from tests.support.scripted_client import ScriptedClient, commands
 class GatedVirtualHost(MemoryVirtualHost):
     """Publishes wait until the test opens the gate, as when Pulsar's in-flight limit is hit."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, namespace: str, store: MemoryMetadataStore) -> None:
+        super().__init__(name, namespace, store)
         self.gate = trio.Event()
 
     async def publish(self, message: Message) -> PublishOutcome:
@@ -31,9 +32,11 @@ class GatedVirtualHost(MemoryVirtualHost):
 class GatedBackend(MemoryBackend):
     def __init__(self) -> None:
         super().__init__()
-        self.vhost = GatedVirtualHost("/")
+        self.store = MemoryMetadataStore()
+        self.vhost = GatedVirtualHost("/", "public/default", self.store)
 
     async def open_vhost(self, vhost: str, user: str) -> GatedVirtualHost:
+        await self.store.open("public/default")
         return self.vhost
 
 
