@@ -215,10 +215,20 @@ class GatewayProcess:
 
 @contextlib.contextmanager
 def gateway_process(
-    broker_url: str, web_url: str, zookeeper: str, namespace: str, *, timeout: float = 60.0
+    broker_url: str,
+    web_url: str,
+    zookeeper: str,
+    namespace: str,
+    *,
+    switch_interval: float | None = None,
+    timeout: float = 60.0,
 ) -> Iterator[GatewayProcess]:
     """``starlight-rabbitmq -c <temp conf>`` on a free loopback port, vhost ``/`` on
-    ``public/<namespace>``; stopped with SIGINT (graceful), then SIGKILL if it lingers."""
+    ``public/<namespace>``; stopped with SIGINT (graceful), then SIGKILL if it lingers.
+
+    ``switch_interval``: run the same entry point under ``sys.setswitchinterval`` (an
+    experiment knob: how long pulsar-client's C++ callback threads may wait for the GIL).
+    """
     workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     port = rabbitmq.free_port()
     conf = workdir / "gateway.conf"
@@ -233,8 +243,18 @@ def gateway_process(
     log = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
     with log.open("wb") as out:
+        command = [str(GATEWAY_EXE), "-c", str(conf)]
+        if switch_interval is not None:
+            command = [
+                str(GATEWAY_EXE.parent / "python"),
+                "-c",
+                f"import sys; sys.setswitchinterval({switch_interval!r}); "
+                "from gateway.cli import main; sys.exit(main(sys.argv[1:]))",
+                "-c",
+                str(conf),
+            ]
         proc = subprocess.Popen(
-            [str(GATEWAY_EXE), "-c", str(conf)],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -1161,6 +1181,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-rabbitmq", action="store_true", help="skip the same client against RabbitMQ"
     )
     parser.add_argument(
+        "--switch-interval",
+        type=float,
+        metavar="SECONDS",
+        help="run the gateway under sys.setswitchinterval(SECONDS) (default: Python's 0.005)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -1193,7 +1219,11 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_gateway:
                 print("gateway ...", flush=True)
                 with gateway_process(
-                    stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER, namespace
+                    stack.BROKER_URL,
+                    stack.WEB_URL,
+                    stack.ZOOKEEPER,
+                    namespace,
+                    switch_interval=args.switch_interval,
                 ) as gw:
                     pids = {"gateway": gw.pid}
                     if pulsar_pid:

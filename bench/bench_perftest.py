@@ -202,11 +202,13 @@ def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], floa
 
 
 @contextlib.contextmanager
-def gateway_target(stack: ModuleType) -> Iterator[tuple[str, dict[str, int]]]:
+def gateway_target(
+    stack: ModuleType, switch_interval: float | None
+) -> Iterator[tuple[str, dict[str, int]]]:
     broker, web, zk = stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER
     with (
         gvp.fresh_namespace(web, zk) as namespace,
-        gvp.gateway_process(broker, web, zk, namespace) as gw,
+        gvp.gateway_process(broker, web, zk, namespace, switch_interval=switch_interval) as gw,
     ):
         pids = {"gateway": gw.pid}
         pulsar_pid = gvp.find_pid("PulsarStandaloneStarter")
@@ -271,6 +273,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", type=int, default=500, help="unconfirmed publishes (-c)")
     parser.add_argument("--qos", type=int, default=500, help="consumer prefetch (-q)")
     parser.add_argument("--multi-ack", type=int, default=100, help="multi-ack every (-A)")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        metavar="SECONDS",
+        help="run the gateway under sys.setswitchinterval(SECONDS) (default: Python's 0.005)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="record the gateway with py-spy during each PerfTest run "
+        "(DIR/gateway-perftest-<load>.txt) and print the top functions",
+    )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument(
@@ -278,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    spy = gvp.py_spy_exe() if args.profile is not None else None
+    if args.profile is not None:
+        if spy is None:
+            parser.error("--profile needs py-spy on PATH or in .venv/bin (pip install py-spy)")
+        args.profile.mkdir(parents=True, exist_ok=True)
     stack = gvp.load_stack()
     print(f"machine: {gvp.machine_line()}")
     classpath = perftest_classpath()
@@ -291,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[tuple[str, contextlib.AbstractContextManager[tuple[str, dict[str, int]]]]] = []
     if not args.no_gateway:
         if stack.is_up():
-            targets.append(("gateway", gateway_target(stack)))
+            targets.append(("gateway", gateway_target(stack, args.switch_interval)))
         else:
             notes.append("gateway skipped: the local stack is not up (scripts/stack.py up)")
     if not args.no_rabbitmq:
@@ -306,9 +326,20 @@ def main(argv: list[str] | None = None) -> int:
                 with target as (url, pids):
                     runs: dict[str, PerfResult] = {}
                     for load, flags, seconds in loads(args, tag):
-                        runs[load] = run_perftest(
-                            classpath, url, flags, load, pids, seconds, log_dir
-                        )
+                        profiling = spy is not None and name == "gateway"
+                        out = (args.profile or log_dir) / f"gateway-perftest-{load.split()[0]}.txt"
+                        with (
+                            gvp.py_spy(spy, pids["gateway"], out)
+                            if profiling and spy is not None
+                            else contextlib.nullcontext()
+                        ):
+                            runs[load] = run_perftest(
+                                classpath, url, flags, load, pids, seconds, log_dir
+                            )
+                        if profiling and out.exists():
+                            notes.append(
+                                f"gateway profile, PerfTest {load}:\n{gvp.profile_summary(out)}"
+                            )
                     results[name] = runs
             except (rabbitmq.RabbitMQUnavailable, RuntimeError) as exc:
                 notes.append(f"{name} failed: {exc}")
