@@ -107,6 +107,27 @@ def machine_busy_seconds() -> float:
     return (sum(values[:8]) - idle) / CLK_TCK
 
 
+def background_load(seconds: float = 3.0) -> float:
+    """Cores busy on the machine over ``seconds`` (before a run: other people's work)."""
+    start = machine_busy_seconds()
+    time.sleep(seconds)
+    return (machine_busy_seconds() - start) / seconds
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.3) -> float:
+    """Sample the background load until it is below ``threshold`` cores or ``max_wait``
+    seconds have passed; the last sample. Prints what it sees."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        load = background_load()
+        if load < threshold or time.monotonic() >= deadline:
+            verdict = "quiet" if load < threshold else "BUSY: figures will be pessimistic"
+            print(f"background load: {load:.2f} of {os.cpu_count()} cores ({verdict})")
+            return load
+        print(f"background load {load:.2f} cores; waiting for < {threshold} ...", flush=True)
+        time.sleep(5)
+
+
 def find_pid(cmdline_part: str) -> int | None:
     """The first process whose command line contains ``cmdline_part``."""
     needle = cmdline_part.encode()
@@ -745,6 +766,57 @@ async def run_amqp(
     return rates
 
 
+async def aio_pika_rates(url: str, args: argparse.Namespace, pids: dict[str, int]) -> Rates:
+    """aio-pika doing the publish and consume phases (to show why the benchmark has its own
+    client): ``window`` confirms in flight through a semaphore, prefetch, one ack each."""
+    import aio_pika
+
+    rates = Rates()
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.set_qos(prefetch_count=args.prefetch)
+        queue = await channel.declare_queue(f"aio-pika-{uuid.uuid4().hex[:8]}", durable=True)
+        payload = b"x" * args.size
+        slots = asyncio.Semaphore(args.window)
+
+        async def publish_one() -> None:
+            async with slots:
+                await channel.default_exchange.publish(
+                    aio_pika.Message(payload, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    routing_key=queue.name,
+                )
+
+        with CpuMeter(pids) as meter:
+            started = time.perf_counter()
+            await asyncio.wait_for(
+                asyncio.gather(*(publish_one() for _ in range(args.count))), args.phase_timeout
+            )
+            rates.publish = args.count / (time.perf_counter() - started)
+        rates.publish_cpu = meter
+        received = 0
+        done = asyncio.Event()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            nonlocal received
+            await message.ack()
+            received += 1
+            if received >= args.count:
+                done.set()
+
+        with CpuMeter(pids) as meter:
+            started = time.perf_counter()
+            tag = await queue.consume(on_message)
+            await asyncio.wait_for(done.wait(), args.phase_timeout)
+            rates.consume = args.count / (time.perf_counter() - started)
+        rates.consume_cpu = meter
+        await queue.cancel(tag)
+        await queue.delete(if_unused=False, if_empty=False)
+    finally:
+        await connection.close()
+    return rates
+
+
 # --- raw pulsar-client --------------------------------------------------------------------------
 
 
@@ -1108,6 +1180,7 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
             ("raw pulsar-client", raw),
             ("gateway", gw),
             ("RabbitMQ (same client)", rmq),
+            ("aio-pika vs RabbitMQ", results.get("aio-pika")),
         )
         if r is not None
     ]
@@ -1181,6 +1254,18 @@ def main(argv: list[str] | None = None) -> int:
         "--no-rabbitmq", action="store_true", help="skip the same client against RabbitMQ"
     )
     parser.add_argument(
+        "--aio-pika",
+        action="store_true",
+        help="also run aio-pika's publish and consume against RabbitMQ (its ceiling)",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
+    )
+    parser.add_argument(
         "--switch-interval",
         type=float,
         metavar="SECONDS",
@@ -1205,6 +1290,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     results: dict[str, Rates] = {}
     print(f"machine: {machine_line()}")
+    wait_for_quiet(args.wait_quiet)
     if not (args.no_raw and args.no_gateway):
         if not stack.is_up():
             print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
@@ -1249,6 +1335,11 @@ def main(argv: list[str] | None = None) -> int:
                     results["rabbitmq"] = asyncio.run(
                         run_amqp("127.0.0.1", node.port, args, {"rabbitmq": node.pid})
                     )
+                    if args.aio_pika:
+                        print("aio-pika against RabbitMQ ...", flush=True)
+                        results["aio-pika"] = asyncio.run(
+                            aio_pika_rates(node.amqp_url, args, {"rabbitmq": node.pid})
+                        )
             except rabbitmq.RabbitMQUnavailable as exc:
                 notes.append(f"RabbitMQ column skipped: {exc}")
     print_report(args, results, notes)

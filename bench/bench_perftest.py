@@ -274,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qos", type=int, default=500, help="consumer prefetch (-q)")
     parser.add_argument("--multi-ack", type=int, default=100, help="multi-ack every (-A)")
     parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
+    )
+    parser.add_argument(
         "--switch-interval",
         type=float,
         metavar="SECONDS",
@@ -300,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     stack = gvp.load_stack()
     print(f"machine: {gvp.machine_line()}")
+    gvp.wait_for_quiet(args.wait_quiet)
     classpath = perftest_classpath()
     print(f"RabbitMQ PerfTest {perftest_version()} ({shutil.which('java')})")
     notes: list[str] = []
