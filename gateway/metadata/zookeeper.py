@@ -157,6 +157,8 @@ class _Namespace:
     # Buckets listed (so watched) in the current epoch. Not the mirror's buckets: our own
     # write into a new bucket makes the mirror know it before any listing watches it.
     watched: set[str] = field(default_factory=set)
+    # When the resync after a reconnect started (None when not resyncing).
+    resync_started: float | None = None
 
 
 class ZooKeeperMetadataStore:
@@ -307,6 +309,8 @@ class ZooKeeperMetadataStore:
         while state.mirror.version <= since_version:
             if self._closed:
                 raise MetadataUnavailable("the metadata store is closed")
+            if not self._live(state):
+                raise KeyError(f"namespace {namespace!r} was deleted")
             await state.event.wait()
         return state.mirror.snapshot()
 
@@ -504,7 +508,8 @@ class ZooKeeperMetadataStore:
         await self._prepare(what)
         closing = self._namespaces.pop(namespace, None)
         if closing is not None:
-            self._wake(closing)
+            closing.event.set()  # waiters in changed() find it gone
+            self._watched = {p: e for p, e in self._watched.items() if e[0] is not closing}
         root = self._layout.namespace(namespace)
         listings: dict[Folder, list[tuple[str, list[str]]]] = {}
         for folder in Folder:
@@ -991,6 +996,7 @@ class ZooKeeperMetadataStore:
         self._disconnected = True
 
     def _resync(self, state: _Namespace) -> None:
+        state.resync_started = time.perf_counter()
         state.inflight.clear()
         state.dirty.clear()
         state.watched.clear()
@@ -1004,7 +1010,7 @@ class ZooKeeperMetadataStore:
         if self._closed or path is None or event_type == EventType.NONE:
             return  # NONE: kazoo dropping watches on disconnect; the resync re-lists
         entry = self._watched.get(path)
-        if entry is None:
+        if entry is None or not self._live(entry[0]):
             return
         state, folder, bucket = entry
         if bucket is None:
@@ -1023,7 +1029,7 @@ class ZooKeeperMetadataStore:
         epoch = self._epoch
 
         def apply(result: Any) -> None:
-            if epoch != self._epoch or self._closed:
+            if epoch != self._epoch or not self._live(state):
                 return
             state.outstanding -= 1
             state.inflight.discard(path)
@@ -1061,7 +1067,7 @@ class ZooKeeperMetadataStore:
         epoch = self._epoch
 
         def apply(result: Any) -> None:
-            if epoch != self._epoch or self._closed:
+            if epoch != self._epoch or not self._live(state):
                 return
             state.outstanding -= 1
             state.inflight.discard(path)
@@ -1100,7 +1106,7 @@ class ZooKeeperMetadataStore:
             epoch = self._epoch
 
             def apply(result: Any, batch: list[str] = batch, epoch: int = epoch) -> None:
-                if epoch != self._epoch or self._closed:
+                if epoch != self._epoch or not self._live(state):
                     return
                 state.outstanding -= 1
                 try:
@@ -1127,7 +1133,7 @@ class ZooKeeperMetadataStore:
         epoch = self._epoch
 
         def apply(result: Any) -> None:
-            if epoch != self._epoch or self._closed:
+            if epoch != self._epoch or not self._live(state):
                 return
             state.outstanding -= 1
             try:
@@ -1145,6 +1151,13 @@ class ZooKeeperMetadataStore:
     def _settle(self, state: _Namespace) -> None:
         """After an answer: wake waiters, and finish the first load when nothing is left."""
         self._wake(state)
+        if state.outstanding == 0 and state.resync_started is not None and state.loaded.is_set():
+            log.info(
+                "metadata: resynchronised namespace %s with ZooKeeper in %.3f s",
+                state.name,
+                time.perf_counter() - state.resync_started,
+            )
+            state.resync_started = None
         if state.outstanding == 0 and not state.loaded.is_set():
             state.load_seconds = time.perf_counter() - state.load_started
             counts = state.mirror.counts()
@@ -1158,7 +1171,12 @@ class ZooKeeperMetadataStore:
                 counts[Folder.BINDINGS.value],
                 counts[Folder.TOPIC_KEYS.value],
             )
+            state.resync_started = None
             state.loaded.set()
+
+    def _live(self, state: _Namespace) -> bool:
+        """Whether answers for ``state`` still matter (the store is open, the namespace too)."""
+        return not self._closed and self._namespaces.get(state.name) is state
 
     def _wake(self, state: _Namespace) -> None:
         if state.mirror.version != state.signalled or self._closed:

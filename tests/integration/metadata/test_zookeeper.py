@@ -84,7 +84,7 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
 
 
 async def test_outage_keeps_the_view_refuses_writes_and_resyncs(
-    zk_fleet: ZooKeeperFleet, proxy: TcpProxy, namespace: str
+    zk_fleet: ZooKeeperFleet, proxy: TcpProxy, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     a = await zk_fleet.replica(hosts=proxy.address)
     b = await zk_fleet.replica()
@@ -115,25 +115,29 @@ async def test_outage_keeps_the_view_refuses_writes_and_resyncs(
     await b.create_queue(namespace, Queue("replaced", arguments={"v": Field("b", 2)}))
     await b.register_topic_key(namespace, "amq.topic", "during.outage")
 
-    proxy.restore()
-    with trio.fail_after(DEADLINE):
-        await a.wait_connected(True)
-    view = await wait_for(
-        a,
-        namespace,
-        lambda v: (
-            "doomed" not in v.queues
-            and Binding("new", "amq.fanout", "") in v.bindings
-            and v.queues["replaced"].arguments.get("v") == Field("b", 2)
-            and "during.outage" in v.topic_keys.get("amq.topic", ())
-        ),
-    )
-    assert set(view.queues) == {"kept", "new", "replaced"}
-    # Writes work again, and the watches are back.
-    await a.create_queue(namespace, Queue("after"))
-    await b.create_queue(namespace, Queue("after-b"))
-    await wait_for(a, namespace, lambda v: "after-b" in v.queues)
-    await wait_for(b, namespace, lambda v: "after" in v.queues)
+    with caplog.at_level(logging.INFO, logger="gateway.metadata.zookeeper"):
+        proxy.restore()
+        with trio.fail_after(DEADLINE):
+            await a.wait_connected(True)
+        view = await wait_for(
+            a,
+            namespace,
+            lambda v: (
+                "doomed" not in v.queues
+                and Binding("new", "amq.fanout", "") in v.bindings
+                and v.queues["replaced"].arguments.get("v") == Field("b", 2)
+                and "during.outage" in v.topic_keys.get("amq.topic", ())
+            ),
+        )
+        assert set(view.queues) == {"kept", "new", "replaced"}
+        # Writes work again, and the watches are back.
+        await a.create_queue(namespace, Queue("after"))
+        await b.create_queue(namespace, Queue("after-b"))
+        await wait_for(a, namespace, lambda v: "after-b" in v.queues)
+        await wait_for(b, namespace, lambda v: "after" in v.queues)
+    # Everything the resync read was answered before "after-b" was (one session, in order).
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(f"resynchronised namespace {namespace}" in m for m in messages), messages
 
 
 async def test_session_expiry_resyncs_with_a_new_session(
