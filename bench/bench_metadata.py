@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import resource
 import statistics
 import subprocess
 import sys
@@ -111,8 +112,9 @@ class _Lines:
 
 async def propagation(
     hosts: str, prefix: str, namespace: str, writes: int, tag: str
-) -> tuple[list[float], list[float], float]:
-    """(write latencies, write-to-visible-on-B latencies, one view rebuild on B), seconds.
+) -> tuple[list[float], list[float], float, float]:
+    """(write latencies, write-to-visible-on-B latencies, one view rebuild on B) in seconds,
+    and B's peak memory (MiB).
 
     Replica B runs in a process of its own (as in a fleet: its own GIL); CLOCK_MONOTONIC, which
     ``time.perf_counter`` reads on Linux, is one clock for every process of the machine. Each
@@ -136,10 +138,12 @@ async def propagation(
                     seen_times.append(float(seen_at) - started)
             word, rebuild = (await lines.next()).split()
             assert word == "rebuild"
+            word, rss = (await lines.next()).split()
+            assert word == "rss"
     finally:
         with trio.CancelScope(shield=True):
             await process.wait()
-    return write_times, seen_times, float(rebuild)
+    return write_times, seen_times, float(rebuild), int(rss) / 1024
 
 
 async def reader(hosts: str, prefix: str, namespace: str, tag: str, count: int) -> None:
@@ -163,6 +167,7 @@ async def reader(hosts: str, prefix: str, namespace: str, tag: str, count: int) 
             mirror.snapshot()
             rebuilds.append(time.perf_counter() - started)
         print(f"rebuild {min(rebuilds):.9f}", flush=True)
+        print(f"rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
 
 
 # ---------------------------------------------------------------------------- single document
@@ -299,7 +304,9 @@ async def run(args: argparse.Namespace, hosts: str) -> None:
 
         for namespace, label in ((BIG, f"{args.n}-queue vhost"), (SMALL, "empty vhost")):
             tag = "s" if namespace == SMALL else "b"
-            write, seen, rebuild = await propagation(hosts, prefix, namespace, args.writes, tag)
+            write, seen, rebuild, rss = await propagation(
+                hosts, prefix, namespace, args.writes, tag
+            )
             rows.append(
                 (
                     f"write latency, {label} (p50 / p99)",
@@ -313,6 +320,7 @@ async def run(args: argparse.Namespace, hosts: str) -> None:
                 )
             )
             rows.append((f"view rebuild after a queue and a binding change, {label}", ms(rebuild)))
+            rows.append((f"peak memory of the replica holding the {label}", f"{rss:.0f} MiB"))
 
         print("single-document baseline ...", flush=True)
         baseline = await trio.to_thread.run_sync(single_document, hosts, prefix, args.n)
