@@ -1,0 +1,169 @@
+"""Helpers for driving the gateway with real AMQP clients (pika, aio-pika, kombu) in tests.
+
+Nothing here sleeps to synchronise: every wait is on a condition, with a deadline, while the
+client keeps processing its I/O.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+
+DEFAULT_TIMEOUT = 10.0
+
+
+def unique(prefix: str) -> str:
+    """A fresh name, so that tests sharing a gateway (and a namespace) never collide."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def connect(port: int, vhost: str = "/", **params: Any) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            host="127.0.0.1", port=port, virtual_host=vhost, connection_attempts=1, **params
+        )
+    )
+
+
+def amqp_url(port: int, vhost: str = "/") -> str:
+    """``amqp://`` URL for aio-pika and kombu (the vhost percent-encoded, ``/`` as ``%2F``)."""
+    from urllib.parse import quote
+
+    return f"amqp://guest:guest@127.0.0.1:{port}/{quote(vhost, safe='')}"
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    connection: pika.BlockingConnection | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    what: str | Callable[[], str] = "condition",
+) -> None:
+    """Process the connection's events until ``condition()`` holds; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {described}")
+        if connection is not None:
+            connection.process_data_events(time_limit=0.05)
+        else:
+            time.sleep(0.02)  # polling interval of a condition with a deadline, not a sync
+
+
+def observe(connection: pika.BlockingConnection, seconds: float = 0.3) -> None:
+    """Keep processing events for a short window: used before asserting that something
+    did *not* happen (nothing more delivered), giving the gateway a chance to do it."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        connection.process_data_events(time_limit=left)
+
+
+def get_bodies(
+    channel: BlockingChannel, queue: str, count: int, *, timeout: float = DEFAULT_TIMEOUT
+) -> list[bytes]:
+    """Basic.Get (auto-ack) until ``count`` messages came; fail after ``timeout``."""
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(bodies) < count:
+        _, _, body = channel.basic_get(queue, auto_ack=True)
+        if body is not None:
+            bodies.append(body)
+        elif time.monotonic() > deadline:
+            raise AssertionError(f"only {len(bodies)} of {count} messages from {queue!r}")
+    return bodies
+
+
+def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
+    """Basic.Get (auto-ack) until the queue answers Get-Empty."""
+    bodies: list[bytes] = []
+    while (message := channel.basic_get(queue, auto_ack=True))[2] is not None:
+        bodies.append(message[2])
+    return bodies
+
+
+def message_count(channel: BlockingChannel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def wait_for_count(
+    channel: BlockingChannel, queue: str, expected: int, *, timeout: float = DEFAULT_TIMEOUT
+) -> int:
+    """Passive-declare until Declare-Ok reports ``expected`` messages (Pulsar's backlog
+    figures settle shortly after the writes); returns the last count seen."""
+    deadline = time.monotonic() + timeout
+    while (count := message_count(channel, queue)) != expected:
+        if time.monotonic() > deadline:
+            return count
+        channel.connection.process_data_events(time_limit=0.1)
+    return count
+
+
+@contextmanager
+def channel_closed(code: int, text: str | None = None) -> Iterator[None]:
+    """The block must end with Channel.Close ``code`` (and ``text`` in the reply text)."""
+    try:
+        yield
+    except pika.exceptions.ChannelClosedByBroker as closed:
+        assert (closed.reply_code, closed.reply_text) == (code, text or closed.reply_text), (
+            closed.reply_code,
+            closed.reply_text,
+        )
+    else:
+        raise AssertionError(f"expected Channel.Close {code}")
+
+
+@contextmanager
+def connection_closed(code: int, text: str | None = None) -> Iterator[None]:
+    """The block must end with Connection.Close ``code`` (and ``text`` in the reply text)."""
+    try:
+        yield
+    except pika.exceptions.ConnectionClosedByBroker as closed:
+        assert (closed.reply_code, closed.reply_text) == (code, text or closed.reply_text), (
+            closed.reply_code,
+            closed.reply_text,
+        )
+    else:
+        raise AssertionError(f"expected Connection.Close {code}")
+
+
+def round_trip(channel: BlockingChannel) -> None:
+    """A synchronous method, so that an asynchronous error (after a publish or an ack)
+    surfaces in the block that caused it."""
+    channel.exchange_declare("amq.direct", passive=True)
+
+
+def collect(
+    connection: pika.BlockingConnection,
+    expected: dict[str, int],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    settle: float = 0.3,
+) -> dict[str, list[bytes]]:
+    """Consume (auto-ack) from every queue of ``expected`` on one channel until each has
+    delivered its expected number of messages, then for ``settle`` seconds more (so that
+    anything extra shows up), and return the bodies per queue, in delivery order."""
+    channel = connection.channel()
+    got: dict[str, list[bytes]] = {queue: [] for queue in expected}
+    for queue in expected:
+        channel.basic_consume(
+            queue,
+            lambda _ch, _m, _p, body, queue=queue: got[queue].append(body),
+            auto_ack=True,
+        )
+    wait_for(
+        lambda: all(len(got[q]) >= n for q, n in expected.items()),
+        connection,
+        timeout=timeout,
+        what=lambda: f"deliveries {expected}, got { {q: len(b) for q, b in got.items()} }",
+    )
+    observe(connection, settle)
+    channel.close()
+    return got
