@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import json
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -114,7 +113,7 @@ async def propagation(
     hosts: str, prefix: str, namespace: str, writes: int, tag: str
 ) -> tuple[list[float], list[float], float, float]:
     """(write latencies, write-to-visible-on-B latencies, one view rebuild on B) in seconds,
-    and B's peak memory (MiB).
+    and B's memory (MiB).
 
     Replica B runs in a process of its own (as in a fleet: its own GIL); CLOCK_MONOTONIC, which
     ``time.perf_counter`` reads on Linux, is one clock for every process of the machine. Each
@@ -167,7 +166,10 @@ async def reader(hosts: str, prefix: str, namespace: str, tag: str, count: int) 
             mirror.snapshot()
             rebuilds.append(time.perf_counter() - started)
         print(f"rebuild {min(rebuilds):.9f}", flush=True)
-        print(f"rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+        # Current RSS (ru_maxrss would carry the parent's peak over fork + exec).
+        status = Path("/proc/self/status").read_text()
+        rss = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        print(f"rss {rss}", flush=True)
 
 
 # ---------------------------------------------------------------------------- single document
@@ -320,7 +322,7 @@ async def run(args: argparse.Namespace, hosts: str) -> None:
                 )
             )
             rows.append((f"view rebuild after a queue and a binding change, {label}", ms(rebuild)))
-            rows.append((f"peak memory of the replica holding the {label}", f"{rss:.0f} MiB"))
+            rows.append((f"memory (RSS) of the replica holding the {label}", f"{rss:.0f} MiB"))
 
         print("single-document baseline ...", flush=True)
         baseline = await trio.to_thread.run_sync(single_document, hosts, prefix, args.n)
