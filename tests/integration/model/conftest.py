@@ -41,9 +41,12 @@ class Running:
         return connect(self.port, vhost)
 
 
-@pytest.fixture(
-    scope="module", params=["memory", pytest.param("pulsar", marks=pytest.mark.integration)]
-)
+# For tests that only make sense on Pulsar: @pytest.mark.parametrize("running", [PULSAR_ONLY],
+# indirect=True) reuses the module's Pulsar gateway.
+PULSAR_ONLY = pytest.param("pulsar", marks=pytest.mark.integration)
+
+
+@pytest.fixture(scope="module", params=["memory", PULSAR_ONLY])
 def running(request: pytest.FixtureRequest) -> Iterator[Running]:
     if request.param == "memory":
         with GatewayInThread(backend=MemoryBackend()) as gateway:
