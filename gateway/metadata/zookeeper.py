@@ -382,6 +382,11 @@ class ZooKeeperMetadataStore:
             if isinstance(error, NoNodeError):
                 kind = "queue" if index == 1 else "exchange"
                 raise MissingEntity(kind, binding.queue if index == 1 else binding.exchange)
+            if isinstance(error, NodeExistsError):
+                # A ref without its binding (only a hand edit makes one): remove it, retry.
+                log.error("metadata: removing dangling binding ref %s", ops[index].path)
+                await self._delete_if_there(ops[index].path, what)
+                continue
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
 
@@ -411,7 +416,9 @@ class ZooKeeperMetadataStore:
         if isinstance(error, NoNodeError):
             # A binding without one of its refs: only a bug or a hand edit makes one. Remove
             # what is there rather than leave a binding nobody can delete.
-            log.error("metadata: binding %r in %s had no %s ref", child, namespace, ops[index])
+            log.error("metadata: binding %r in %s had no ref %s", child, namespace, ops[index])
+            for op in ops[1:]:
+                await self._delete_if_there(op.path, what)
             failure = await self._transact(what, ops[:1], deleted, absent)
             return failure is None
         raise self._unexpected(error, what)
@@ -672,6 +679,10 @@ class ZooKeeperMetadataStore:
         await self._prepare(what)
         child = encode_name(name)
         path = self._layout.node(namespace, folder, child)
+        # Paths that made a transaction fail twice with NoNode and were checked absent: the
+        # other half of a dangling ref (only a hand edit makes one). Left out from then on.
+        suspects: set[str] = set()
+        absent: set[str] = set()
         for _ in range(ATTEMPTS):
             listing = await self._list_refs(namespace, folder, child, path, what)
             if listing is None:
@@ -681,7 +692,7 @@ class ZooKeeperMetadataStore:
             unbound: list[str] = []
             size = 0
             for ref in refs:
-                ref_ops = self._unbind_ops(namespace, ref)
+                ref_ops = [op for op in self._unbind_ops(namespace, ref) if op.path not in absent]
                 if len(ops) + len(ref_ops) + 1 > TXN_OPS or size >= TXN_BYTES:
                     break
                 ops += ref_ops
@@ -714,8 +725,15 @@ class ZooKeeperMetadataStore:
             index, error = failure
             if whole and index == len(ops) - 1 and isinstance(error, NoNodeError):
                 return False  # deleted by someone else meanwhile
-            if isinstance(error, NoNodeError | NotEmptyError | BadVersionError):
-                continue  # a binding came or went meanwhile: list again
+            if isinstance(error, NoNodeError):
+                missing = ops[index].path
+                if missing in suspects and not await self._exists(missing, what):
+                    log.error("metadata: %s is missing; deleting the rest of it", missing)
+                    absent.add(missing)
+                suspects.add(missing)
+                continue  # a binding went meanwhile: list again
+            if isinstance(error, NotEmptyError | BadVersionError):
+                continue  # a binding came meanwhile: list again
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
 
@@ -781,6 +799,17 @@ class ZooKeeperMetadataStore:
                 if not isinstance(error, NoNodeError):
                     raise self._unexpected(error, what)
                 pending = pending[:index] + pending[index + 1 :]
+
+    async def _exists(self, path: str, what: str) -> bool:
+        def apply(result: Any) -> bool:
+            return self._value(result, what) is not None
+
+        return await self._ask(lambda: self._client.exists_async(path), apply, what)
+
+    async def _delete_if_there(self, path: str, what: str) -> None:
+        failure = await self._transact(what, [_Delete(path)], _nothing)
+        if failure is not None and not isinstance(failure[1], NoNodeError):
+            raise self._unexpected(failure[1], what)
 
     async def _ensure_parents(self, namespace: str, path: str, what: str) -> None:
         """Create the bucket of ``path`` (and the namespace's folders, if missing too).

@@ -292,3 +292,24 @@ async def test_delete_namespace(zk_fleet: ZooKeeperFleet, raw: KazooClient, name
         store.view(namespace)
     view = await store.open(namespace)
     assert not view.queues and not view.bindings and not view.topic_keys
+
+
+async def test_dangling_refs_are_repaired(
+    zk_fleet: ZooKeeperFleet, raw: KazooClient, namespace: str
+) -> None:
+    """Refs without their binding (only a hand edit or a bug makes them) block nothing."""
+    store = await zk_fleet.replica()
+    await store.open(namespace)
+    await store.create_queue(namespace, Queue("q"))
+    await store.create_exchange(namespace, Exchange("x", ExchangeType.DIRECT))
+    root = f"{zk_fleet.prefix}/vhosts/{namespace.replace('/', '%2F')}"
+    queue_node = f"{root}/queues/{_bucket('q')}/q"
+    exchange_node = f"{root}/exchanges/{_bucket('x')}/x"
+    raw.create(f"{exchange_node}/q,x,k")  # as if the binding q -> x (k) had half gone
+    assert await store.add_binding(namespace, Binding("q", "x", "k"))
+    raw.create(f"{queue_node}/q,amq.direct,gone")
+    assert await store.add_binding(namespace, Binding("q", "amq.fanout", ""))
+    assert await store.delete_queue(namespace, "q")
+    assert raw.exists(queue_node) is None
+    assert raw.get_children(exchange_node) == []
+    assert store.view(namespace).bindings == frozenset()
