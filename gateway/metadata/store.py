@@ -71,7 +71,8 @@ class MetadataStore(Protocol):
         ...
 
     async def add_binding(self, namespace: str, binding: Binding) -> bool:
-        """False if that exact binding (same arguments) was already there."""
+        """False if that exact binding (same arguments) was already there; raises
+        ``gateway.metadata.errors.MissingEntity`` if its queue or exchange is not there."""
         ...
 
     async def remove_binding(self, namespace: str, binding: Binding) -> bool:

@@ -118,10 +118,6 @@ def _error_for(method: Any, code: int, text: str) -> AMQPError:
     return amqp_error(code, text, index >> 16, index & 0xFFFF)
 
 
-def _not_found_queue(name: str, vhost: str) -> str:
-    return f"no queue '{name}' in vhost '{vhost}'"
-
-
 class AMQPSession:
     def __init__(self, vhost: VirtualHost, link: SessionLink) -> None:
         self._vhost = vhost
