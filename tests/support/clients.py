@@ -167,3 +167,70 @@ def collect(
     observe(connection, settle)
     channel.close()
     return got
+
+
+class SelectFlow:
+    """A pika ``SelectConnection`` (the callback-style adapter) driven until ``finish()`` is
+    called from one of its callbacks, or until ``timeout`` (a failure).
+
+    ``run(start)`` opens the connection and a channel, calls ``start(channel)``, and runs the
+    I/O loop. Callbacks record what they saw in ``events``.
+    """
+
+    def __init__(self, port: int, *, vhost: str = "/", timeout: float = 20.0) -> None:
+        self.events: list[Any] = []
+        self.timeout = timeout
+        self.failure: str | None = None
+        self.close_reason: BaseException | None = None
+        self._start: Callable[[Any], None] | None = None
+        self._finished = False
+        self.connection = pika.SelectConnection(
+            pika.ConnectionParameters(
+                host="127.0.0.1", port=port, virtual_host=vhost, connection_attempts=1
+            ),
+            on_open_callback=self._opened,
+            on_open_error_callback=self._open_failed,
+            on_close_callback=self._closed,
+        )
+
+    def _opened(self, connection: Any) -> None:
+        connection.channel(on_open_callback=self._channel_opened)
+
+    def _channel_opened(self, channel: Any) -> None:
+        assert self._start is not None
+        try:
+            self._start(channel)
+        except Exception as error:  # reported by run(), not swallowed by pika's loop
+            self.failure = f"start failed: {error!r}"
+            self.finish()
+
+    def _open_failed(self, _connection: Any, error: BaseException) -> None:
+        self.failure = f"connection failed: {error!r}"
+        self.connection.ioloop.stop()
+
+    def _closed(self, _connection: Any, reason: BaseException) -> None:
+        self.close_reason = reason
+        if not self._finished and self.failure is None:
+            self.failure = f"connection closed early: {reason!r}"
+        self.connection.ioloop.stop()
+
+    def _timed_out(self) -> None:
+        self.failure = f"timed out after {self.timeout}s; events so far: {self.events!r}"
+        self.finish()
+
+    def finish(self) -> None:
+        """Done: close the connection, which stops the loop."""
+        self._finished = True
+        if self.connection.is_open:
+            self.connection.close()
+        elif self.connection.is_closed:
+            self.connection.ioloop.stop()
+
+    def run(self, start: Callable[[Any], None]) -> list[Any]:
+        self._start = start
+        timer = self.connection.ioloop.call_later(self.timeout, self._timed_out)
+        self.connection.ioloop.start()
+        self.connection.ioloop.remove_timeout(timer)
+        if self.failure is not None:
+            raise AssertionError(self.failure)
+        return self.events
