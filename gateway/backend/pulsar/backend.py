@@ -42,8 +42,11 @@ class PulsarBackend:
             )
         await self._resources.store.open(key)
         # Another connection may have opened it while we waited.
-        opened = self._vhosts.setdefault(key, PulsarVirtualHost(vhost, namespace, self._resources))
-        log.info("vhost %s opened on namespace %s", vhost, key)
+        opened = self._vhosts.get(key)
+        if opened is None:
+            opened = self._vhosts[key] = PulsarVirtualHost(vhost, namespace, self._resources)
+            self._resources.nursery.start_soon(opened.follow)
+            log.info("vhost %s opened on namespace %s", vhost, key)
         return opened
 
     async def aclose(self) -> None:

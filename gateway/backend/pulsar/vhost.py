@@ -399,6 +399,45 @@ class PulsarVirtualHost:
             queue, consumer, self._admits(queue), self._consumer_closed, exclusive=exclusive
         )
 
+    async def follow(self) -> None:
+        """Keep this replica's consumers in step with the metadata, whichever replica changed
+        it: a binding made elsewhere adds its topics to our consumers of the queue, an unbind
+        removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel)."""
+        version = self._view.version
+        while True:
+            view = await self._r.store.changed(self.catalog.namespace, version)
+            version = view.version
+            try:
+                await self._reconcile(view)
+            except Exception:
+                log.warning(
+                    "following metadata changes in vhost %s failed", self.name, exc_info=True
+                )
+
+    async def _reconcile(self, view: VhostView) -> None:
+        for queue, subscriptions in list(self._consumers.items()):
+            if queue not in view.queues:
+                for subscription in list(subscriptions):
+                    await subscription.end()
+                continue
+            wanted = self._queue_topics(view, queue)
+            for subscription in list(subscriptions):
+                await self._retopic(subscription, wanted)
+        for queue, getter in list(self._getters.items()):
+            if queue not in view.queues:
+                del self._getters[queue]
+                await getter.close()
+            else:
+                await self._retopic(getter, self._queue_topics(view, queue))
+
+    @staticmethod
+    async def _retopic(subscription: PulsarQueueSubscription, wanted: set[str]) -> None:
+        current = set(subscription.consumer.topics)
+        for topic in wanted - current:
+            await subscription.add_topic(topic)
+        for topic in current - wanted:
+            await subscription.remove_topic(topic)
+
     async def consume(
         self, queue: str, *, exclusive: bool, owner: Owner
     ) -> PulsarQueueSubscription:

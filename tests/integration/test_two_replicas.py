@@ -1,0 +1,95 @@
+"""Two gateway replicas on one Pulsar and one ZooKeeper: a change made through one is in force
+on the other (each replica has its own ZooKeeper session and its own view)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+
+from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def replicas(pulsar_stack: Any) -> Iterator[tuple[GatewayInThread, GatewayInThread]]:
+    with fresh_namespace(pulsar_stack.web_url) as namespace:
+        config = stack_config(
+            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+        )
+        with (
+            GatewayInThread(backend_factory=backend_factory(config)) as a,
+            GatewayInThread(backend_factory=backend_factory(config)) as b,
+        ):
+            yield a, b
+
+
+def channel_on(gateway: GatewayInThread) -> Any:
+    params = pika.ConnectionParameters(host="127.0.0.1", port=gateway.port)
+    return pika.BlockingConnection(params).channel()
+
+
+def pump_until(channel: Any, condition: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        channel.connection.process_data_events(time_limit=0.05)
+
+
+def test_a_binding_made_on_one_replica_feeds_consumers_on_the_other(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    a, b = replicas
+    consumer = channel_on(a)
+    consumer.queue_declare("shared")
+    received: list[bytes] = []
+    consumer.basic_consume("shared", lambda ch, m, p, body: received.append(body), auto_ack=True)
+
+    other = channel_on(b)
+    other.confirm_delivery()
+    other.exchange_declare("orders", "direct")
+    other.queue_bind("shared", "orders", "created")
+    other.basic_publish("orders", "created", b"order-1")
+    pump_until(consumer, lambda: received == [b"order-1"])
+
+
+def test_a_queue_deleted_on_one_replica_cancels_consumers_on_the_other(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    a, b = replicas
+    consumer = channel_on(a)
+    consumer.queue_declare("doomed")
+    cancelled: list[object] = []
+    consumer.basic_consume("doomed", lambda *args: None)
+    consumer.add_on_cancel_callback(cancelled.append)
+    channel_on(b).queue_delete("doomed")
+    pump_until(consumer, lambda: bool(cancelled))
+
+
+def test_a_queue_declared_on_one_replica_is_usable_on_the_other(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    a, b = replicas
+    channel_on(a).queue_declare("declared-on-a", durable=True)
+    publisher = channel_on(b)
+    publisher.confirm_delivery()
+    deadline = time.monotonic() + 15
+    while True:  # B's view may need a moment to see A's declare
+        try:
+            publisher.queue_declare("declared-on-a", passive=True)
+            break
+        except pika.exceptions.ChannelClosedByBroker:
+            assert time.monotonic() < deadline
+            publisher = channel_on(b)
+            publisher.confirm_delivery()
+    publisher.basic_publish("", "declared-on-a", b"hello", mandatory=True)
+    getter = channel_on(a)
+    pump_until(
+        getter,
+        lambda: getter.basic_get("declared-on-a", auto_ack=True)[2] == b"hello",
+    )
