@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import trio
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
-from gateway.metadata.store import MetadataStore, MetadataUnavailable
+from gateway.metadata.paths import Layout, decode_name
+from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
-from gateway.pulsar.errors import AdminError
+from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
 from gateway.server.server import StartupError
 from gateway.server.settings import ListenAddress, ServerSettings
+
+log = logging.getLogger("gateway")
 
 
 def server_settings(config: GatewayConfig) -> ServerSettings:
@@ -72,11 +80,22 @@ async def _check_reachable(admin: PulsarAdmin, store: MetadataStore, config: Gat
             raise StartupError(str(error)) from None
 
 
+@dataclass(frozen=True)
+class GatewayRuntime:
+    """What one gateway process holds: the backend, and the clients under it that start-up
+    needs directly (loading every vhost before accepting connections)."""
+
+    config: GatewayConfig
+    backend: PulsarBackend
+    store: MetadataStore
+    admin: PulsarAdmin
+
+
 @asynccontextmanager
-async def pulsar_backend(
+async def open_gateway(
     config: GatewayConfig, store: MetadataStore | None = None
-) -> AsyncIterator[PulsarBackend]:
-    """The backend on the configured Pulsar and ZooKeeper, closed on exit.
+) -> AsyncIterator[GatewayRuntime]:
+    """The backend on the configured Pulsar and ZooKeeper with its clients, closed on exit.
 
     ``store`` replaces the ZooKeeper metadata store (tests use the in-memory one).
     """
@@ -110,7 +129,7 @@ async def pulsar_backend(
             )
             backend = PulsarBackend(resources, mapper)
             try:
-                yield backend
+                yield GatewayRuntime(config, backend, store, admin)
             finally:
                 with trio.CancelScope(shield=True):
                     await backend.aclose()
@@ -121,3 +140,135 @@ async def pulsar_backend(
             await store.aclose()
             await admin.aclose()
             await client.aclose()
+
+
+@asynccontextmanager
+async def pulsar_backend(
+    config: GatewayConfig, store: MetadataStore | None = None
+) -> AsyncIterator[PulsarBackend]:
+    """Just the backend of ``open_gateway`` (what tests and tools need)."""
+    async with open_gateway(config, store) as runtime:
+        yield runtime.backend
+
+
+# ====================================================================== readiness
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What a replica loaded before accepting connections."""
+
+    vhosts: int
+    exchanges: int
+    queues: int
+    bindings: int
+    seconds: float
+    # Namespaces with metadata in ZooKeeper whose Pulsar namespace is gone (not loaded).
+    skipped: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        return (
+            f"ready: loaded {self.vhosts} vhosts ({self.exchanges} exchanges, "
+            f"{self.queues} queues, {self.bindings} bindings) in {self.seconds:.3f} s"
+        )
+
+
+async def stored_namespaces(hosts: str, layout: Layout, *, timeout: float = 15.0) -> list[str]:
+    """The namespaces (``tenant/ns``) that have a node under ``<prefix>/vhosts``.
+
+    ``ZooKeeperMetadataStore`` has no public way to list the namespaces it does not hold open
+    (asked for: a ``list_namespaces()`` on the store), so this lists them with a short-lived
+    kazoo client of its own, by the store's own ``Layout`` and name encoding. It costs one
+    ZooKeeper session for a moment at start-up. Names that are not canonically encoded (put
+    there by hand) are skipped with a warning, as the store does.
+    """
+
+    def list_children() -> list[str]:
+        zk = KazooClient(hosts=hosts)
+        zk.start(timeout)
+        try:
+            return list(zk.get_children(layout.vhosts))
+        except NoNodeError:
+            return []  # nothing was ever declared on this ZooKeeper
+        finally:
+            zk.stop()
+            zk.close()
+
+    try:
+        children = await trio.to_thread.run_sync(list_children, abandon_on_cancel=True)
+    except Exception as error:
+        raise StartupError(
+            f"cannot list the vhosts in ZooKeeper at {hosts} ({layout.vhosts}): {error}"
+        ) from None
+    namespaces = []
+    for child in sorted(children):
+        try:
+            namespaces.append(decode_name(child))
+        except ValueError:
+            log.warning("ignoring %s/%s: not a namespace node of ours", layout.vhosts, child)
+    return namespaces
+
+
+async def _live_in_pulsar(admin: PulsarAdmin, namespaces: list[str]) -> set[str]:
+    """Those of ``namespaces`` that exist in Pulsar, one admin call per tenant.
+
+    A vhost whose Pulsar namespace was deleted cannot be opened (``open_vhost`` answers 530),
+    and its metadata is left behind in ZooKeeper (nothing deletes it yet): loading it would
+    only cost start-up time. When Pulsar cannot say, the namespace is loaded anyway.
+    """
+    live: set[str] = set()
+    by_tenant: dict[str, list[str]] = {}
+    for namespace in namespaces:
+        by_tenant.setdefault(namespace.partition("/")[0], []).append(namespace)
+    for tenant, members in by_tenant.items():
+        try:
+            existing = set(await admin.list_namespaces(tenant))
+        except NotFound:
+            continue  # the whole tenant is gone
+        except AdminError as error:
+            log.warning("cannot list the namespaces of tenant %s: %s; loading them", tenant, error)
+            existing = set(members)
+        live.update(namespace for namespace in members if namespace in existing)
+    return live
+
+
+async def load_every_vhost(runtime: GatewayRuntime, *, concurrency: int = 8) -> Readiness:
+    """Open every vhost the metadata store holds, so that the first client of any vhost is
+    answered from a complete view (docs/metadata.md: "A replica opens its vhosts before it
+    accepts connections"). Raises ``StartupError`` when one cannot be loaded."""
+    started = time.perf_counter()
+    store = runtime.store
+    if not isinstance(store, ZooKeeperMetadataStore):
+        # The in-memory store (tests) lives in this process: there is nothing to load.
+        return Readiness(0, 0, 0, 0, time.perf_counter() - started)
+    stored = await stored_namespaces(runtime.config.configurationStoreServers, store.layout)
+    live = await _live_in_pulsar(runtime.admin, stored)
+    skipped = tuple(namespace for namespace in stored if namespace not in live)
+    if skipped:
+        log.info(
+            "not loading %d vhost(s) whose Pulsar namespace no longer exists (%s%s)",
+            len(skipped),
+            ", ".join(skipped[:5]),
+            ", ..." if len(skipped) > 5 else "",
+        )
+    views: list[VhostView] = []
+    limiter = trio.CapacityLimiter(concurrency)
+
+    async def load(namespace: str) -> None:
+        async with limiter:
+            try:
+                views.append(await store.open(namespace))
+            except MetadataUnavailable as error:
+                raise StartupError(f"cannot load vhost namespace {namespace}: {error}") from None
+
+    async with trio.open_nursery() as nursery:
+        for namespace in sorted(live):
+            nursery.start_soon(load, namespace)
+    return Readiness(
+        vhosts=len(views),
+        exchanges=sum(len(view.exchanges) for view in views),
+        queues=sum(len(view.queues) for view in views),
+        bindings=sum(len(view.bindings) for view in views),
+        seconds=time.perf_counter() - started,
+        skipped=skipped,
+    )

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 import trio
 
 from gateway import __version__
-from gateway.app import pulsar_backend, server_settings
+from gateway.app import load_every_vhost, open_gateway, server_settings
 from gateway.auth.authenticator import AcceptAnyone
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.server.listeners import bind_tcp, reuse_port_supported
 from gateway.server.server import GatewayServer, StartupError
+from gateway.server.workers import Supervisor, WorkerLink, worker_command
 
 log = logging.getLogger("gateway")
 
@@ -40,40 +42,151 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level (DEBUG also logs frames, truncated to amqpDebugBinaryDataLength)",
     )
+    parser.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="run N worker processes, each a full gateway replica, sharing the listener "
+        "ports (SO_REUSEPORT); one process uses one core (default: 1, a single process)",
+    )
+    # Internal: how the supervisor of --workers starts each worker (see gateway/server/workers).
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if (args.worker_index is None) != (args.worker_fd is None):
+        parser.error("--worker-index and --worker-fd go together")
+    return args
 
 
-async def serve(config: GatewayConfig) -> None:
+def _worker_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("at least 1")
+    return count
+
+
+class _Stopper:
+    """Turns stop requests (signals, the supervisor going away) into the right kind of stop:
+    before the gateway serves there are no clients to drain, so start-up is cancelled; while
+    it serves, the first request drains (Connection.Close 320), a second one stops at once."""
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self._scope = scope
+        self.server: GatewayServer | None = None
+        self.requested = False
+
+    def request(self, why: str) -> None:
+        if self.requested:
+            log.warning("%s again: stopping at once", why)
+            self._scope.cancel()
+            return
+        self.requested = True
+        if self.server is None:
+            log.info("%s during start-up: stopping", why)
+            self._scope.cancel()
+        else:
+            log.info("%s: shutting down", why)
+            self.server.request_stop()
+
+
+async def serve(config: GatewayConfig, link: WorkerLink | None = None) -> None:
+    """Serve until stopped. ``link``: this process is a worker of a ``--workers`` gateway."""
+    async with trio.open_nursery() as nursery:
+        stopper = _Stopper(nursery.cancel_scope)
+        # From the very start: a stop during start-up (loading vhosts can take seconds)
+        # ends the process cleanly instead of killing it with the signal's default action.
+        nursery.start_soon(_stop_on_signals, stopper)
+        if link is not None:
+            nursery.start_soon(_stop_when_supervisor_gone, link, stopper)
+        await _run_gateway(config, link, stopper)
+        nursery.cancel_scope.cancel()
+
+
+async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: _Stopper) -> None:
     settings = server_settings(config)
-    async with pulsar_backend(config) as backend:
-        server = GatewayServer(settings, AcceptAnyone(), backend)
-        # Bind before serving, so that a taken port is a one-line error, not a traceback.
+    async with open_gateway(config) as runtime:
+        server = GatewayServer(
+            settings, AcceptAnyone(), runtime.backend, reuse_port=link is not None
+        )
+        # Bind before loading, so that a taken port is a one-line error at once, not after
+        # a long load; connections are refused until serve() listens.
         await server.bind()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.serve)
-            nursery.start_soon(_stop_on_signals, server, nursery.cancel_scope)
-            await server.stopped.wait()
-            nursery.cancel_scope.cancel()
+        try:
+            readiness = await load_every_vhost(runtime)
+            log.info("%s", readiness.summary())
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.serve)
+                stopper.server = server
+                if link is not None:
+                    await link.ready()
+        finally:
+            server.close_sockets()
 
 
-async def _stop_on_signals(server: GatewayServer, scope: trio.CancelScope) -> None:
+async def _stop_on_signals(stopper: _Stopper) -> None:
     """First SIGTERM/SIGINT: graceful stop (Connection.Close 320 to everyone); second: at once."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            name = signal.Signals(signum).name
-            if server.stop_requested:
-                log.warning("second %s: stopping at once", name)
-                scope.cancel()
-                return
-            log.info("%s received: shutting down", name)
-            server.request_stop()
+            stopper.request(f"{signal.Signals(signum).name} received")
+
+
+async def _stop_when_supervisor_gone(link: WorkerLink, stopper: _Stopper) -> None:
+    await link.wait_supervisor_gone()
+    if not stopper.requested:
+        # Killed with SIGKILL, say: nobody would restart or stop this worker any more.
+        stopper.request("the supervisor is gone")
+
+
+async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
+    """The ``--workers N`` parent: check the ports, then run and watch N workers."""
+    if not reuse_port_supported():
+        raise StartupError("--workers needs SO_REUSEPORT, which this system lacks")
+    for listener in server_settings(config).listeners:
+        if listener.port == 0:
+            raise _UsageError(
+                f"--workers needs fixed ports: {listener} would give each worker a port of its own"
+            )
+        if listener.scheme != "amqp":
+            raise StartupError(f"{listener}: TLS listeners (amqps://) are not supported yet")
+        # Fail with one line here rather than once per worker: a bind without SO_REUSEPORT
+        # is refused while anyone listens on the port, even a SO_REUSEPORT group.
+        try:
+            probes = await bind_tcp(listener.host, listener.port, reuse_port=False)
+        except OSError as error:
+            raise StartupError(f"cannot listen on {listener}: {error.strerror or error}") from None
+        for probe in probes:
+            probe.close()
+    log.info("starting %d workers", args.workers)
+    supervisor = Supervisor(
+        args.workers,
+        lambda index, fd: worker_command(
+            sys.executable, config=args.config, log_level=args.log_level, index=index, fd=fd
+        ),
+    )
+    code = await supervisor.run()
+    log.info("stopped (exit code %d)", code)
+    return code
+
+
+class _UsageError(Exception):
+    """A combination of options and configuration that cannot work (exit code 2)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.worker_index is not None:
+        role = f"worker-{args.worker_index}[%(process)d] "
+    elif args.workers > 1:
+        role = "supervisor[%(process)d] "
+    else:
+        role = ""  # a single process logs as it always did
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format=f"%(asctime)s %(levelname)s {role}%(name)s: %(message)s"
     )
     # Libraries log each request or reconnect at INFO; one line per admin call drowns the
     # gateway's own connection log lines.
@@ -85,7 +198,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     try:
-        trio.run(serve, config)
+        if args.worker_index is not None:
+            link = WorkerLink(args.worker_index, args.worker_fd)
+            try:
+                trio.run(serve, config, link)
+            finally:
+                link.close()
+        elif args.workers > 1:
+            return trio.run(supervise, args, config)
+        else:
+            trio.run(serve, config)
+    except _UsageError as error:
+        print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     except BaseException as error:
         startup = _startup_error(error)
         if startup is None:

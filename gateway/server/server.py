@@ -11,6 +11,7 @@ from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authenticator import Authenticator, PeerIdentity
 from gateway.backend.interface import Backend
 from gateway.server.connection import ClientConnection
+from gateway.server.listeners import bind_tcp, start_listening
 from gateway.server.settings import ListenAddress, ServerSettings
 
 log = logging.getLogger("gateway.server")
@@ -29,13 +30,19 @@ class GatewayServer:
         settings: ServerSettings,
         authenticator: Authenticator,
         backend: Backend,
+        *,
+        reuse_port: bool = False,
     ) -> None:
+        """``reuse_port``: bind with SO_REUSEPORT, so that the other workers of a
+        ``--workers N`` gateway can bind the same addresses (see ``listeners.py``)."""
         self._settings = settings
         self._authenticator = authenticator
         self._backend = backend
+        self._reuse_port = reuse_port
         self._connections: set[ClientConnection] = set()
         self._stop_requested = trio.Event()
-        self._listeners: list[trio.SocketListener] = []
+        # Bound by bind(), listening only once serve() starts: see listeners.py.
+        self._sockets: list[trio.socket.SocketType] = []
         self.stopped = trio.Event()
         self.bound: list[tuple[str, int]] = []
 
@@ -51,20 +58,48 @@ class GatewayServer:
         self._stop_requested.set()
 
     async def bind(self) -> list[tuple[str, int]]:
-        """Open every listener, or raise ``StartupError`` naming the one that failed."""
-        if not self._listeners:
-            for address in self._settings.listeners:
-                self._listeners.extend(await self._listen(address))
-            self.bound = [listener.socket.getsockname()[:2] for listener in self._listeners]
+        """Bind every listener address, or raise ``StartupError`` naming the one that failed.
+
+        Connections are not accepted yet (the kernel refuses them): ``serve`` starts
+        listening, so a gateway can load its vhosts between the two and never let a client in
+        before it is ready. Port 0 gets a port from the kernel here; ``bound`` has it.
+        """
+        if not self._sockets:
+            sockets: list[trio.socket.SocketType] = []
+            try:
+                for address in self._settings.listeners:
+                    sockets.extend(await self._bind(address))
+            except BaseException:
+                for sock in sockets:
+                    sock.close()
+                raise
+            self._sockets = sockets
+            self.bound = [sock.getsockname()[:2] for sock in sockets]
         return self.bound
+
+    def close_sockets(self) -> None:
+        """Close what ``bind`` opened when ``serve`` will not run (start-up failed)."""
+        for sock in self._sockets:
+            sock.close()
 
     async def serve(
         self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve until ``request_stop``; ``task_status`` reports the bound (host, port) pairs."""
+        """Serve until ``request_stop``; ``task_status`` reports the bound (host, port) pairs,
+        once the kernel queues connections for this process."""
         await self.bind()
-        listeners = self._listeners
+        listeners: list[trio.SocketListener] = []
         try:
+            for address, sock in zip(self.bound, self._sockets, strict=True):
+                try:
+                    listeners.append(start_listening(sock))
+                except OSError as error:
+                    # Linux lets two SO_REUSEADDR sockets bind one port while neither listens;
+                    # the second to listen is refused here.
+                    host, port = address
+                    raise StartupError(
+                        f"cannot listen on amqp://{host}:{port}: {error.strerror or error}"
+                    ) from None
             async with trio.open_nursery() as connections:
                 async with trio.open_nursery() as acceptors:
                     for listener in listeners:
@@ -88,14 +123,15 @@ class GatewayServer:
         finally:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
+            self.close_sockets()
             self.stopped.set()
         log.info("stopped")
 
-    async def _listen(self, address: ListenAddress) -> list[trio.SocketListener]:
+    async def _bind(self, address: ListenAddress) -> list[trio.socket.SocketType]:
         if address.scheme != "amqp":
             raise StartupError(f"{address}: TLS listeners (amqps://) are not supported yet")
         try:
-            return await trio.open_tcp_listeners(address.port, host=address.host)
+            return await bind_tcp(address.host, address.port, reuse_port=self._reuse_port)
         except OSError as error:
             raise StartupError(f"cannot listen on {address}: {error.strerror or error}") from None
 
