@@ -260,6 +260,7 @@ class Supervisor:
         if self._stopping:
             self._signal(worker, signal.SIGTERM)
         link = trio.socket.from_stdlib_socket(ours)
+        link_done = trio.Event()
         ready_at = math.inf
         try:
             async with trio.open_nursery() as nursery:
@@ -271,6 +272,12 @@ class Supervisor:
                         return b""  # reset by a dying worker: its exit code tells the rest
 
                 async def wait_ready() -> None:
+                    try:
+                        await follow_link()
+                    finally:
+                        link_done.set()
+
+                async def follow_link() -> None:
                     nonlocal ready_at
                     data = b""
                     while not data.endswith(b"\n"):
@@ -295,6 +302,10 @@ class Supervisor:
 
                 nursery.start_soon(wait_ready)
                 returncode = await process.wait()
+                # Its end of the link closed with it: read what it wrote before it died (a
+                # "ready" still counts), unless a child of its own keeps the link open.
+                with trio.move_on_after(1.0):
+                    await link_done.wait()
                 nursery.cancel_scope.cancel()
         finally:
             link.close()
