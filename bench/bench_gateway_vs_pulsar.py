@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import importlib.util
 import os
 import platform
@@ -665,20 +666,33 @@ async def amqp_latency(
 
 @dataclass
 class Rates:
-    publish: float = 0.0
-    consume: float = 0.0
-    both_publish: float = 0.0  # publishing while a consumer drains the same queue
-    both_consume: float = 0.0
-    publish_cpu: CpuMeter | None = None
-    consume_cpu: CpuMeter | None = None
-    both_cpu: CpuMeter | None = None
+    """msg/s per phase and repetition, with the CPU meter of each; tables show the best.
+
+    Phases: ``publish``, ``consume``, and ``both publish`` / ``both consume`` (publishing while
+    a consumer drains the same queue; one meter for the two).
+    """
+
+    samples: dict[str, list[tuple[float, CpuMeter | None]]] = field(default_factory=dict)
     latency: Latency | None = None
     backlog: int | None = None
-    note: str = ""
+
+    def record(self, phase: str, rate: float, meter: CpuMeter | None) -> None:
+        self.samples.setdefault(phase, []).append((rate, meter))
+
+    def best(self, phase: str) -> float:
+        return max((rate for rate, _ in self.samples.get(phase, [])), default=0.0)
+
+    def best_meter(self, phase: str) -> CpuMeter | None:
+        runs = self.samples.get(phase, [])
+        return max(runs, key=lambda run: run[0])[1] if runs else None
+
+    def all_rates(self, phase: str) -> str:
+        return ", ".join(f"{rate:,.0f}" for rate, _ in self.samples.get(phase, []))
 
     def client_us_per_msg(self, count: int) -> str:
         parts = []
-        for meter in (self.publish_cpu, self.consume_cpu):
+        for phase in ("publish", "consume"):
+            meter = self.best_meter(phase)
             if meter is not None:
                 parts.append(f"{meter.used['client'] / count * 1e6:.0f}")
         return " / ".join(parts) or "n/a"
@@ -735,27 +749,28 @@ async def run_amqp(
                 client, queue, args.warmup, args.size, args.window, args.phase_timeout
             )
             await amqp_consume(client, queue, args.warmup, args.prefetch, args.phase_timeout)
+        for rep in range(args.repeat):
+            # the first repetition is the profiled one (py-spy slows it down a little)
+            profile = profiler if rep == 0 else no_profiler
+            # a fresh connection: delivery tags and confirm counts start at 1 again
             await client.close()
             client = await AmqpClient.open(host, port)
             await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
-        with profiler("publish"), CpuMeter(pids) as meter:
-            seconds = await amqp_publish_confirmed(
-                client, queue, args.count, args.size, args.window, args.phase_timeout
-            )
-        rates.publish, rates.publish_cpu = args.count / seconds, meter
-        with profiler("consume"), CpuMeter(pids) as meter:
-            seconds = await amqp_consume(
-                client, queue, args.count, args.prefetch, args.phase_timeout
-            )
-        rates.consume, rates.consume_cpu = args.count / seconds, meter
-        if args.both:
-            with profiler("both"), CpuMeter(pids) as meter:
-                pub_seconds, cons_seconds = await amqp_both(host, port, queue, args)
-            rates.both_publish, rates.both_consume = (
-                args.count / pub_seconds,
-                args.count / cons_seconds,
-            )
-            rates.both_cpu = meter
+            with profile("publish"), CpuMeter(pids) as meter:
+                seconds = await amqp_publish_confirmed(
+                    client, queue, args.count, args.size, args.window, args.phase_timeout
+                )
+            rates.record("publish", args.count / seconds, meter)
+            with profile("consume"), CpuMeter(pids) as meter:
+                seconds = await amqp_consume(
+                    client, queue, args.count, args.prefetch, args.phase_timeout
+                )
+            rates.record("consume", args.count / seconds, meter)
+            if args.both:
+                with profile("both"), CpuMeter(pids) as meter:
+                    pub_seconds, cons_seconds = await amqp_both(host, port, queue, args)
+                rates.record("both publish", args.count / pub_seconds, meter)
+                rates.record("both consume", args.count / cons_seconds, meter)
         await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
     finally:
         await client.close()
@@ -792,8 +807,8 @@ async def aio_pika_rates(url: str, args: argparse.Namespace, pids: dict[str, int
             await asyncio.wait_for(
                 asyncio.gather(*(publish_one() for _ in range(args.count))), args.phase_timeout
             )
-            rates.publish = args.count / (time.perf_counter() - started)
-        rates.publish_cpu = meter
+            publish_rate = args.count / (time.perf_counter() - started)
+        rates.record("publish", publish_rate, meter)
         received = 0
         done = asyncio.Event()
 
@@ -808,8 +823,8 @@ async def aio_pika_rates(url: str, args: argparse.Namespace, pids: dict[str, int
             started = time.perf_counter()
             tag = await queue.consume(on_message)
             await asyncio.wait_for(done.wait(), args.phase_timeout)
-            rates.consume = args.count / (time.perf_counter() - started)
-        rates.consume_cpu = meter
+            consume_rate = args.count / (time.perf_counter() - started)
+        rates.record("consume", consume_rate, meter)
         await queue.cancel(tag)
         await queue.delete(if_unused=False, if_empty=False)
     finally:
@@ -983,30 +998,31 @@ def run_raw(
             raw_publish(producer, args.warmup, args.size, args.phase_timeout)
             producer.close()
             raw_consume(client, warm, "bench", args.warmup, args.phase_timeout)
-        topic = f"persistent://public/{namespace}/raw-tput"
-        producer = raw_producer(client, topic)
-        with CpuMeter(pids) as meter:
-            seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
-        producer.close()
-        rates.publish, rates.publish_cpu = args.count / seconds, meter
-        with CpuMeter(pids) as meter:
-            seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
-        rates.consume, rates.consume_cpu = args.count / seconds, meter
-        rates.backlog = subscription_backlog(args.web_url, f"public/{namespace}/raw-tput")
-        if args.both:
+        for rep in range(args.repeat):
+            local = f"raw-tput-{rep}"
+            topic = f"persistent://public/{namespace}/{local}"
+            producer = raw_producer(client, topic)
             with CpuMeter(pids) as meter:
-                pub_seconds, cons_seconds = raw_both(
-                    client,
-                    f"persistent://public/{namespace}/raw-both",
-                    args.count,
-                    args.size,
-                    args.phase_timeout,
-                )
-            rates.both_publish, rates.both_consume = (
-                args.count / pub_seconds,
-                args.count / cons_seconds,
+                seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
+            producer.close()
+            rates.record("publish", args.count / seconds, meter)
+            with CpuMeter(pids) as meter:
+                seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
+            rates.record("consume", args.count / seconds, meter)
+            rates.backlog = (rates.backlog or 0) + (
+                subscription_backlog(args.web_url, f"public/{namespace}/{local}") or 0
             )
-            rates.both_cpu = meter
+            if args.both:
+                with CpuMeter(pids) as meter:
+                    pub_seconds, cons_seconds = raw_both(
+                        client,
+                        f"persistent://public/{namespace}/raw-both-{rep}",
+                        args.count,
+                        args.size,
+                        args.phase_timeout,
+                    )
+                rates.record("both publish", args.count / pub_seconds, meter)
+                rates.record("both consume", args.count / cons_seconds, meter)
         if args.latency_count:
             rates.latency = raw_latency(
                 client,
@@ -1172,7 +1188,7 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
     print()
     print(
         f"== {args.count:,} messages of {args.size} B; AMQP confirm window {args.window}, "
-        f"prefetch {args.prefetch}; warm-up {args.warmup} =="
+        f"prefetch {args.prefetch}; warm-up {args.warmup}; best of {args.repeat} =="
     )
     cols = [
         (name, r)
@@ -1200,11 +1216,15 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
             line += f" | {ratio(get(gw), get(rmq))}"
         print(line + " |")
 
-    row("publish, confirmed (msg/s)", lambda r: r.publish)
-    row("consume + ack (msg/s)", lambda r: r.consume)
-    if args.both:
-        row("both at once: publish (msg/s)", lambda r: r.both_publish)
-        row("both at once: consume (msg/s)", lambda r: r.both_consume)
+    phases = {
+        "publish": "publish, confirmed (msg/s)",
+        "consume": "consume + ack (msg/s)",
+        "both publish": "both at once: publish (msg/s)",
+        "both consume": "both at once: consume (msg/s)",
+    }
+    for phase, label in phases.items():
+        if any(phase in r.samples for _, r in cols):
+            row(label, functools.partial(Rates.best, phase=phase))
     if any(r.latency for _, r in cols):
         print(
             f"| deliver latency p50/p99/max ms ({args.latency_count} at {args.latency_rate:g}/s) | "
@@ -1222,15 +1242,17 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
         + " |"
     )
     print()
+    print("every repetition (msg/s), and the CPU seconds of the best one:")
     for name, r in cols:
-        phases = (("publish", r.publish_cpu), ("consume", r.consume_cpu), ("both", r.both_cpu))
-        for phase, meter in phases:
+        for phase in phases:
+            if phase in r.samples:
+                print(f"{name:>22} {phase:<12} {r.all_rates(phase)}")
+        for phase in ("publish", "consume", "both publish"):
+            meter = r.best_meter(phase)
             if meter is not None:
-                print(f"{name:>22} {phase:<7} {meter.summary()}")
+                print(f"{name:>22} {phase.split()[0]:<12} {meter.summary()}")
         if r.backlog is not None:
             print(f"{name:>22} backlog after consume: {r.backlog}")
-        if r.note:
-            print(f"{name:>22} {r.note}")
     for note in notes:
         print(f"note: {note}")
 
@@ -1239,6 +1261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--count", type=int, default=20_000, help="messages per phase")
     parser.add_argument("-s", "--size", type=int, default=1024, help="body bytes (>= 16)")
+    parser.add_argument(
+        "-r", "--repeat", type=int, default=3, help="repetitions of the throughput phases (best)"
+    )
     parser.add_argument("--window", type=int, default=500, help="unconfirmed publishes in flight")
     parser.add_argument("--prefetch", type=int, default=500, help="basic.qos prefetch count")
     parser.add_argument("--warmup", type=int, default=2000, help="unmeasured messages first")
