@@ -1,0 +1,95 @@
+"""pika clients for the fleet tests: consumers that run in threads of their own, so that
+several consumers on several replicas take their share at the same time."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from tests.support.clients import connect
+
+
+class Consumer(threading.Thread):
+    """A pika consumer of ``queue`` on the gateway at ``port`` with ``prefetch``; acks each
+    message as it records it (``ack=False``: holds every message unacknowledged)."""
+
+    def __init__(self, name: str, port: int, queue: str, *, prefetch: int, ack: bool = True):
+        super().__init__(name=name, daemon=True)
+        self.port = port
+        self.queue = queue
+        self.prefetch = prefetch
+        self.ack = ack
+        self.bodies: list[bytes] = []
+        self.redelivered: list[bool] = []
+        self.error: BaseException | None = None
+        self.consuming = threading.Event()
+        self._stop_requested = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        connection: pika.BlockingConnection | None = None
+        try:
+            connection = connect(self.port)
+            channel = connection.channel()
+            channel.basic_qos(prefetch_count=self.prefetch)
+
+            def on_message(channel: Any, method: Any, properties: Any, body: bytes) -> None:
+                with self._lock:
+                    self.bodies.append(body)
+                    self.redelivered.append(bool(method.redelivered))
+                if self.ack:
+                    channel.basic_ack(method.delivery_tag)
+
+            channel.basic_consume(self.queue, on_message)
+            self.consuming.set()  # Consume-Ok came back
+            while not self._stop_requested.is_set():
+                connection.process_data_events(time_limit=0.05)
+        except BaseException as error:  # reported to the test by the assertions on .error
+            self.error = error
+        finally:
+            self.consuming.set()
+            if connection is not None and connection.is_open:
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    connection.close()
+
+    def received(self) -> list[bytes]:
+        with self._lock:
+            return list(self.bodies)
+
+    def wait_consuming(self, timeout: float = 30.0) -> Consumer:
+        assert self.consuming.wait(timeout), f"{self.name} did not start consuming"
+        assert self.error is None, f"{self.name}: {self.error!r}"
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stop_requested.set()
+        self.join(timeout)
+
+
+def wait_until(condition: Any, *, timeout: float, what: Any) -> None:
+    """Poll ``condition()`` (the consumers advance in their own threads) until a deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout} s: {described}")
+        time.sleep(0.02)  # the polling interval of a condition with a deadline, not a sync
+
+
+def observe_window(seconds: float) -> None:
+    """Let the consumers run for a moment before asserting that something did *not* happen
+    (a duplicate delivery): the absence of an event has no condition to wait on."""
+    time.sleep(seconds)
+
+
+def tally(consumers: list[Consumer]) -> Counter[bytes]:
+    counts: Counter[bytes] = Counter()
+    for consumer in consumers:
+        counts.update(consumer.received())
+    return counts

@@ -1,0 +1,80 @@
+"""Fixtures of the fleet tests: a fresh namespace, and real gateway processes on it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.metadata.zookeeper import ZooKeeperMetadataStore
+from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
+from tests.support.pulsar_gateway import fresh_namespace
+
+log = logging.getLogger(__name__)
+
+
+async def _forget_metadata(zookeeper: str, namespace: str) -> None:
+    async with ZooKeeperMetadataStore(zookeeper) as store:
+        await store.delete_namespace(namespace)
+
+
+@pytest.fixture
+def namespace(pulsar_stack: Any) -> Iterator[str]:
+    """``public/<name>``'s short name, the vhost ``/`` of every gateway a test starts; its
+    metadata is removed from ZooKeeper afterwards (fresh_namespace only drops the Pulsar
+    namespace), so that later gateways do not find it."""
+    with fresh_namespace(pulsar_stack.web_url) as name:
+        yield name
+    try:
+        trio.run(_forget_metadata, pulsar_stack.zookeeper, f"public/{name}")
+    except Exception as error:  # best effort: the namespace may never have been opened
+        log.warning("could not remove the metadata of public/%s: %s", name, error)
+
+
+class Fleet:
+    """Starts gateway processes on one namespace; ``close()`` kills whatever is left."""
+
+    def __init__(self, directory: Path, stack: Any, namespace: str) -> None:
+        self._directory = directory
+        self._stack = stack
+        self.namespace = namespace
+        self.processes: list[GatewayProcess] = []
+
+    def start(
+        self, name: str, *args: str, port: int | None = None, zookeeper: str | None = None
+    ) -> GatewayProcess:
+        """Start one (not waiting for it to be ready: start several, then wait)."""
+        port = port or free_port()
+        config = write_config(
+            self._directory,
+            port=port,
+            namespace=self.namespace,
+            zookeeper=zookeeper or self._stack.zookeeper,
+            web_url=self._stack.web_url,
+            broker_url=self._stack.broker_url,
+        )
+        process = GatewayProcess(name, config, port, args)
+        self.processes.append(process)
+        return process.start()
+
+    def replicas(self, count: int) -> list[GatewayProcess]:
+        """``count`` single-process replicas, each on a port of its own, all ready."""
+        started = [self.start(f"replica-{index + 1}") for index in range(count)]
+        return [replica.wait_ready() for replica in started]
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pulsar_stack: Any, namespace: str) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path, pulsar_stack, namespace)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
