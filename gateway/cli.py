@@ -147,10 +147,6 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
     if not reuse_port_supported():
         raise StartupError("--workers needs SO_REUSEPORT, which this system lacks")
     for listener in server_settings(config).listeners:
-        if listener.port == 0:
-            raise _UsageError(
-                f"--workers needs fixed ports: {listener} would give each worker a port of its own"
-            )
         if listener.scheme != "amqp":
             raise StartupError(f"{listener}: TLS listeners (amqps://) are not supported yet")
         # Fail with one line here rather than once per worker: a bind without SO_REUSEPORT
@@ -171,10 +167,6 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
     code = await supervisor.run()
     log.info("stopped (exit code %d)", code)
     return code
-
-
-class _UsageError(Exception):
-    """A combination of options and configuration that cannot work (exit code 2)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -208,9 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(supervise, args, config)
         else:
             trio.run(serve, config)
-    except _UsageError as error:
-        print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
     except BaseException as error:
         startup = _startup_error(error)
         if startup is None:
