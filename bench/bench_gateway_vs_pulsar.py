@@ -1124,19 +1124,18 @@ def profile_summary(collapsed: Path, top: int = 20) -> str:
     total = 0
     for line in collapsed.read_text(errors="replace").splitlines():
         stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
+        if not count_text.isdigit():
             continue
         count = int(count_text)
         total += count
-        frames = [f for f in stack.split(";") if f]
-        if not frames:
-            continue
+        # A busy thread without Python frames: pulsar-client's C++ threads at work.
+        frames = [f for f in stack.split(";") if f] or ["<C++ thread, no Python frames> ()"]
         own[_short(frames[-1])] += count
         for name in {_short(f) for f in frames}:
             incl[name] += count
     if not total:
         return "no samples"
-    lines = [f"py-spy: {total} samples of the gateway (all threads, idle excluded)", "own:"]
+    lines = [f"py-spy: {total} samples of the gateway (all threads, idle ones excluded)", "own:"]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in own.most_common(top)]
     lines.append("inclusive:")
     lines += [f"  {n / total:6.1%}  {name}" for name, n in incl.most_common(top)]
