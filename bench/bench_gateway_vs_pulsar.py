@@ -15,6 +15,8 @@ ZooKeeper metadata of it):
   exchange with publisher confirms, keeping a window of W unconfirmed (default 500), timed until
   the last confirm; then ``basic.consume`` with ``basic.qos`` prefetch P (default 500), one
   ``basic.ack`` per message, timed from consume to the last ack sent.
+* **both at once**: the same publish and consume concurrently (two connections; for raw, a
+  producer and a consumer thread); the consumer's rate runs from consume to the last delivery.
 * **latency**: a trickle (default 1000 messages at 200/s, after 20 unmeasured ones) with the
   consumer already attached: publish→deliver and publish→confirm, p50/p99/max.
 * **RabbitMQ (same client)**: if Debian's rabbitmq-server is installed, the same AMQP phases
@@ -28,10 +30,14 @@ with ``struct.unpack_from`` straight out of the receive buffer, and the acks of 
 written with one ``write``. Its CPU time is measured per phase and printed as µs/message, so a
 reader can see how far it is from being the bottleneck.
 
+The throughput phases run ``--repeat`` times (default 3); the table shows the best of each
+(background noise only ever makes numbers worse) and every repetition is printed below it.
+
 Also printed per phase: CPU seconds used by the gateway process, the Pulsar JVM, this process,
 and everything else on the machine (from /proc), so that results on a busy machine can be
-recognised as such. ``--profile`` records the gateway with py-spy during its throughput phases
-and prints the top functions.
+recognised as such (``--wait-quiet`` waits for a quiet machine first). ``--profile DIR`` records
+the gateway with py-spy during its first repetition of each throughput phase and prints the top
+functions; ``--aio-pika`` adds aio-pika's figures against RabbitMQ.
 
 Every phase is bounded (``--phase-timeout``, default 120 s) and the whole run stays on loopback.
 """
