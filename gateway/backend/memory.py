@@ -187,7 +187,7 @@ class MemoryVirtualHost:
         if if_unused and queue.subscriptions:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
         if if_empty and queue.ready:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} is not empty")
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
         count = len(queue.ready)
         await self._drop_queue(name)
         return count

@@ -102,15 +102,21 @@ class ChannelState:
         self.credit_changed.set()
         self.credit_changed = trio.Event()
 
-    def consumer_unacked(self) -> int:
+    def consumers_unacked(self) -> int:
         return sum(c.unacked for c in self.consumers.values())
 
     def has_credit(self, consumer: Consumer) -> bool:
         if not self.flow_active:
             return False
+        if consumer.no_ack:
+            return True  # Basic.Qos does not apply to no-ack consumers (RabbitMQ)
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
-        return not (self.channel_prefetch and self.consumer_unacked() >= self.channel_prefetch)
+        return not (self.channel_prefetch and self.consumers_unacked() >= self.channel_prefetch)
+
+    async def wait_for_credit(self, consumer: Consumer) -> None:
+        while not self.has_credit(consumer):
+            await self.credit_changed.wait()
 
 
 def _error_for(method: Any, code: int, text: str) -> AMQPError:
@@ -380,9 +386,12 @@ class AMQPSession:
         with consumer.scope:
             try:
                 while True:
-                    while not state.has_credit(consumer):
-                        await state.credit_changed.wait()
+                    await state.wait_for_credit(consumer)
                     delivery = await consumer.subscription.receive()
+                    # Consumers of one channel wait for messages together, and a delivery
+                    # elsewhere may have used the credit meanwhile: hold this message until
+                    # there is credit again (RabbitMQ's limiter never overshoots).
+                    await self._hold_until_credit(state, consumer, delivery)
                     tag = state.take_tag()
                     if not consumer.no_ack:
                         state.unacked[tag] = Unacked(delivery, consumer)
@@ -405,6 +414,19 @@ class AMQPSession:
                 await self._consumer_ended(state, consumer)
             except AMQPError as error:
                 await self._link.fail(state.number, error)
+
+    @staticmethod
+    async def _hold_until_credit(
+        state: ChannelState, consumer: Consumer, delivery: Delivery
+    ) -> None:
+        if state.has_credit(consumer):
+            return
+        try:
+            await state.wait_for_credit(consumer)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await delivery.reject(requeue=True)  # never delivered: back to the queue
+            raise
 
     async def _consumer_ended(self, state: ChannelState, consumer: Consumer) -> None:
         """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does."""

@@ -14,6 +14,7 @@ import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.messages import from_pulsar
+from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -33,15 +34,32 @@ def message_of(received: ReceivedMessage) -> Message:
 
 
 class PulsarDelivery:
-    __slots__ = ("_consumer", "_received", "message", "redelivered")
+    __slots__ = ("_received", "_settled", "_subscription", "message", "redelivered")
 
-    def __init__(self, consumer: TrioConsumer, received: ReceivedMessage, message: Message):
-        self._consumer = consumer
+    def __init__(
+        self, subscription: PulsarQueueSubscription, received: ReceivedMessage, message: Message
+    ):
+        self._subscription = subscription
         self._received = received
+        self._settled = False
         self.message = message
-        self.redelivered = received.redelivery_count > 0
+        self.redelivered = subscription.redeliveries.delivered(received)
+        subscription.outstanding += 1
+
+    @property
+    def _consumer(self) -> TrioConsumer:
+        return self._subscription.consumer
+
+    def _settle(self, *, requeued: bool) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        if not requeued:
+            self._subscription.redeliveries.settled(self._received)
+        self._subscription.delivery_settled()
 
     async def ack(self) -> None:
+        self._settle(requeued=False)
         try:
             self._consumer.acknowledge(self._received)
         except (ClosedError, PulsarClientError):
@@ -50,6 +68,7 @@ class PulsarDelivery:
             log.debug("ack after consumer close on %s", self._received.topic)
 
     async def reject(self, requeue: bool) -> None:
+        self._settle(requeued=requeue)
         try:
             if requeue:
                 self._consumer.negative_acknowledge(self._received)
@@ -69,6 +88,7 @@ class PulsarQueueSubscription:
         consumer: TrioConsumer,
         admits: Admits,
         on_closed: Callable[[PulsarQueueSubscription], None],
+        redeliveries: Redeliveries,
         *,
         exclusive: bool = False,
     ) -> None:
@@ -77,6 +97,11 @@ class PulsarQueueSubscription:
         self.exclusive = exclusive
         self._admits = admits
         self._on_closed = on_closed
+        self.redeliveries = redeliveries
+        # Deliveries handed out and not yet acknowledged or rejected.
+        self.outstanding = 0
+        # Set on a retired Basic.Get consumer: called once nothing is outstanding any more.
+        self.when_settled: Callable[[], None] | None = None
         self.ended = False
         self.closed = False
 
@@ -105,10 +130,27 @@ class PulsarQueueSubscription:
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
         message = message_of(received)
         if not self._admits(message, received):
-            # Not for this queue (another binding's headers): done with it, silently.
+            # Not for this queue (another binding's headers, unbound or purged): done with it.
+            self.redeliveries.settled(received)
             self.consumer.acknowledge(received)
             return None
-        return PulsarDelivery(self.consumer, received, message)
+        return PulsarDelivery(self, received, message)
+
+    def delivery_settled(self) -> None:
+        self.outstanding -= 1
+        if self.outstanding == 0 and self.when_settled is not None:
+            self.when_settled()
+
+    def retire(self, close: Callable[[], None]) -> None:
+        """Stop fetching and give back what was prefetched; ``close`` once every delivery
+        made is settled (closing earlier would make Pulsar redeliver messages a client
+        still holds)."""
+        if not self.closed:
+            self.consumer.stop_receiving()
+        if self.outstanding == 0:
+            close()
+        else:
+            self.when_settled = close
 
     async def add_topic(self, topic: str) -> None:
         if not self.closed:

@@ -24,8 +24,9 @@ from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
 from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
-from gateway.backend.pulsar.drains import Drains, position_of
+from gateway.backend.pulsar.drains import Drains, Position, position_of
 from gateway.backend.pulsar.messages import to_pulsar
+from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.metadata.store import VhostView
 from gateway.model.entities import (
@@ -54,6 +55,8 @@ T = TypeVar("T")
 _PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
 # How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
 GET_WAIT = 0.25
+# A Basic.Get consumer unused this long is closed (its prefetched messages go back).
+GETTER_IDLE = 1.0
 
 
 class PulsarVirtualHost:
@@ -67,6 +70,12 @@ class PulsarVirtualHost:
         self._prepared_keys: set[tuple[str, str]] = set()
         self._drains = Drains()
         self._draining = False
+        self._redeliveries = Redeliveries()
+        # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
+        # that consumers had prefetched before the purge are dropped when they come through.
+        self._purged: dict[tuple[str, str], Position] = {}
+        self._getter_used: dict[str, float] = {}
+        self._sweeping_getters = False
 
     # ------------------------------------------------------------------ helpers
 
@@ -236,14 +245,32 @@ class PulsarVirtualHost:
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
 
     async def _message_count(self, view: VhostView, queue: str) -> int:
+        """Messages ready in the queue, as AMQP counts them (not awaiting an ack).
+
+        Pulsar's backlog counts batch entries and includes unacknowledged messages: the broker
+        is asked to count the messages, and those delivered to clients and not yet settled
+        are taken off.
+        """
         total = 0
         subscription = subscription_for(queue)
+        admin = self._r.admin
         for topic in self._queue_topics(view, queue):
-            stats = await self._pulsar(self._r.admin.topic_stats(topic), f"counting '{queue}'")
+            stats = await self._pulsar(admin.topic_stats(topic), f"counting '{queue}'")
             found = stats.subscriptions.get(subscription)
-            if found is not None:
-                total += found.msg_backlog
-        return total
+            if found is None or found.msg_backlog == 0:
+                continue
+            analysis = await self._pulsar(
+                admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
+            )
+            total += analysis.messages
+        # Messages a client holds unacknowledged are not ready; Pulsar's own unacked figure
+        # would also take off what consumers merely prefetched. (Those of other replicas'
+        # clients are not known here.)
+        held = sum(s.outstanding for s in self._consumers.get(queue, ()))
+        getter = self._getters.get(queue)
+        if getter is not None:
+            held += getter.outstanding
+        return max(0, total - held)
 
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
@@ -257,7 +284,7 @@ class PulsarVirtualHost:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
         count = await self._message_count(view, name)
         if if_empty and count:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} is not empty")
+            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
         await self._drop_queue(view, name)
         return count
 
@@ -267,9 +294,8 @@ class PulsarVirtualHost:
         await self.catalog.delete_queue(name)
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
-        getter = self._getters.pop(name, None)
-        if getter is not None:
-            await getter.close()
+        await self._close_getter(name)
+        self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
         for topic in topics:
             await self._pulsar(
                 self._r.admin.delete_subscription(topic, subscription_for(name), force=True),
@@ -280,10 +306,12 @@ class PulsarVirtualHost:
         view = self._view
         self.catalog.queue(view, name, owner)
         count = await self._message_count(view, name)
+        await self._close_getter(name)
+        admin = self._r.admin
         for topic in self._queue_topics(view, name):
-            await self._pulsar(
-                self._r.admin.skip_all(topic, subscription_for(name)), f"purging '{name}'"
-            )
+            last = await self._pulsar(admin.last_message_id(topic), f"purging '{name}'")
+            self._purged[(name, topic)] = position_of(last)
+            await self._pulsar(admin.skip_all(topic, subscription_for(name)), f"purging '{name}'")
         return count
 
     # ------------------------------------------------------------------ bindings
@@ -367,6 +395,13 @@ class PulsarVirtualHost:
             drain = self._drains.get(queue, topic)
             if drain is not None and drain.excludes(position_of(received.message_id)):
                 return False  # written while the queue was not bound to this topic
+            purged = self._purged.get((queue, topic))
+            if (
+                purged is not None
+                and position_of(received.message_id) <= purged
+                and not self._redeliveries.seen(received)
+            ):
+                return False  # prefetched before a purge (an unacked one survives it)
             decoded = decode_local_name(topic.rsplit("/", 1)[-1])
             if decoded is None or decoded[1] is not None:
                 return True  # keyed topics (direct, topic, default) carry only routed messages
@@ -396,7 +431,12 @@ class PulsarVirtualHost:
             f"consuming from '{queue}'",
         )
         return PulsarQueueSubscription(
-            queue, consumer, self._admits(queue), self._consumer_closed, exclusive=exclusive
+            queue,
+            consumer,
+            self._admits(queue),
+            self._consumer_closed,
+            self._redeliveries,
+            exclusive=exclusive,
         )
 
     async def follow(self) -> None:
@@ -425,8 +465,7 @@ class PulsarVirtualHost:
                 await self._retopic(subscription, wanted)
         for queue, getter in list(self._getters.items()):
             if queue not in view.queues:
-                del self._getters[queue]
-                await getter.close()
+                await self._close_getter(queue)
             else:
                 await self._retopic(getter, self._queue_topics(view, queue))
 
@@ -447,6 +486,8 @@ class PulsarVirtualHost:
             raise ChannelError(
                 ReplyCode.ACCESS_REFUSED, f"{resource('queue', queue, self.name)} in exclusive use"
             )
+        # Messages the Basic.Get consumer holds would never reach this consumer.
+        await self._close_getter(queue)
         subscription = await self._subscription(
             queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_size
         )
@@ -479,9 +520,14 @@ class PulsarVirtualHost:
         self.catalog.queue(self._view, queue, owner)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:
-            # One small consumer per queue serves every Basic.Get: none is created per call.
+            # One small consumer per queue serves the Basic.Gets of a burst: none is created
+            # per call, and it goes when idle so it does not hold messages back from others.
             getter = await self._subscription(queue, exclusive=False, receiver_queue_size=1)
             self._getters[queue] = getter
+            if not self._sweeping_getters:
+                self._sweeping_getters = True
+                self._r.nursery.start_soon(self._sweep_getters)
+        self._getter_used[queue] = trio.current_time()
         delivery = getter.receive_nowait()
         if delivery is None:
             with trio.move_on_after(GET_WAIT):
@@ -489,6 +535,25 @@ class PulsarVirtualHost:
         if delivery is None:
             return None
         return delivery, getter.consumer.buffered
+
+    async def _close_getter(self, queue: str) -> None:
+        """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
+        at once, and it closes when the messages it handed out are settled."""
+        getter = self._getters.pop(queue, None)
+        self._getter_used.pop(queue, None)
+        if getter is not None:
+            getter.retire(lambda: self._r.nursery.start_soon(getter.close))
+
+    async def _sweep_getters(self) -> None:
+        try:
+            while self._getters:
+                await trio.sleep(GETTER_IDLE / 2)
+                now = trio.current_time()
+                for queue, used in list(self._getter_used.items()):
+                    if now - used >= GETTER_IDLE:
+                        await self._close_getter(queue)
+        finally:
+            self._sweeping_getters = False
 
     async def release(self, owner: Owner) -> None:
         view = self._view

@@ -225,13 +225,6 @@ def test_basic_get_reports_the_messages_left(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "Basic.Get keeps one Pulsar consumer per queue attached to the queue's Shared "
-    "subscription for good (gateway/backend/pulsar/vhost.py get, self._getters); Pulsar "
-    "dispatches messages (a whole batch at a time) to it, where they wait for the next "
-    "Basic.Get while a consumer of the queue starves. Close the getter after use (or when a "
-    "consumer starts), or hand what it buffered back"
-)
 def test_consumer_after_basic_get_receives_everything(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
@@ -422,14 +415,6 @@ def test_the_stricter_prefetch_wins(
     connection.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/server/session.py _deliver_loop checks the channel's credit "
-    "(has_credit) before awaiting subscription.receive() and not after: consumers of one "
-    "channel parked in receive() each deliver when a message arrives, so global "
-    "(per-channel) prefetch is overshot; RabbitMQ's limiter never exceeds it. Reserve the "
-    "credit before receiving, or re-check it after and hold the delivery",
-)
 def test_global_prefetch_holds_for_consumers_waiting_together(running: Running) -> None:
     """Both consumers are idle (waiting for messages) when one message arrives for each:
     with a channel-wide prefetch of 1, only one may be delivered until it is acked."""
@@ -497,15 +482,6 @@ def test_unacked_messages_are_requeued(running: Running, how: str) -> None:
     assert sorted(d.body for d in taken) == [b"m1", b"m2", b"m3"]
 
 
-@pulsar_xfail(
-    "requeue on close/cancel: gateway/server/session.py rejects (requeue=True) then closes "
-    "the subscription at once; PulsarDelivery.reject (gateway/backend/pulsar/delivery.py) "
-    "uses negative_acknowledge, which pulsar-client sends only after "
-    "negative_ack_redelivery_delay_ms, so the consumer is closed first and the broker "
-    "redelivers without counting (redelivery_count 0) → redelivered=False. RabbitMQ sets "
-    "redelivered=True. Flush the nacks (redeliver_unacknowledged_messages) before closing, "
-    "or record redelivery in the gateway"
-)
 @pytest.mark.parametrize("how", HOW)
 def test_requeued_messages_are_marked_redelivered(running: Running, how: str) -> None:
     taken = requeue_unacked(running, how)

@@ -11,7 +11,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running, pulsar_xfail
+from tests.integration.model.conftest import Running
 from tests.support.clients import (
     channel_closed,
     collect,
@@ -212,13 +212,6 @@ def test_declare_ok_counts_messages_and_consumers(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "Declare-Ok's message_count is Pulsar's msgBacklog (gateway/backend/pulsar/vhost.py "
-    "_message_count via admin topic_stats), which counts entries, and the gateway's producers "
-    "batch (amqpBatchingEnabled=true): 50 messages published in a burst are reported as a "
-    "handful for good. Ask for the precise backlog (stats?getPreciseBacklog=true, or "
-    "analyze_backlog / subscription_backlog(precise=True))"
-)
 def test_declare_ok_counts_a_burst_of_messages(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
@@ -230,12 +223,6 @@ def test_declare_ok_counts_a_burst_of_messages(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "Declare-Ok's message_count is Pulsar's msgBacklog (gateway/backend/pulsar/vhost.py "
-    "_message_count), which includes delivered-but-unacknowledged messages; AMQP 0-9-1 and "
-    "RabbitMQ count only messages 'not waiting acknowledgement' (subtract the queue's "
-    "unacked deliveries, or use the subscription's unackedMessages)"
-)
 def test_message_count_excludes_unacknowledged(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
@@ -277,12 +264,6 @@ def test_purge_removes_the_backlog(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "Basic.Get's Pulsar consumer (PulsarVirtualHost._getters, receiver_queue_size=1) has "
-    "already fetched the next message; purge_queue only skip_all()s the subscription, so the "
-    "prefetched message survives the purge and the next Basic.Get returns it "
-    "(gateway/backend/pulsar/vhost.py purge_queue: close the getter before skip_all)"
-)
 def test_purge_after_basic_get_leaves_nothing(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
@@ -301,12 +282,6 @@ def test_purge_after_basic_get_leaves_nothing(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "a live consumer's Pulsar consumer has prefetched (receiver queue + trio buffer) messages "
-    "that the AMQP prefetch held back; purge_queue's skip_all does not reach them, so they "
-    "are delivered after the purge (gateway/backend/pulsar/vhost.py purge_queue must also "
-    "drop what its subscriptions in self._consumers hold but have not delivered)"
-)
 def test_purge_while_consuming_leaves_only_the_unacked(running: Running) -> None:
     """RabbitMQ purges the ready messages; a delivered, unacknowledged one stays with its
     consumer, and nothing else is delivered after it is acknowledged."""
@@ -396,12 +371,6 @@ def test_delete_if_empty_refuses_a_queue_with_messages(running: Running) -> None
     connection.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway says \"queue 'q' in vhost '/' is not empty\"; RabbitMQ (rabbit_channel, "
-    'queue.delete) says "~ts not empty" — fix the text in gateway/backend/memory.py and '
-    "gateway/backend/pulsar/vhost.py delete_queue",
-)
 def test_delete_if_empty_text_is_rabbitmqs(channel: BlockingChannel) -> None:
     name = unique("full")
     channel.queue_declare(name)

@@ -1,0 +1,50 @@
+"""Which messages this replica has handed out and not seen settled: AMQP's ``redelivered``.
+
+Pulsar counts a redelivery only when a consumer negatively acknowledges a message and the
+broker resends it, and pulsar-client sends negative acknowledgements after a delay: a consumer
+that requeues its messages and closes at once (channel or connection closed, consumer
+cancelled) gets them redelivered uncounted. RabbitMQ marks every message that was delivered
+before as redelivered, so the gateway remembers what it delivered until it is acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+from gateway.pulsar.consumer import ReceivedMessage
+
+# The set is bounded: a message delivered here and settled on another replica would otherwise
+# stay forever. The oldest are forgotten first (their redelivery then goes unmarked).
+MAX_TRACKED: Final = 100_000
+
+Key = tuple[str, int, int, int]
+
+
+def key_of(received: ReceivedMessage) -> Key:
+    message_id = received.message_id
+    return (received.topic, message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+
+
+class Redeliveries:
+    def __init__(self, limit: int = MAX_TRACKED) -> None:
+        self._outstanding: OrderedDict[Key, None] = OrderedDict()
+        self._limit = limit
+
+    def delivered(self, received: ReceivedMessage) -> bool:
+        """Record a delivery; True if the message had been delivered before."""
+        before = self.seen(received)
+        key = key_of(received)
+        self._outstanding[key] = None
+        self._outstanding.move_to_end(key)
+        while len(self._outstanding) > self._limit:
+            self._outstanding.popitem(last=False)
+        return before
+
+    def seen(self, received: ReceivedMessage) -> bool:
+        """Whether the message was delivered before (without recording anything)."""
+        return received.redelivery_count > 0 or key_of(received) in self._outstanding
+
+    def settled(self, received: ReceivedMessage) -> None:
+        """Acknowledged (or dropped): it will not come back."""
+        self._outstanding.pop(key_of(received), None)
