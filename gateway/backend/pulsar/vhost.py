@@ -46,7 +46,13 @@ from gateway.model.routing import (
 )
 from gateway.model.vhost import Namespace
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
-from gateway.pulsar.errors import AdminError, NotFound, PulsarClientError, to_amqp_error
+from gateway.pulsar.errors import (
+    AdminError,
+    NotFound,
+    PreconditionFailed,
+    PulsarClientError,
+    to_amqp_error,
+)
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -55,6 +61,8 @@ T = TypeVar("T")
 _PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
 # How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
 GET_WAIT = 0.25
+# Tries at creating a subscription that another replica is creating at the same moment.
+SUBSCRIBE_ATTEMPTS = 5
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
 GETTER_IDLE = 1.0
 
@@ -109,10 +117,20 @@ class PulsarVirtualHost:
         return self._bound_topics(view, queue) | self._drains.topics_of(queue)
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
-        await self._pulsar(
-            self._r.admin.create_subscription(topic, subscription_for(queue), "latest"),
-            f"subscribing queue '{queue}' to {topic}",
-        )
+        what = f"subscribing queue '{queue}' to {topic}"
+        for attempt in range(SUBSCRIBE_ATTEMPTS):
+            try:
+                await self._r.admin.create_subscription(topic, subscription_for(queue), "latest")
+                break
+            except PreconditionFailed as error:
+                # Two replicas creating the same subscription at once: Pulsar answers the
+                # second "Subscription Busy" (412) while the first completes. Once it has,
+                # the next attempt finds it (409, fine).
+                if attempt == SUBSCRIBE_ATTEMPTS - 1:
+                    raise to_amqp_error(error, what) from None
+                await trio.sleep(0.05 * (attempt + 1))
+            except Exception as error:
+                raise to_amqp_error(error, what) from None
         for subscription in self._consumers.get(queue, ()):
             await subscription.add_topic(topic)
 
