@@ -14,10 +14,6 @@ import pika.exceptions
 import pytest
 import trio
 
-from gateway.model.entities import DEFAULT_EXCHANGE
-from gateway.model.naming import subscription_for, topic_for
-from gateway.model.vhost import Namespace
-from gateway.pulsar.admin import PulsarAdmin
 from tests.integration.fleet.clients import Consumer, observe_window, tally, wait_until
 from tests.integration.fleet.conftest import Fleet
 from tests.integration.metadata.proxy import TcpProxy
@@ -93,23 +89,12 @@ def _declare_together(channels: list[Any], name: str, durable: list[bool]) -> li
     return outcomes
 
 
-async def _create_default_subscription(web_url: str, namespace: str, queue: str) -> None:
-    async with PulsarAdmin(web_url) as admin:
-        topic = topic_for(Namespace("public", namespace), DEFAULT_EXCHANGE, queue)
-        await admin.create_subscription(topic, subscription_for(queue), "latest")
-
-
 def test_concurrent_conflicting_declares_on_two_replicas(fleet: Fleet, pulsar_stack: Any) -> None:
     r1, r2 = fleet.replicas(2)
     connections = [connect(r1.port), connect(r2.port)]  # each used by one thread at a time
     try:
         for round_ in range(8):
             name = f"contested-{round_}"
-            # Both replicas create the queue's default-exchange subscription before the queue
-            # (no one may see a queue that would miss messages); Pulsar refuses the second of
-            # two simultaneous creations (see the test below). Made beforehand here, so that
-            # this test is about the metadata race alone: ZooKeeper picks one winner.
-            trio.run(_create_default_subscription, pulsar_stack.web_url, fleet.namespace, name)
             channels = [connection.channel() for connection in connections]
             durable = [True, False] if round_ % 2 == 0 else [False, True]  # alternate askers
             outcomes = _declare_together(channels, name, durable)
@@ -124,14 +109,9 @@ def test_concurrent_conflicting_declares_on_two_replicas(fleet: Fleet, pulsar_st
                 connection.close()
 
 
-@pytest.mark.xfail(
-    reason="Pulsar 4.0.8 answers the second of two simultaneous create-subscription calls "
-    "with 412 'Subscription Busy: Failed to fence subscription' (the subscription exists "
-    "afterwards); PulsarAdmin.create_subscription passes it on as 406 instead of treating it "
-    "as 'being created by someone else' (retry until 204/409)",
-    strict=False,
-)
 def test_equivalent_declares_on_two_replicas_at_once_both_succeed(fleet: Fleet) -> None:
+    # Both replicas create the queue's default-exchange subscription at the same moment, and
+    # Pulsar answers the second creation "Subscription Busy" (412) while the first completes.
     r1, r2 = fleet.replicas(2)
     connections = [connect(r1.port), connect(r2.port)]
     try:
@@ -194,8 +174,11 @@ def test_unacked_messages_of_a_killed_replica_go_to_a_consumer_on_another(
 
 @pytest.mark.xfail(
     reason="RabbitMQ sets redelivered on messages requeued when their consumer's connection "
-    "died; Pulsar 4.0.8 redelivers a closed consumer's unacked messages without raising "
-    "their redelivery count, and the gateway derives the flag from that count alone",
+    "died. Pulsar 4.0.8 redelivers a closed consumer's unacked messages without raising their "
+    "redelivery count, and what the gateway remembers of its own deliveries "
+    "(gateway/backend/pulsar/redeliveries.py) is per replica and died with it: marking these "
+    "needs fleet-wide delivery records (e.g. the redelivery count kept by the broker, or "
+    "delivered positions in ZooKeeper)",
     strict=True,
 )
 def test_messages_of_a_killed_replica_come_back_flagged_redelivered(fleet: Fleet) -> None:

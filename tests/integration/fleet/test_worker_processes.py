@@ -36,6 +36,18 @@ def _closed_by_broker(connection: pika.BlockingConnection, timeout: float) -> in
     raise AssertionError("the gateway did not close the connection")
 
 
+def wait_known(connection: pika.BlockingConnection, queue: str, timeout: float = 10) -> None:
+    """Until the connection's gateway knows ``queue`` (a passive declare stops failing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection.channel().queue_declare(queue, passive=True)
+            return
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            if closed.reply_code != 404 or time.monotonic() > deadline:
+                raise
+
+
 def _gone(pid: int) -> bool:
     """No such process, or only its zombie (reaped by whoever adopted it, eventually)."""
     try:
@@ -60,9 +72,13 @@ def test_three_workers_share_one_port_and_stop_with_320(fleet: Fleet) -> None:
         # missing one of three workers has a probability of about 1e-5.
         assert all(count > 0 for count in per_worker.values()), per_worker
 
-        # A round trip through whichever workers these connections landed on.
+        # A round trip through whichever workers these connections landed on. A declare
+        # reaches the other workers through ZooKeeper within milliseconds, not at once
+        # (docs/fleet.md): wait until the publisher's and the getter's workers know the queue.
         declarer = connections[0].channel()
         declarer.queue_declare("round-trip", durable=True)
+        for connection in connections[1:3]:
+            wait_known(connection, "round-trip")
         publisher = connections[1].channel()
         publisher.confirm_delivery()
         publisher.basic_publish("", "round-trip", b"there and back", mandatory=True)
