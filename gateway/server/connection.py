@@ -8,6 +8,7 @@ buffering without bound.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -26,6 +27,8 @@ from gateway.server.settings import ServerSettings
 log = logging.getLogger("gateway.connection")
 
 READ_SIZE = 65536
+# At most this many queued chunks are joined into one write.
+WRITE_BATCH = 256
 
 # Connection ids are unique across the fleet: exclusive queues are owned by one of them.
 _ids = itertools.count(1)
@@ -128,7 +131,13 @@ class ClientConnection:
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         try:
             async for chunk in self._outbox_reader:
-                await self._stream.send_all(chunk)
+                # Everything already queued goes out in one write: a burst of deliveries is
+                # one system call, not one per message.
+                chunks = [chunk]
+                with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+                    while len(chunks) < WRITE_BATCH:
+                        chunks.append(self._outbox_reader.receive_nowait())
+                await self._stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._record_reason("client stopped reading (socket broken)")
         finally:
