@@ -82,6 +82,28 @@ def wait_until(condition: Any, *, timeout: float, what: Any) -> None:
         time.sleep(0.02)  # the polling interval of a condition with a deadline, not a sync
 
 
+def wait_known(
+    connection: pika.BlockingConnection, queue: str = "", *, exchange: str = "", timeout: float = 10
+) -> None:
+    """Until the connection's gateway knows ``queue`` (or ``exchange``): a passive declare
+    stops failing with 404. A change reaches the other replicas through ZooKeeper within
+    milliseconds, not at once (docs/fleet.md); this waits out that window where a test's next
+    step needs the entity on a replica other than the one that made it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            channel = connection.channel()
+            if exchange:
+                channel.exchange_declare(exchange, passive=True)
+            else:
+                channel.queue_declare(queue, passive=True)
+            channel.close()
+            return
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            if closed.reply_code != 404 or time.monotonic() > deadline:
+                raise
+
+
 def observe_window(seconds: float) -> None:
     """Let the consumers run for a moment before asserting that something did *not* happen
     (a duplicate delivery): the absence of an event has no condition to wait on."""

@@ -15,7 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.integration.fleet.clients import wait_until
+from tests.integration.fleet.clients import wait_known, wait_until
 from tests.integration.fleet.conftest import Fleet
 from tests.integration.fleet.processes import COMMAND, REPO, write_config
 from tests.support.clients import connect, get_bodies
@@ -34,18 +34,6 @@ def _closed_by_broker(connection: pika.BlockingConnection, timeout: float) -> in
     except pika.exceptions.ConnectionClosedByBroker as closed:
         return int(closed.reply_code)
     raise AssertionError("the gateway did not close the connection")
-
-
-def wait_known(connection: pika.BlockingConnection, queue: str, timeout: float = 10) -> None:
-    """Until the connection's gateway knows ``queue`` (a passive declare stops failing)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            connection.channel().queue_declare(queue, passive=True)
-            return
-        except pika.exceptions.ChannelClosedByBroker as closed:
-            if closed.reply_code != 404 or time.monotonic() > deadline:
-                raise
 
 
 def _gone(pid: int) -> bool:
