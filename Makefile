@@ -4,7 +4,7 @@ PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 CONFIG  ?= conf/gateway.conf
 
-.PHONY: install run test unit integration lint stack-up stack-down stack-status clean
+.PHONY: install run test unit integration lint bench stack-up stack-down stack-status clean
 
 install: $(STAMP)
 
@@ -44,6 +44,13 @@ unit: install
 
 integration: install
 	$(VENV)/bin/pytest tests/integration
+
+# Benchmarks print ratios from one run (docs/performance.md); not part of `make test`.
+# RabbitMQ's columns need Debian's rabbitmq-server (apt-get install rabbitmq-server).
+bench: install stack-up
+	$(PYTHON) bench/bench_codec.py
+	$(PYTHON) bench/bench_gateway_vs_pulsar.py
+	$(PYTHON) bench/bench_perftest.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
