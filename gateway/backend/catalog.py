@@ -249,3 +249,33 @@ class Catalog:
             and not any(b.exchange == exchange for b in view.bindings)
         ):
             await self.write(self._store.delete_exchange(self.namespace, exchange))
+
+
+class CatalogVirtualHost:
+    """Base of both backends' vhosts: operations that are the catalog's alone."""
+
+    catalog: Catalog
+
+    async def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        await self.catalog.declare_exchange(
+            name,
+            type,
+            passive=passive,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+
+    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        await self.catalog.delete_exchange(name, if_unused=if_unused)

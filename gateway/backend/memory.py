@@ -16,7 +16,7 @@ import trio
 
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
-from gateway.backend.catalog import Catalog
+from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -113,7 +113,7 @@ class MemorySubscription:
         await self.on_closed(self.queue)
 
 
-class MemoryVirtualHost:
+class MemoryVirtualHost(CatalogVirtualHost):
     def __init__(self, name: str, namespace: str, store: MetadataStore) -> None:
         self.name = name
         self.catalog = Catalog(name, namespace, store)
@@ -127,30 +127,6 @@ class MemoryVirtualHost:
         return queue
 
     # ------------------------------------------------------------------ entities
-
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        await self.catalog.declare_exchange(
-            name,
-            type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-        )
-
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        await self.catalog.delete_exchange(name, if_unused=if_unused)
 
     async def declare_queue(
         self,

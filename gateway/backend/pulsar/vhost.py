@@ -21,7 +21,7 @@ import trio
 
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
-from gateway.backend.catalog import Catalog
+from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
 from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.drains import Drains, Position, position_of
@@ -67,7 +67,7 @@ SUBSCRIBE_ATTEMPTS = 5
 GETTER_IDLE = 1.0
 
 
-class PulsarVirtualHost:
+class PulsarVirtualHost(CatalogVirtualHost):
     def __init__(self, name: str, namespace: Namespace, resources: PulsarResources) -> None:
         self.name = name
         self.namespace = namespace
@@ -146,27 +146,6 @@ class PulsarVirtualHost:
         )
 
     # ------------------------------------------------------------------ exchanges
-
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        await self.catalog.declare_exchange(
-            name,
-            type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-        )
 
     async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
         view = self._view
