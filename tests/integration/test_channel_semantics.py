@@ -34,7 +34,7 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayInThread]:
             yield running
         return
     stack = request.getfixturevalue("pulsar_stack")
-    with fresh_namespace(stack.web_url) as namespace:
+    with fresh_namespace(stack) as namespace:
         config = stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace)
         with GatewayInThread(backend_factory=backend_factory(config)) as running:
             yield running

@@ -44,7 +44,7 @@ class Running:
 
 @pytest.fixture(scope="module")
 def running(pulsar_stack: Any) -> Iterator[Running]:
-    with fresh_namespace(pulsar_stack.web_url) as namespace:
+    with fresh_namespace(pulsar_stack) as namespace:
         config = stack_config(
             pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
         )

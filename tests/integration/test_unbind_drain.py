@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def setup(pulsar_stack: Any) -> Iterator[tuple[Any, Namespace, str]]:
-    with fresh_namespace(pulsar_stack.web_url) as namespace:
+    with fresh_namespace(pulsar_stack) as namespace:
         config = stack_config(
             pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
         )

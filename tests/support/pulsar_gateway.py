@@ -5,13 +5,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import Any
 
 import httpx
+import trio
 
 from gateway.app import pulsar_backend
 from gateway.backend.interface import Backend
 from gateway.config import GatewayConfig, config_from_text
 from gateway.metadata.store import MetadataStore
+from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 
 
 def stack_config(web_url: str, broker_url: str, zookeeper: str, namespace: str) -> GatewayConfig:
@@ -26,15 +29,22 @@ def stack_config(web_url: str, broker_url: str, zookeeper: str, namespace: str) 
 
 
 @contextmanager
-def fresh_namespace(web_url: str) -> Iterator[str]:
-    """Create ``public/t-<random>``; delete it (and everything in it) afterwards."""
+def fresh_namespace(stack: Any) -> Iterator[str]:
+    """Create ``public/t-<random>`` on the local stack; afterwards delete it, with everything in
+    it and the gateway's metadata of it in ZooKeeper (so later replicas do not load it)."""
     name = f"t-{uuid.uuid4().hex[:12]}"
-    with httpx.Client(base_url=web_url, timeout=30) as admin:
+    with httpx.Client(base_url=stack.web_url, timeout=30) as admin:
         admin.put(f"/admin/v2/namespaces/public/{name}").raise_for_status()
         try:
             yield name
         finally:
             admin.delete(f"/admin/v2/namespaces/public/{name}", params={"force": "true"})
+            trio.run(_forget_metadata, stack.zookeeper, f"public/{name}")
+
+
+async def _forget_metadata(zookeeper: str, namespace: str) -> None:
+    async with ZooKeeperMetadataStore(zookeeper) as store:
+        await store.delete_namespace(namespace)
 
 
 def backend_factory(

@@ -27,7 +27,7 @@ def namespace(pulsar_stack: Any) -> Iterator[str]:
     """``public/<name>``'s short name, the vhost ``/`` of every gateway a test starts; its
     metadata is removed from ZooKeeper afterwards (fresh_namespace only drops the Pulsar
     namespace), so that later gateways do not find it."""
-    with fresh_namespace(pulsar_stack.web_url) as name:
+    with fresh_namespace(pulsar_stack) as name:
         yield name
     try:
         trio.run(_forget_metadata, pulsar_stack.zookeeper, f"public/{name}")

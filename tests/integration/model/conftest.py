@@ -69,7 +69,7 @@ def running(request: pytest.FixtureRequest) -> Iterator[Running]:
             yield Running(gateway, "memory")
         return
     stack = request.getfixturevalue("pulsar_stack")
-    with fresh_namespace(stack.web_url) as namespace:
+    with fresh_namespace(stack) as namespace:
         config = stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace)
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
             yield Running(
