@@ -17,7 +17,7 @@ import os
 import trio
 
 from gateway.amqp import events as ev
-from gateway.amqp.connection import ServerConnection
+from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError
 from gateway.auth.authenticator import AuthenticationFailed, Authenticator, PeerIdentity
 from gateway.backend.interface import Backend, Owner
@@ -66,6 +66,7 @@ class ClientConnection:
         # Wraps the reader: its deadline is the handshake timeout, and cancelling it ends the
         # connection from another task (the timer, when the peer stopped sending heartbeats).
         self._reader_scope = trio.CancelScope()
+        self._close_deadline_set = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
 
@@ -168,6 +169,11 @@ class ClientConnection:
             self._timer_rearmed.set()
 
     async def flush(self) -> None:
+        if self.protocol.state is ConnectionState.CLOSING and not self._close_deadline_set:
+            # We sent Connection.Close: amqpConnectionCloseTimeout bounds the wait for Close-Ok.
+            self._close_deadline_set = True
+            deadline = trio.current_time() + self._settings.close_timeout
+            self._reader_scope.deadline = min(self._reader_scope.deadline, deadline)
         data = self.protocol.data_to_send()
         if data:
             try:

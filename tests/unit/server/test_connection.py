@@ -193,3 +193,16 @@ async def test_handshake_bytes_may_arrive_in_any_pieces(
             await trio.sleep(0.01)
         await client.expect(commands.Connection.Tune)
         assert connection.user == "a"
+
+
+async def test_a_client_that_never_answers_close_is_dropped_after_the_close_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with served(ServerSettings(close_timeout=2.0)) as (client, _connection):
+        await client.handshake()
+        await client.open_channel(1)
+        await client.send(commands.Queue.Declare(queue="q"), 1)  # 540: Connection.Close
+        await client.expect(commands.Connection.Close)
+        started = trio.current_time()
+        await client.read_until_eof()  # no Close-Ok from us
+        assert 2.0 <= trio.current_time() - started < 3.0
