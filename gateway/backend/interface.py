@@ -7,7 +7,7 @@ backend alone decides what is a 404, a 405 or a 406.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -65,7 +65,10 @@ class QueueSubscription(Protocol):
     credit, so the backend never has to know about Basic.Qos.
     """
 
-    async def receive(self) -> Delivery: ...
+    async def receive(self, before_wait: Callable[[], Awaitable[None]] | None = None) -> Delivery:
+        """The next message; ``before_wait`` runs first if it has to wait for one (the
+        channel flushes then, so a burst of deliveries goes out in one write)."""
+        ...
 
     async def close(self) -> None:
         """Stop receiving; deliveries not yet settled go back to the queue."""

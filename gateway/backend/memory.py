@@ -90,7 +90,9 @@ class MemorySubscription:
     outstanding: list[MemoryDelivery] = field(default_factory=list)
     closed: bool = False
 
-    async def receive(self) -> MemoryDelivery:
+    async def receive(
+        self, before_wait: Callable[[], Awaitable[None]] | None = None
+    ) -> MemoryDelivery:
         while True:
             if self.queue.deleted:
                 raise SubscriptionEnded(self.queue.name)
@@ -99,6 +101,10 @@ class MemorySubscription:
                 self.outstanding = [d for d in self.outstanding if not d.settled]
                 self.outstanding.append(delivery)
                 return delivery
+            if before_wait is not None:
+                flush, before_wait = before_wait, None
+                await flush()
+                continue  # the queue may have changed while that ran
             await self.queue.changed.wait()
 
     async def close(self) -> None:

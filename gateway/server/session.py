@@ -386,8 +386,12 @@ class AMQPSession:
         with consumer.scope:
             try:
                 while True:
-                    await state.wait_for_credit(consumer)
-                    delivery = await consumer.subscription.receive()
+                    # Deliveries are flushed only when the loop is about to wait (for credit or
+                    # for a message), so a burst goes out in one write.
+                    if not state.has_credit(consumer):
+                        await self._link.flush()
+                        await state.wait_for_credit(consumer)
+                    delivery = await consumer.subscription.receive(self._link.flush)
                     # Consumers of one channel wait for messages together, and a delivery
                     # elsewhere may have used the credit meanwhile: hold this message until
                     # there is credit again (RabbitMQ's limiter never overshoots).
@@ -409,19 +413,19 @@ class AMQPSession:
                     )
                     if consumer.no_ack:
                         await delivery.ack()
-                    await self._link.flush()
+
             except SubscriptionEnded:
                 await self._consumer_ended(state, consumer)
             except AMQPError as error:
                 await self._link.fail(state.number, error)
 
-    @staticmethod
     async def _hold_until_credit(
-        state: ChannelState, consumer: Consumer, delivery: Delivery
+        self, state: ChannelState, consumer: Consumer, delivery: Delivery
     ) -> None:
         if state.has_credit(consumer):
             return
         try:
+            await self._link.flush()
             await state.wait_for_credit(consumer)
         except BaseException:
             with trio.CancelScope(shield=True):

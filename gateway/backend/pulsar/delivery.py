@@ -8,7 +8,7 @@ Deliveries are acknowledged on the Pulsar consumer they came from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -105,10 +105,14 @@ class PulsarQueueSubscription:
         self.ended = False
         self.closed = False
 
-    async def receive(self) -> PulsarDelivery:
+    async def receive(
+        self, before_wait: Callable[[], Awaitable[None]] | None = None
+    ) -> PulsarDelivery:
         while True:
             if self.ended:
                 raise SubscriptionEnded(self.queue)
+            if before_wait is not None and not self.consumer.buffered:
+                await before_wait()
             try:
                 received = await self.consumer.receive()
             except ClosedError:
