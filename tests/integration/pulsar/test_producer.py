@@ -69,8 +69,11 @@ async def test_back_pressure_blocks_at_the_in_flight_limit(
     assert scope.cancelled_caught  # blocked: no slot before the batch goes out
     assert producer.in_flight == 5  # the cancelled submit sent nothing
     with trio.fail_after(10):
-        sixth = await producer.submit(b"sixth")  # a slot frees once the batch is persisted
-        assert all(h.done() for h in first)
+        sixth = await producer.submit(b"sixth")  # a slot frees once a message is persisted
+        # Handles complete in send order, so the free slot was the first message's.
+        assert first[0].done()
+        for handle in first:
+            await handle.wait()
         await sixth.wait()
     assert producer.in_flight == 0
 
