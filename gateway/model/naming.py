@@ -179,6 +179,7 @@ def encode_local_name(exchange: str, routing_key: str | None = None) -> str:
     return head + SEPARATOR + _escape_part(routing_key, head=False)
 
 
+@lru_cache(maxsize=65536)
 def decode_local_name(local_name: str) -> tuple[str, str | None] | None:
     """``(exchange, routing_key)`` of one of our local names; None for any other name."""
     head, sep, tail = local_name.partition(SEPARATOR)

@@ -14,7 +14,7 @@ import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.messages import from_pulsar
-from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -34,7 +34,7 @@ def message_of(received: ReceivedMessage) -> Message:
 
 
 class PulsarDelivery:
-    __slots__ = ("_received", "_settled", "_subscription", "message", "redelivered")
+    __slots__ = ("_key", "_received", "_settled", "_subscription", "message", "redelivered")
 
     def __init__(
         self, subscription: PulsarQueueSubscription, received: ReceivedMessage, message: Message
@@ -43,7 +43,7 @@ class PulsarDelivery:
         self._received = received
         self._settled = False
         self.message = message
-        self.redelivered = subscription.redeliveries.delivered(received)
+        self._key, self.redelivered = subscription.redeliveries.delivered(received)
         subscription.outstanding += 1
 
     @property
@@ -55,7 +55,7 @@ class PulsarDelivery:
             return
         self._settled = True
         if not requeued:
-            self._subscription.redeliveries.settled(self._received)
+            self._subscription.redeliveries.settled(self._key)
         self._subscription.delivery_settled()
 
     async def ack(self) -> None:
@@ -135,7 +135,7 @@ class PulsarQueueSubscription:
         message = message_of(received)
         if not self._admits(message, received):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
-            self.redeliveries.settled(received)
+            self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)
             return None
         return PulsarDelivery(self, received, message)

@@ -31,20 +31,21 @@ class Redeliveries:
         self._outstanding: OrderedDict[Key, None] = OrderedDict()
         self._limit = limit
 
-    def delivered(self, received: ReceivedMessage) -> bool:
-        """Record a delivery; True if the message had been delivered before."""
-        before = self.seen(received)
+    def delivered(self, received: ReceivedMessage) -> tuple[Key, bool]:
+        """Record a delivery: its key (for ``settled``), and whether the message had been
+        delivered before. The message id is read from pulsar-client once per message."""
         key = key_of(received)
+        before = received.redelivery_count > 0 or key in self._outstanding
         self._outstanding[key] = None
         self._outstanding.move_to_end(key)
         while len(self._outstanding) > self._limit:
             self._outstanding.popitem(last=False)
-        return before
+        return key, before
 
     def seen(self, received: ReceivedMessage) -> bool:
         """Whether the message was delivered before (without recording anything)."""
         return received.redelivery_count > 0 or key_of(received) in self._outstanding
 
-    def settled(self, received: ReceivedMessage) -> None:
+    def settled(self, key: Key) -> None:
         """Acknowledged (or dropped): it will not come back."""
-        self._outstanding.pop(key_of(received), None)
+        self._outstanding.pop(key, None)

@@ -324,7 +324,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
     ) -> None:
         binding, target = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
         # Subscriptions first, so a publisher that sees the binding finds them in place.
-        for topic in self._binding_topics(self._view, binding):
+        subscribed = self._binding_topics(self._view, binding)
+        for topic in subscribed:
             if self._drains.get(queue, topic) is not None:
                 last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
                 self._drains.rebound(queue, topic, last)
@@ -333,7 +334,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if target.type is ExchangeType.TOPIC:
             # Keys registered while we subscribed: the publisher of a new key looks for
             # bindings after registering it, and we look for keys after binding.
-            for topic in self._binding_topics(self._view, binding):
+            for topic in set(self._binding_topics(self._view, binding)) - set(subscribed):
                 await self._subscribe_topic(topic, queue)
 
     async def unbind_queue(
