@@ -9,9 +9,11 @@ import time
 from collections import Counter
 from typing import Any
 
+import httpx
 import pika
 import pika.exceptions
 
+from gateway.model.naming import encode_local_name, subscription_for
 from tests.support.clients import connect
 
 
@@ -102,6 +104,37 @@ def wait_known(
         except pika.exceptions.ChannelClosedByBroker as closed:
             if closed.reply_code != 404 or time.monotonic() > deadline:
                 raise
+
+
+def wait_subscription_consumers(
+    web_url: str,
+    namespace: str,
+    binding: tuple[str, str | None],
+    queue: str,
+    count: int,
+    timeout: float = 30,
+) -> None:
+    """Until Pulsar reports ``count`` consumers on ``queue``'s subscription of the topic of
+    ``binding`` (exchange, routing key) in ``public/<namespace>``: every replica's consumer
+    is attached, so a Shared subscription can spread what is published next over all of
+    them. A replica learns of a binding made elsewhere through ZooKeeper, a moment later."""
+    topic = encode_local_name(*binding)
+    url = f"{web_url}/admin/v2/persistent/public/{namespace}/{topic}/stats"
+    subscription = subscription_for(queue)
+
+    def attached() -> int:
+        response = httpx.get(url, timeout=5)
+        if response.status_code == 404:
+            return 0
+        response.raise_for_status()
+        found = response.json().get("subscriptions", {}).get(subscription, {})
+        return len(found.get("consumers", []))
+
+    wait_until(
+        lambda: attached() >= count,
+        timeout=timeout,
+        what=lambda: f"{attached()} of {count} consumers on {topic}/{subscription}",
+    )
 
 
 def observe_window(seconds: float) -> None:

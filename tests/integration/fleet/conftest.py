@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
+from tests.integration.fleet.clients import wait_subscription_consumers
 from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
 
@@ -65,6 +66,10 @@ class Fleet:
         """``count`` single-process replicas, each on a port of its own, all ready."""
         started = [self.start(f"replica-{index + 1}") for index in range(count)]
         return [replica.wait_ready() for replica in started]
+
+    def wait_consumers(self, binding: tuple[str, str | None], queue: str, count: int) -> None:
+        """Until Pulsar sees ``count`` consumers of ``queue`` on ``binding``'s topic."""
+        wait_subscription_consumers(self._stack.web_url, self.namespace, binding, queue, count)
 
     def close(self) -> None:
         for process in self.processes:

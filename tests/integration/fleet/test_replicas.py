@@ -47,6 +47,10 @@ def test_declare_bind_publish_consume_on_different_replicas(fleet: Fleet) -> Non
             consumer.start()
         for consumer in consumers:
             consumer.wait_consuming()
+        # Replicas 1 and 3 learn of replica 2's binding through ZooKeeper and attach their
+        # consumers to its subscription a moment later; published earlier, all the work
+        # could go to the consumers already there.
+        fleet.wait_consumers(("orders", "new"), "work", len(consumers))
 
         publisher = on_3.channel()
         publisher.confirm_delivery()
