@@ -35,9 +35,12 @@ lint: install
 	$(VENV)/bin/mypy --strict scripts/stack.py
 
 # The whole suite. The test session starts the local stack if it is not up and stops what it
-# started, so the machine is left as it was found.
+# started, so the machine is left as it was found. A test that hangs fails on its own
+# (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
+# Python code runs, so that CI reports it long before its own limit.
+TEST_TIME_LIMIT ?= 3000
 test: install lint
-	$(VENV)/bin/pytest
+	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 unit: install
 	$(VENV)/bin/pytest tests/unit

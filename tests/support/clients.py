@@ -169,6 +169,10 @@ def collect(
     return got
 
 
+# Seconds a SelectFlow that timed out waits for the gateway's Close-Ok.
+CLOSE_GRACE = 5.0
+
+
 class SelectFlow:
     """A pika ``SelectConnection`` (the callback-style adapter) driven until ``finish()`` is
     called from one of its callbacks, or until ``timeout`` (a failure).
@@ -217,6 +221,13 @@ class SelectFlow:
     def _timed_out(self) -> None:
         self.failure = f"timed out after {self.timeout}s; events so far: {self.events!r}"
         self.finish()
+        # pika waits for Close-Ok without a deadline: a gateway that never answers must fail
+        # the test, not hang it.
+        self.connection.ioloop.call_later(CLOSE_GRACE, self._close_timed_out)
+
+    def _close_timed_out(self) -> None:
+        self.failure = f"{self.failure}; the gateway did not answer Connection.Close either"
+        self.connection.ioloop.stop()
 
     def finish(self) -> None:
         """Done: close the connection, which stops the loop."""
