@@ -68,9 +68,10 @@ class ProducerCache:
                 raise ClosedError("producer cache closed")
             entry = self._entries.get(topic)
             if isinstance(entry, TrioProducer) and not entry.closed:
+                # Before the checkpoint, so the sweeper cannot take it meanwhile (sending
+                # sets it again).
                 entry.last_used = trio.current_time()
                 await trio.lowlevel.checkpoint_if_cancelled()
-                entry.last_used = trio.current_time()
                 return entry
             if isinstance(entry, _Creating):
                 await entry.done.wait()

@@ -34,6 +34,7 @@ from gateway.backend.interface import (
 from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.server.confirms import ConfirmQueue
+from gateway.server.stall_watch import StallWatch
 
 log = logging.getLogger("gateway.session")
 
@@ -129,6 +130,7 @@ class AMQPSession:
         self._vhost = vhost
         self._link = link
         self._protocol = link.protocol
+        self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
         self._channels: dict[int, ChannelState] = {}
         self._handlers: dict[int, Callable[[ChannelState, Any], Awaitable[None]]] = {
             commands.Exchange.Declare.index: self._exchange_declare,
@@ -309,24 +311,14 @@ class AMQPSession:
             state.confirms.add(outcome.stored)
 
     async def _publish_or_block(self, message: Message) -> PublishOutcome:
-        """Publish; while the backend holds the publish back, the client is told it is blocked.
-
-        The reader is waiting here, so the client's socket is not read: that is the
-        back-pressure itself. Connection.Blocked only explains it to clients that advertise
-        ``connection.blocked`` (RabbitMQ's resource alarms do the same).
-        """
-        with trio.move_on_after(BLOCKED_AFTER):
-            return await self._vhost.publish(message)
-        # Cancelling the first attempt sent nothing (backends publish cancellation-safely).
-        blocked = self._protocol.send_blocked("the message store is not keeping up")
-        if blocked:
-            await self._link.flush()
+        """Publish; while the backend holds the publish back, the reader waits here, so the
+        client's socket is not read (the back-pressure itself), and clients that advertise
+        ``connection.blocked`` are told why (stall_watch.py)."""
+        self._stalls.publish_started(self._link.nursery)
         try:
             return await self._vhost.publish(message)
         finally:
-            if blocked:
-                self._protocol.send_unblocked()
-                await self._link.flush()
+            await self._stalls.publish_finished()
 
     async def _confirm_select(self, state: ChannelState, method: Any) -> None:
         if state.confirms is None:
