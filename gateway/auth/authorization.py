@@ -1,0 +1,342 @@
+"""Vhost access and per-operation permissions, checked the way RabbitMQ checks them.
+
+``AuthorizingBackend`` wraps any backend. At Connection.Open a principal needs an entry in the
+permission store for the vhost (RabbitMQ's ``check_vhost_access``: any entry at all, even three
+empty patterns), or it gets 530 NOT_ALLOWED; members of ``superUserRoles`` need none. Inside
+the vhost each operation needs the access in RabbitMQ's table ("How Permissions Work",
+https://www.rabbitmq.com/docs/access-control; the order of checks is rabbit_channel's):
+
+=========================  =============  ===============  =============
+operation                  configure      write            read
+=========================  =============  ===============  =============
+exchange.declare           exchange
+  ... passive              (nothing)
+  ... creating, with AE                   the AE           exchange
+exchange.delete            exchange
+queue.declare              queue
+  ... passive              (nothing)
+  ... creating, with DLX                  the DLX          queue
+queue.delete               queue
+queue.purge                                                queue
+queue.bind / queue.unbind                 queue            exchange
+basic.publish                             exchange
+basic.consume / basic.get                                  queue
+=========================  =============  ===============  =============
+
+The default exchange ``""`` is named ``amq.default`` for matching (``rabbit_access_control``).
+A refusal is 403 ACCESS_REFUSED on the channel with RabbitMQ's text,
+``write access to exchange 'x' in vhost '/' refused for user 'u'``.
+
+Permissions are looked up on every operation from the store's watched cache (a dict lookup),
+and each entry memoises its decisions per name, so a publish pays two dict lookups; a change
+made with ``starlight-rabbitmq permissions`` applies to the next operation of connections
+already open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+from gateway.amqp.errors import ChannelError, ConnectionException, ReplyCode
+from gateway.amqp.fieldtable import Field
+from gateway.backend.interface import (
+    Backend,
+    Delivery,
+    Message,
+    Owner,
+    PublishOutcome,
+    QueueStatus,
+    QueueSubscription,
+    VirtualHost,
+)
+from gateway.metadata.permissions import (
+    Access,
+    PermissionStore,
+    ZooKeeperPermissionStore,
+    serving_permissions,
+)
+from gateway.model.entities import resource
+from gateway.model.vhost import VhostMapper
+
+__all__ = [
+    "AuthorizingBackend",
+    "AuthorizingVirtualHost",
+    "open_authorization",
+    "permission_scope",
+    "vhost_refused",
+]
+
+# Permission checks name the default exchange so (rabbit_access_control:check_resource_access).
+DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
+_CONNECTION_OPEN: Final = (10, 40)
+_RESERVED_PREFIX: Final = "amq."
+
+
+def permission_scope(mapper: VhostMapper, vhost: str) -> str:
+    """The key under which a vhost's permissions are stored: its Pulsar namespace.
+
+    ``/x`` and ``x`` (and ``/`` and ``""``) are one vhost here, so they share one set of
+    permissions; raises ``InvalidVhost`` (530) for a name that maps to no namespace.
+    """
+    return str(mapper.namespace_for(vhost))
+
+
+def vhost_refused(vhost: str, user: str) -> ConnectionException:
+    # rabbit_access_control:check_vhost_access's wording, with its reply code (not_allowed).
+    return ConnectionException(
+        ReplyCode.NOT_ALLOWED,
+        f"access to vhost '{vhost}' refused for user '{user}'",
+        *_CONNECTION_OPEN,
+    )
+
+
+class AuthorizingBackend:
+    """A ``Backend`` that lets a principal into a vhost, and do things there, only as its
+    permissions allow."""
+
+    def __init__(
+        self,
+        inner: Backend,
+        store: PermissionStore,
+        *,
+        superusers: Iterable[str] = (),
+        mapper: VhostMapper | None = None,
+    ) -> None:
+        self._inner = inner
+        self._store = store
+        self._superusers = frozenset(superusers)
+        self._mapper = mapper or VhostMapper()
+
+    @property
+    def inner(self) -> Backend:
+        return self._inner
+
+    async def open_vhost(self, vhost: str, user: str) -> VirtualHost:
+        if user in self._superusers:
+            # Allowed everything: no wrapper, no per-operation cost.
+            return await self._inner.open_vhost(vhost, user)
+        scope = permission_scope(self._mapper, vhost)
+        if self._store.lookup(scope, user) is None:
+            raise vhost_refused(vhost, user)
+        handle = await self._inner.open_vhost(vhost, user)
+        return AuthorizingVirtualHost(handle, self._store, scope, user)
+
+
+def _argument_name(arguments: Mapping[str, Any], key: str) -> str | None:
+    """The exchange named by an ``alternate-exchange``/``x-dead-letter-exchange`` argument;
+    None when absent or not a string (the backend refuses a wrong type with its own 406)."""
+    value = arguments.get(key)
+    if isinstance(value, Field):
+        value = value.value
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def _exchange_resource(name: str) -> str:
+    return name or DEFAULT_EXCHANGE_RESOURCE
+
+
+class AuthorizingVirtualHost:
+    """One connection's view of a vhost: every operation checked, then delegated."""
+
+    def __init__(self, inner: VirtualHost, store: PermissionStore, scope: str, user: str) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._store = store
+        self._scope = scope
+        self._user = user
+
+    def _check(self, access: Access, kind: str, name: str) -> None:
+        # Looked up each time (not held): a change applies to the next operation.
+        permissions = self._store.lookup(self._scope, self._user)
+        if permissions is None or not permissions.allows(access, name):
+            raise ChannelError(
+                ReplyCode.ACCESS_REFUSED,
+                f"{access} access to {resource(kind, name, self.name)} refused for user "
+                f"'{self._user}'",
+            )
+
+    # ------------------------------------------------------------------ exchanges
+
+    async def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        # The default exchange is refused before any permission check (even passively);
+        # passive declares need no permission (rabbit_channel checks none).
+        if name and not passive:
+            self._check(Access.CONFIGURE, "exchange", name)
+            alternate = _argument_name(arguments, "alternate-exchange")
+            if alternate is not None and not await self._exchange_exists(name, type):
+                # Only when the declare creates it: then messages may flow to the AE.
+                self._check(Access.READ, "exchange", name)
+                self._check(Access.WRITE, "exchange", _exchange_resource(alternate))
+        await self.inner.declare_exchange(
+            name,
+            type,
+            passive=passive,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+
+    async def _exchange_exists(self, name: str, type: str) -> bool:
+        try:
+            await self.inner.declare_exchange(
+                name,
+                type,
+                passive=True,
+                durable=False,
+                auto_delete=False,
+                internal=False,
+                arguments={},
+            )
+        except ChannelError as error:
+            if error.reply_code == ReplyCode.NOT_FOUND:
+                return False
+        return True
+
+    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        # "" and amq.* are refused whatever the permissions (rabbit_channel checks those
+        # first): the inner backend says so in RabbitMQ's words.
+        if name and not name.startswith(_RESERVED_PREFIX):
+            self._check(Access.CONFIGURE, "exchange", name)
+        await self.inner.delete_exchange(name, if_unused=if_unused)
+
+    # ------------------------------------------------------------------ queues
+
+    async def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any],
+        owner: Owner,
+    ) -> QueueStatus:
+        if not passive:
+            # Server-named queues too: their amq.gen-* name is checked (RabbitMQ users
+            # grant "^amq\.gen-.*" for them).
+            self._check(Access.CONFIGURE, "queue", name)
+            dead_letter = _argument_name(arguments, "x-dead-letter-exchange")
+            if dead_letter is not None and not await self._queue_exists(name, owner):
+                self._check(Access.READ, "queue", name)
+                self._check(Access.WRITE, "exchange", _exchange_resource(dead_letter))
+        return await self.inner.declare_queue(
+            name,
+            passive=passive,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            owner=owner,
+        )
+
+    async def _queue_exists(self, name: str, owner: Owner) -> bool:
+        try:
+            await self.inner.declare_queue(
+                name,
+                passive=True,
+                durable=False,
+                exclusive=False,
+                auto_delete=False,
+                arguments={},
+                owner=owner,
+            )
+        except ChannelError as error:
+            if error.reply_code == ReplyCode.NOT_FOUND:
+                return False
+        return True
+
+    async def delete_queue(
+        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
+    ) -> int:
+        self._check(Access.CONFIGURE, "queue", name)
+        return await self.inner.delete_queue(
+            name, if_unused=if_unused, if_empty=if_empty, owner=owner
+        )
+
+    async def purge_queue(self, name: str, *, owner: Owner) -> int:
+        self._check(Access.READ, "queue", name)
+        return await self.inner.purge_queue(name, owner=owner)
+
+    async def bind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Any],
+        *,
+        owner: Owner,
+    ) -> None:
+        self._check_binding(queue, exchange)
+        await self.inner.bind_queue(queue, exchange, routing_key, arguments, owner=owner)
+
+    async def unbind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        arguments: Mapping[str, Any],
+        *,
+        owner: Owner,
+    ) -> None:
+        self._check_binding(queue, exchange)
+        await self.inner.unbind_queue(queue, exchange, routing_key, arguments, owner=owner)
+
+    def _check_binding(self, queue: str, exchange: str) -> None:
+        # rabbit_channel:binding_action: write on the destination, then (after refusing the
+        # default exchange, which the inner backend does) read on the source.
+        self._check(Access.WRITE, "queue", queue)
+        if exchange:
+            self._check(Access.READ, "exchange", exchange)
+
+    # ------------------------------------------------------------------ messages
+
+    async def publish(self, message: Message) -> PublishOutcome:
+        self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
+        return await self.inner.publish(message)
+
+    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> QueueSubscription:
+        self._check(Access.READ, "queue", queue)
+        return await self.inner.consume(queue, exclusive=exclusive, owner=owner)
+
+    async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
+        self._check(Access.READ, "queue", queue)
+        return await self.inner.get(queue, owner=owner)
+
+    async def release(self, owner: Owner) -> None:
+        await self.inner.release(owner)
+
+
+@asynccontextmanager
+async def open_authorization(
+    backend: Backend,
+    *,
+    zookeeper: str,
+    session_timeout: float,
+    superusers: Iterable[str],
+    mapper: VhostMapper,
+    prefix: str = "/starlight-rabbitmq",
+) -> AsyncIterator[AuthorizingBackend]:
+    """``backend`` behind authorization, with permissions from ZooKeeper loaded (before the
+    block starts: nobody is refused for want of a cache) and kept current inside the block.
+
+    Raises ``MetadataUnavailable`` when ZooKeeper cannot be reached or read.
+    """
+    store = ZooKeeperPermissionStore(zookeeper, prefix=prefix, session_timeout=session_timeout)
+    async with serving_permissions(store):
+        yield AuthorizingBackend(backend, store, superusers=superusers, mapper=mapper)
