@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from gateway.amqp.connection import ConnectionSettings
+from gateway.auth.tls_config import tls_settings_for
 from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
@@ -48,6 +49,7 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
         ),
         close_timeout=config.amqpConnectionCloseTimeout / 1000,
         handshake_timeout=config.amqpHandshakeTimeoutMs / 1000,
+        tls=tls_settings_for(config),
         debug_binary_length=config.amqpDebugBinaryDataLength,
     )
 

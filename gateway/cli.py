@@ -12,7 +12,8 @@ import trio
 
 from gateway import __version__
 from gateway.app import load_every_vhost, open_gateway, server_settings
-from gateway.auth.authenticator import AcceptAnyone
+from gateway.auth.factory import authenticator_for
+from gateway.auth.tls_context import build_server_context
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.server.listeners import bind_tcp, reuse_port_supported
 from gateway.server.server import GatewayServer, StartupError
@@ -109,9 +110,14 @@ async def serve(config: GatewayConfig, link: WorkerLink | None = None) -> None:
 
 async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: _Stopper) -> None:
     settings = server_settings(config)
+    # Token keys and certificates are loaded before Pulsar is contacted: bad key material is
+    # a one-line configuration error at once.
+    authenticator = authenticator_for(config)
+    if settings.tls is not None:
+        build_server_context(settings.tls)
     async with open_gateway(config) as runtime:
         server = GatewayServer(
-            settings, AcceptAnyone(), runtime.backend, reuse_port=link is not None
+            settings, authenticator, runtime.backend, reuse_port=link is not None
         )
         # Bind before loading, so that a taken port is a one-line error at once, not after
         # a long load; connections are refused until serve() listens.
@@ -146,9 +152,12 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
     """The ``--workers N`` parent: check the ports, then run and watch N workers."""
     if not reuse_port_supported():
         raise StartupError("--workers needs SO_REUSEPORT, which this system lacks")
-    for listener in server_settings(config).listeners:
-        if listener.scheme != "amqp":
-            raise StartupError(f"{listener}: TLS listeners (amqps://) are not supported yet")
+    settings = server_settings(config)
+    # Bad key material is reported once here rather than once per worker.
+    authenticator_for(config)
+    if settings.tls is not None:
+        build_server_context(settings.tls)
+    for listener in settings.listeners:
         # Fail with one line here rather than once per worker: a bind without SO_REUSEPORT
         # is refused while anyone listens on the port, even a SO_REUSEPORT group.
         try:
@@ -204,14 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup = _startup_error(error)
         if startup is None:
             raise
+        if isinstance(startup, ConfigError):
+            # Key material (token keys, certificates) is only read once the gateway starts.
+            print(f"starlight-rabbitmq: configuration error: {startup}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
         print(f"starlight-rabbitmq: cannot start: {startup}", file=sys.stderr)
         return EXIT_STARTUP_ERROR
     return 0
 
 
-def _startup_error(error: BaseException) -> StartupError | None:
-    """The StartupError inside ``error``, which trio's nurseries wrap in exception groups."""
-    if isinstance(error, StartupError):
+def _startup_error(error: BaseException) -> StartupError | ConfigError | None:
+    """The StartupError or ConfigError inside ``error``, which trio's nurseries wrap in
+    exception groups."""
+    if isinstance(error, StartupError | ConfigError):
         return error
     if isinstance(error, BaseExceptionGroup):
         for inner in error.exceptions:

@@ -9,10 +9,12 @@ buffering without bound.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
 import os
+import ssl
 
 import trio
 
@@ -20,6 +22,8 @@ from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError
 from gateway.auth.authenticator import AuthenticationFailed, Authenticator, PeerIdentity
+from gateway.auth.throttle import FailureThrottle
+from gateway.auth.tls_identity import common_name
 from gateway.backend.interface import Backend, Owner
 from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
@@ -43,8 +47,14 @@ class ClientConnection:
         authenticator: Authenticator,
         backend: Backend,
         peer: PeerIdentity,
+        *,
+        throttle: FailureThrottle | None = None,
     ) -> None:
+        """``stream`` may be a ``trio.SSLStream`` not yet shaken hands (amqps listeners): the
+        TLS handshake then runs first, under the same handshake deadline as the AMQP one.
+        ``throttle``: delays refusing repeated login failures from one address."""
         self._stream = stream
+        self._throttle = throttle
         self._settings = settings
         self._authenticator = authenticator
         self._backend = backend
@@ -66,6 +76,7 @@ class ClientConnection:
         # Wraps the reader: its deadline is the handshake timeout, and cancelling it ends the
         # connection from another task (the timer, when the peer stopped sending heartbeats).
         self._reader_scope = trio.CancelScope()
+        self._tls_pending = isinstance(stream, trio.SSLStream)
         self._close_deadline_set = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
@@ -105,6 +116,8 @@ class ClientConnection:
     async def _read_loop(self) -> None:
         self._reader_scope.deadline = trio.current_time() + self._settings.handshake_timeout
         with self._reader_scope:
+            if self._tls_pending and not await self._tls_handshake():
+                return
             while not self.protocol.is_closed:
                 try:
                     # bytes() is free for the bytes a socket returns; memory streams may
@@ -127,7 +140,34 @@ class ClientConnection:
                     self._record_reason("client closed the socket")
                     return
         if self._reader_scope.cancelled_caught and not self.opened:
-            self._record_reason("handshake not completed in time")
+            tls = "TLS " if self._tls_pending else ""
+            self._record_reason(f"{tls}handshake not completed in time")
+
+    async def _tls_handshake(self) -> bool:
+        """Shake hands on an amqps connection; False (reason recorded) when it fails.
+
+        Plaintext AMQP on a TLS port, an untrusted or missing client certificate, a version or
+        cipher mismatch: all end here as one reason for the close log line, never a traceback.
+        """
+        assert isinstance(self._stream, trio.SSLStream)
+        try:
+            await self._stream.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+            self._record_reason(f"TLS handshake failed: {_tls_failure(error)}")
+            return False
+        self._tls_pending = False
+        # getpeercert() is empty unless the client's certificate verified against our CAs.
+        name = common_name(self._stream.getpeercert())
+        self.peer = dataclasses.replace(self.peer, tls_common_name=name)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "TLS peer=%s version=%s cipher=%s client-cn=%s",
+                self.peer.address,
+                self._stream.version(),
+                (self._stream.cipher() or ("?",))[0],
+                name,
+            )
+        return True
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         try:
@@ -265,10 +305,26 @@ class ClientConnection:
             )
         except AuthenticationFailed as failure:
             self._record_reason(f"authentication failed: {failure}")
+            await self._failure_delay()
             self.protocol.refuse_login(str(failure))
         else:
             self.owner = Owner(self.id, self.user)
             self.protocol.accept_login(self.user)
+
+    async def _failure_delay(self) -> None:
+        """Hold back the refusal of a repeated failure from the same address.
+
+        Only this connection's task waits, so other clients are never slowed. The wait stays
+        well inside the handshake deadline, so that the client still gets its 403.
+        """
+        if self._throttle is None:
+            return
+        now = trio.current_time()
+        delay = self._throttle.failed(_host_of(self.peer.address), now)
+        remaining = self._reader_scope.deadline - now
+        delay = min(delay, remaining / 2)
+        if delay > 0:
+            await trio.sleep(delay)
 
     # ----------------------------------------------------------------------------- logging
 
@@ -284,3 +340,25 @@ class ClientConnection:
             self.user,
             self.close_reason or "unknown",
         )
+
+
+def _host_of(address: str) -> str:
+    """``host`` of ``host:port`` (IPv6 too): failures are counted per host, not per port."""
+    host, colon, _ = address.rpartition(":")
+    return host if colon else address
+
+
+def _tls_failure(error: BaseException) -> str:
+    """The OpenSSL reason behind a failed handshake, in words, on one line."""
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"client certificate not trusted ({cause.verify_message})"
+    if isinstance(cause, ssl.SSLError) and cause.reason:
+        reason = cause.reason
+        if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+            return f"not a TLS client hello ({reason.lower()}: plaintext on a TLS port?)"
+        return reason.lower().replace("_", " ")
+    if isinstance(cause, (ssl.SSLEOFError, EOFError)) or cause is None:
+        return "client closed the connection during the handshake"
+    text = str(cause) or type(cause).__name__
+    return " ".join(text.split())

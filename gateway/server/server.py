@@ -1,14 +1,22 @@
-"""The listeners and the fleet of connections of one gateway process, and its graceful stop."""
+"""The listeners and the fleet of connections of one gateway process, and its graceful stop.
+
+amqps listeners wrap each accepted socket in a ``trio.SSLStream`` over the context current at
+accept time (``ReloadingContext``: certificates replaced on disk are used for new connections);
+the connection does the TLS handshake itself, under its handshake deadline.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 
 import trio
 
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authenticator import Authenticator, PeerIdentity
+from gateway.auth.throttle import FailureThrottle
+from gateway.auth.tls_reload import ReloadingContext
 from gateway.backend.interface import Backend
 from gateway.server.connection import ClientConnection
 from gateway.server.listeners import bind_tcp, start_listening
@@ -34,7 +42,11 @@ class GatewayServer:
         reuse_port: bool = False,
     ) -> None:
         """``reuse_port``: bind with SO_REUSEPORT, so that the other workers of a
-        ``--workers N`` gateway can bind the same addresses (see ``listeners.py``)."""
+        ``--workers N`` gateway can bind the same addresses (see ``listeners.py``).
+
+        The TLS certificate (if any listener is amqps) is loaded here: bad files raise
+        ``ConfigError`` naming the key, before anything is bound.
+        """
         self._settings = settings
         self._authenticator = authenticator
         self._backend = backend
@@ -43,8 +55,26 @@ class GatewayServer:
         self._stop_requested = trio.Event()
         # Bound by bind(), listening only once serve() starts: see listeners.py.
         self._sockets: list[trio.socket.SocketType] = []
+        # The listener address each socket of _sockets was bound for (its scheme decides TLS).
+        self._socket_addresses: list[ListenAddress] = []
+        self._tls = self._load_tls(settings)
+        self._throttle = FailureThrottle(max_delay=settings.login_failure_max_delay)
         self.stopped = trio.Event()
         self.bound: list[tuple[str, int]] = []
+
+    @staticmethod
+    def _load_tls(settings: ServerSettings) -> ReloadingContext | None:
+        if not any(address.scheme == "amqps" for address in settings.listeners):
+            return None
+        if settings.tls is None:
+            raise StartupError("amqps listeners need TLS settings (a certificate and key)")
+        # time.monotonic, not trio's clock: the server may be built before trio runs.
+        return ReloadingContext(settings.tls, time.monotonic())
+
+    @property
+    def tls(self) -> ReloadingContext | None:
+        """The amqps listeners' certificate source (None without amqps listeners)."""
+        return self._tls
 
     @property
     def connections(self) -> frozenset[ClientConnection]:
@@ -66,14 +96,18 @@ class GatewayServer:
         """
         if not self._sockets:
             sockets: list[trio.socket.SocketType] = []
+            addresses: list[ListenAddress] = []
             try:
                 for address in self._settings.listeners:
-                    sockets.extend(await self._bind(address))
+                    bound = await self._bind(address)
+                    sockets.extend(bound)
+                    addresses.extend([address] * len(bound))
             except BaseException:
                 for sock in sockets:
                     sock.close()
                 raise
             self._sockets = sockets
+            self._socket_addresses = addresses
             self.bound = [sock.getsockname()[:2] for sock in sockets]
         return self.bound
 
@@ -90,28 +124,38 @@ class GatewayServer:
         await self.bind()
         listeners: list[trio.SocketListener] = []
         try:
-            for address, sock in zip(self.bound, self._sockets, strict=True):
+            for (host, port), sock, address in zip(
+                self.bound, self._sockets, self._socket_addresses, strict=True
+            ):
                 try:
                     listeners.append(start_listening(sock))
                 except OSError as error:
                     # Linux lets two SO_REUSEADDR sockets bind one port while neither listens;
                     # the second to listen is refused here.
-                    host, port = address
                     raise StartupError(
-                        f"cannot listen on amqp://{host}:{port}: {error.strerror or error}"
+                        f"cannot listen on {address.scheme}://{host}:{port}: "
+                        f"{error.strerror or error}"
                     ) from None
             async with trio.open_nursery() as connections:
                 async with trio.open_nursery() as acceptors:
-                    for listener in listeners:
+                    for listener, address in zip(listeners, self._socket_addresses, strict=True):
                         acceptors.start_soon(
                             partial(
                                 trio.serve_listeners,
-                                self._handle_stream,
+                                partial(self._handle_stream, tls=address.scheme == "amqps"),
                                 [listener],
                                 handler_nursery=connections,
                             )
                         )
-                    log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
+                    log.info(
+                        "listening on %s",
+                        ", ".join(
+                            f"{address.scheme}://{h}:{p}"
+                            for (h, p), address in zip(
+                                self.bound, self._socket_addresses, strict=True
+                            )
+                        ),
+                    )
                     task_status.started(self.bound)
                     await self._stop_requested.wait()
                     acceptors.cancel_scope.cancel()
@@ -128,8 +172,8 @@ class GatewayServer:
         log.info("stopped")
 
     async def _bind(self, address: ListenAddress) -> list[trio.socket.SocketType]:
-        if address.scheme != "amqp":
-            raise StartupError(f"{address}: TLS listeners (amqps://) are not supported yet")
+        if address.scheme not in ("amqp", "amqps"):
+            raise StartupError(f"{address}: unknown listener scheme (amqp:// or amqps://)")
         try:
             return await bind_tcp(address.host, address.port, reuse_port=self._reuse_port)
         except OSError as error:
@@ -147,7 +191,7 @@ class GatewayServer:
             for connection in list(self._connections):
                 await connection.finished.wait()
 
-    async def _handle_stream(self, stream: trio.SocketStream) -> None:
+    async def _handle_stream(self, stream: trio.SocketStream, *, tls: bool = False) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = PeerIdentity(address=f"{host}:{port}")
@@ -155,8 +199,17 @@ class GatewayServer:
             # The client hung up between accept and here; there is nobody to serve.
             await trio.aclose_forcefully(stream)
             return
+        served: trio.abc.Stream = stream
+        if tls:
+            assert self._tls is not None  # _load_tls refuses amqps listeners without TLS
+            served = trio.SSLStream(stream, self._tls.current(time.monotonic()), server_side=True)
         connection = ClientConnection(
-            stream, self._settings, self._authenticator, self._backend, peer
+            served,
+            self._settings,
+            self._authenticator,
+            self._backend,
+            peer,
+            throttle=self._throttle,
         )
         self._connections.add(connection)
         try:
