@@ -378,6 +378,7 @@ class ZooKeeperPermissionStore(_Versioned):
         self._dirty: builtins.set[str] = set()
         self._wakeup = trio.Event()
         self._disconnected = False
+        self._connection_changed = trio.Event()
         self._running = False
 
     @property
@@ -387,6 +388,11 @@ class ZooKeeperPermissionStore(_Versioned):
     @property
     def connected(self) -> bool:
         return self._started and not self._closed and self._client.state == KazooState.CONNECTED
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        """Wait until the connection is up (or, with False, down), as this store saw it."""
+        while (self._started and not self._disconnected and not self._closed) != connected:
+            await self._connection_changed.wait()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -413,6 +419,11 @@ class ZooKeeperPermissionStore(_Versioned):
                     f"{self._connect_timeout:g} s: {error}"
                 ) from error
             self._started = True
+            self._signal_connection()
+
+    def _signal_connection(self) -> None:
+        self._connection_changed.set()
+        self._connection_changed = trio.Event()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -420,6 +431,7 @@ class ZooKeeperPermissionStore(_Versioned):
         self._closed = True
         self._event.set()
         self._wakeup.set()
+        self._signal_connection()
         if self._started:
             self._client.remove_listener(self._state_listener)
             with trio.CancelScope(shield=True):
@@ -714,6 +726,7 @@ class ZooKeeperPermissionStore(_Versioned):
     def _on_state(self, state: str) -> None:
         if self._closed:
             return
+        self._signal_connection()
         if state == KazooState.CONNECTED:
             if self._disconnected:
                 # Watches may have been lost with the session, and changes made meanwhile
