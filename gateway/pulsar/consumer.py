@@ -106,12 +106,13 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_owner", "native", "native_consumer")
+    __slots__ = ("_owner", "_topic", "native", "native_consumer")
 
     def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
         self.native = native  # _pulsar.Message
         self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
         self._owner = owner
+        self._topic: str | None = None
 
     @property
     def payload(self) -> bytes:
@@ -128,7 +129,10 @@ class ReceivedMessage:
     @property
     def topic(self) -> str:
         """The topic it came from (one TrioConsumer may read several)."""
-        return str(self.native.topic_name())
+        # Asked for several times per delivery (routing filter, redelivery key): read once.
+        if self._topic is None:
+            self._topic = str(self.native.topic_name())
+        return self._topic
 
     @property
     def redelivery_count(self) -> int:

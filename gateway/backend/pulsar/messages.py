@@ -78,8 +78,10 @@ def to_pulsar(message: Message) -> dict[str, str]:
     return properties
 
 
-# Header bytes -> their Pulsar properties (all but exchange and routing key).
+# Header bytes -> their Pulsar properties (all but exchange and routing key), and back: the
+# same few headers come by again and again.
 _described: dict[bytes, dict[str, str]] = {}
+_raw_headers: dict[str, bytes] = {}
 _CACHED_HEADERS: Final = 1024
 _CACHED_HEADER_MAX: Final = 512
 
@@ -105,7 +107,14 @@ def from_pulsar(
     exchange = properties.get(EXCHANGE, exchange)
     routing_key = properties.get(ROUTING_KEY, routing_key)
     if raw is not None:
-        return Message(exchange, routing_key, base64.b64decode(raw), payload)
+        header = _raw_headers.get(raw)
+        if header is None:
+            header = base64.b64decode(raw)
+            if len(raw) <= _CACHED_HEADER_MAX:
+                if len(_raw_headers) >= _CACHED_HEADERS:
+                    _raw_headers.clear()
+                _raw_headers[raw] = header
+        return Message(exchange, routing_key, header, payload)
     if EXCHANGE in properties:
         return Message(exchange, routing_key, _EMPTY_PROPERTIES, payload)
     return Message(exchange, routing_key, _native_properties(properties), payload)
