@@ -77,6 +77,14 @@ class GatewayServer:
         return self._tls
 
     @property
+    def listening(self) -> list[ListenAddress]:
+        """Each bound socket as its listener, with the real port (port 0 resolved)."""
+        return [
+            ListenAddress(address.scheme, host, port)
+            for (host, port), address in zip(self.bound, self._socket_addresses, strict=True)
+        ]
+
+    @property
     def connections(self) -> frozenset[ClientConnection]:
         return frozenset(self._connections)
 
@@ -147,15 +155,7 @@ class GatewayServer:
                                 handler_nursery=connections,
                             )
                         )
-                    log.info(
-                        "listening on %s",
-                        ", ".join(
-                            f"{address.scheme}://{h}:{p}"
-                            for (h, p), address in zip(
-                                self.bound, self._socket_addresses, strict=True
-                            )
-                        ),
-                    )
+                    log.info("listening on %s", ", ".join(map(str, self.listening)))
                     task_status.started(self.bound)
                     await self._stop_requested.wait()
                     acceptors.cancel_scope.cancel()
