@@ -52,6 +52,7 @@ from gateway.backend.interface import (
     VirtualHost,
 )
 from gateway.metadata.permissions import (
+    DEFAULT_PREFIX,
     Access,
     PermissionStore,
     ZooKeeperPermissionStore,
@@ -330,13 +331,17 @@ async def open_authorization(
     session_timeout: float,
     superusers: Iterable[str],
     mapper: VhostMapper,
-    prefix: str = "/starlight-rabbitmq",
+    prefix: str = DEFAULT_PREFIX,
+    connect_timeout: float = 15.0,
 ) -> AsyncIterator[AuthorizingBackend]:
     """``backend`` behind authorization, with permissions from ZooKeeper loaded (before the
     block starts: nobody is refused for want of a cache) and kept current inside the block.
 
-    Raises ``MetadataUnavailable`` when ZooKeeper cannot be reached or read.
+    Raises ``MetadataUnavailable`` (not in an exception group) when ZooKeeper cannot be
+    reached or read.
     """
-    store = ZooKeeperPermissionStore(zookeeper, prefix=prefix, session_timeout=session_timeout)
+    store = ZooKeeperPermissionStore(
+        zookeeper, prefix=prefix, session_timeout=session_timeout, connect_timeout=connect_timeout
+    )
     async with serving_permissions(store):
         yield AuthorizingBackend(backend, store, superusers=superusers, mapper=mapper)

@@ -202,15 +202,26 @@ class PermissionStore(Protocol):
 
 @asynccontextmanager
 async def serving_permissions(store: PermissionStore) -> AsyncIterator[PermissionStore]:
-    """``store`` with its cache loaded and kept current inside the block; closed after it."""
+    """``store`` with its cache loaded and kept current inside the block; closed after it.
+
+    A failure to load (``MetadataUnavailable``) is raised as it is, not in an exception group,
+    so that a caller can turn it into a one-line start-up error.
+    """
+    failure: MetadataUnavailable | None = None
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)
-            yield store
-            nursery.cancel_scope.cancel()
+            try:
+                await nursery.start(store.run)
+            except MetadataUnavailable as error:
+                failure = error  # run() ended before it started: the nursery is empty
+            else:
+                yield store
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
+    if failure is not None:
+        raise failure
 
 
 class _Versioned:
