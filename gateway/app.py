@@ -21,8 +21,17 @@ from gateway.metadata.paths import Layout, decode_name
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
+from gateway.pulsar.access_check import BrokerAccessError, check_admin, check_binary
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
+from gateway.pulsar.credentials import (
+    BrokerAccess,
+    Credentials,
+    CredentialsError,
+    admin_client,
+    client_options,
+    load_credentials,
+)
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
@@ -54,32 +63,69 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
     )
 
 
-def _broker_token(config: GatewayConfig) -> str | None:
-    """The JWT for a token-authenticated Pulsar (``token:xxx`` or ``file:///...`` forms)."""
-    if config.broker_client_auth_kind != "token":
-        return None
-    params = config.effective_broker_client_authentication_parameters
-    if params.startswith("token:"):
-        return params[len("token:") :]
-    if params.startswith("file://"):
-        with open(params[len("file://") :], encoding="utf-8") as token_file:
-            return token_file.read().strip()
-    return params
+def broker_access(config: GatewayConfig) -> BrokerAccess:
+    """The broker-client keys of ``config`` (reference/002, third table), for both clients."""
+    params_key = (
+        "amqpBrokerClientAuthenticationParameters"
+        if config.amqpBrokerClientAuthenticationParameters
+        else "brokerClientAuthenticationParameters"
+    )
+    return BrokerAccess(
+        service_url=config.brokerServiceURL,
+        web_url=config.brokerWebServiceURL,
+        auth_kind=config.broker_client_auth_kind,
+        auth_params=config.effective_broker_client_authentication_parameters,
+        params_key=params_key,
+        trust_certs_file=config.brokerClientTrustCertsFilePath,
+        verify_hostname=config.tlsHostnameVerificationEnabled,
+        # As in Pulsar's own broker client, this key also lets the gateway accept a broker
+        # certificate it cannot verify (reference/002 has no broker-side twin of it).
+        allow_insecure=config.tlsAllowInsecureConnection,
+    )
 
 
-async def _check_reachable(admin: PulsarAdmin, store: MetadataStore, config: GatewayConfig) -> None:
-    """Fail start-up with one clear line when Pulsar or ZooKeeper cannot be reached."""
-    try:
-        await admin.request("GET", "/admin/v2/clusters")
-    except AdminError as error:
+def _broker_clients_settings(
+    config: GatewayConfig,
+) -> tuple[BrokerAccess, Credentials, ClientOptions]:
+    """What open_gateway builds its Pulsar clients from; StartupError if it is unusable."""
+    if config.brokerClientTlsEnabledWithKeyStore:
         raise StartupError(
-            f"cannot reach the Pulsar admin API at {config.brokerWebServiceURL}: {error}"
-        ) from None
+            "brokerClientTlsEnabledWithKeyStore=true is not supported by the gateway yet: "
+            "convert the trust store to PEM (openssl pkcs12 -in store.p12 -nokeys -out ca.pem) "
+            "and set brokerClientTrustCertsFilePath"
+        )
+    access = broker_access(config)
+    try:
+        credentials = load_credentials(access)
+        options = client_options(access, credentials)
+    except CredentialsError as error:
+        raise StartupError(str(error)) from None
+    if access.allow_insecure and (access.binary_tls or access.web_tls):
+        log.warning(
+            "tlsAllowInsecureConnection=true: the gateway does not verify Pulsar's TLS "
+            "certificates (anyone between it and Pulsar can read and change its traffic)"
+        )
+    return access, credentials, options
+
+
+async def _check_reachable(
+    admin: PulsarAdmin, store: MetadataStore, access: BrokerAccess, credentials: Credentials
+) -> None:
+    """Fail start-up with one clear line when Pulsar or ZooKeeper cannot be used: unreachable,
+    credentials refused, broker certificate not trusted."""
+    try:
+        await check_admin(admin, access, credentials)
+    except BrokerAccessError as error:
+        raise StartupError(str(error)) from None
     if isinstance(store, ZooKeeperMetadataStore):
         try:
             await store.connect()
         except MetadataUnavailable as error:
             raise StartupError(str(error)) from None
+    try:
+        await check_binary(access, credentials)
+    except BrokerAccessError as error:
+        raise StartupError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -101,23 +147,15 @@ async def open_gateway(
 
     ``store`` replaces the ZooKeeper metadata store (tests use the in-memory one).
     """
-    token = _broker_token(config)
-    tls_trust = config.brokerClientTrustCertsFilePath or None
-    client = await PulsarClient.create(
-        ClientOptions(
-            service_url=config.brokerServiceURL,
-            auth_token=token,
-            tls_trust_certs_file_path=tls_trust,
-            tls_validate_hostname=config.tlsHostnameVerificationEnabled,
-        )
-    )
-    admin = PulsarAdmin(config.brokerWebServiceURL, auth_token=token, tls=tls_trust)
+    access, credentials, options = _broker_clients_settings(config)
+    admin = admin_client(access, credentials)  # opens no connection: nothing to close if the
+    client = await PulsarClient.create(options)  # client cannot be built
     if store is None:
         store = ZooKeeperMetadataStore(
             config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
         )
     try:
-        await _check_reachable(admin, store, config)
+        await _check_reachable(admin, store, access, credentials)
         async with trio.open_nursery() as nursery:
             producers = ProducerCache(
                 client, ProducerOptions(batching_enabled=config.amqpBatchingEnabled)

@@ -4,6 +4,7 @@
     python3 scripts/stack.py up [--fresh]  # fetch Pulsar with Maven, start it, wait until healthy
     python3 scripts/stack.py status         # exit 0 if up, 3 if down
     python3 scripts/stack.py down           # stop exactly what `up` started
+    python3 scripts/stack.py up --profile secured   # a second, independent Pulsar: TLS + tokens
 
 Pulsar (pinned in scripts/pulsar/pom.xml) comes from Maven Central through the local Maven
 repository (~/.m2); it runs as ``org.apache.pulsar.PulsarStandaloneStarter`` in ZooKeeper mode, on
@@ -14,20 +15,30 @@ kept across down/up so a warm start is quick; ``up --fresh`` wipes it.
 Python callers (the test suite, benchmarks) import this file by path and use ``ensure_up()``,
 ``is_up()``, ``down()`` and the ``BROKER_URL`` / ``WEB_URL`` / ``ZOOKEEPER`` constants.
 
+Profiles: ``default`` (the stack above) and ``secured``, a second standalone Pulsar with its own
+ports and folder (``$STACK_DIR/secured``) that accepts only TLS, authenticates with JWTs and TLS
+client certificates, and enforces authorization. ``up --profile secured`` generates its CA,
+certificates, HMAC key and tokens with the ``openssl`` command and the standard library, and
+writes where everything is to ``secured.json`` (``secured_info()`` reads it). Each profile has its
+own lock and pid file: starting or stopping one never touches the other.
+
 Standard library only: it must run with the system python3 before the project's venv exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import string
 import subprocess
 import sys
@@ -35,7 +46,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PULSAR_VERSION = "4.0.8"
@@ -124,6 +135,90 @@ class Endpoints:
 
 
 ENDPOINTS = Endpoints()
+
+
+# --- profiles --------------------------------------------------------------------------------
+
+# The secured profile: every port the standalone JVM opens moves, so it runs beside the default
+# one. Its plaintext broker and web ports are disabled (empty in its config): only TLS is served.
+SECURED_BROKER_TLS_PORT = 6661
+SECURED_WEB_TLS_PORT = 8453
+SECURED_ZOOKEEPER_PORT = 2191
+SECURED_BOOKIE_PORT = 3191
+
+# Roles of the secured profile: the `sub` claim of its tokens, or a client certificate's CN.
+SUPERUSER_ROLE = "gateway"  # the gateway's token
+CLIENT_CERT_ROLE = "gateway-client"  # the gateway's TLS client certificate
+BROKER_ROLE = "pulsar-broker"  # the broker's own internal client (health checks, namespaces)
+USER_ROLE = "app"  # authenticated, allowed nothing until granted
+SUPERUSER_ROLES = (SUPERUSER_ROLE, CLIENT_CERT_ROLE, BROKER_ROLE)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One independent standalone Pulsar: its own ports, state folder, lock and pid file."""
+
+    name: str
+    broker_port: int
+    web_port: int
+    zookeeper_port: int
+    bookie_port: int
+    tls: bool
+    jvm_memory: tuple[str, ...] = field(default=tuple(JVM_MEMORY))
+
+    @property
+    def broker_url(self) -> str:
+        return f"{'pulsar+ssl' if self.tls else 'pulsar'}://{HOST}:{self.broker_port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.web_port}"
+
+    @property
+    def zookeeper(self) -> str:
+        return f"{HOST}:{self.zookeeper_port}"
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return Endpoints(self.broker_url, self.web_url, self.zookeeper)
+
+    @property
+    def ports(self) -> dict[int, str]:
+        """What each port is for, to name it when something else holds it."""
+        over = " over TLS" if self.tls else ""
+        return {
+            self.broker_port: f"Pulsar broker (binary protocol{over})",
+            self.web_port: f"Pulsar web service (admin REST API{over})",
+            self.zookeeper_port: "ZooKeeper",
+            self.bookie_port: "BookKeeper bookie",
+        }
+
+    def state_dir(self) -> Path:
+        """The default profile's folder is $STACK_DIR; the others live inside it (so they are
+        ignored by git like it), or wherever $STACK_<NAME>_DIR says."""
+        if self.name == "default":
+            return stack_dir()
+        override = os.environ.get(f"STACK_{self.name.upper()}_DIR")
+        return Path(override).resolve() if override else stack_dir() / self.name
+
+
+DEFAULT = Profile("default", BROKER_PORT, WEB_PORT, ZOOKEEPER_PORT, BOOKIE_PORT, tls=False)
+# Smaller than the default's: it only serves the secured tests, beside the default stack.
+SECURED = Profile(
+    "secured",
+    SECURED_BROKER_TLS_PORT,
+    SECURED_WEB_TLS_PORT,
+    SECURED_ZOOKEEPER_PORT,
+    SECURED_BOOKIE_PORT,
+    tls=True,
+    jvm_memory=(
+        "-Xms128m",
+        "-Xmx512m",
+        "-XX:MaxDirectMemorySize=256m",
+        "-XX:+ExitOnOutOfMemoryError",
+    ),
+)
+PROFILES = {profile.name: profile for profile in (DEFAULT, SECURED)}
 
 
 @dataclass(frozen=True)
@@ -238,15 +333,27 @@ def _log_tail(state: Path, lines: int = 40) -> str:
 # --- health ----------------------------------------------------------------------------------
 
 
-def _get_json(path: str, timeout: float = 5.0) -> object:
-    with urllib.request.urlopen(WEB_URL + path, timeout=timeout) as response:
-        return json.loads(response.read().decode())
+def _web_get(profile: Profile, path: str, timeout: float) -> str:
+    """GET on the profile's web service; the secured one with its CA and the superuser token."""
+    headers: dict[str, str] = {}
+    context: ssl.SSLContext | None = None
+    if profile.tls:
+        files = _CredentialFiles(profile.state_dir())
+        context = ssl.create_default_context(cafile=str(files.ca_cert))
+        headers["Authorization"] = "Bearer " + files.superuser_token.read_text().strip()
+    request = urllib.request.Request(profile.web_url + path, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        return str(response.read().decode())
 
 
-def _zookeeper_ok(timeout: float = 3.0) -> bool:
+def _get_json(profile: Profile, path: str, timeout: float = 5.0) -> object:
+    return json.loads(_web_get(profile, path, timeout))
+
+
+def _zookeeper_ok(port: int, timeout: float = 3.0) -> bool:
     """ZooKeeper answers `ruok` with `imok` (standalone whitelists the four-letter words)."""
     try:
-        with socket.create_connection((HOST, ZOOKEEPER_PORT), timeout=timeout) as sock:
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
             sock.sendall(b"ruok")
             reply = sock.recv(16)
     except OSError:
@@ -263,29 +370,28 @@ def _port_open(port: int, timeout: float = 3.0) -> bool:
         return False
 
 
-def _health_problem() -> str | None:
+def _health_problem(profile: Profile) -> str | None:
     """None if the broker, its admin API and ZooKeeper all answer; otherwise what does not."""
     try:
-        clusters = _get_json("/admin/v2/clusters")
+        clusters = _get_json(profile, "/admin/v2/clusters")
         if not isinstance(clusters, list) or "standalone" not in clusters:
             return f"admin API lists clusters {clusters!r}, without 'standalone'"
-        namespaces = _get_json("/admin/v2/namespaces/public")
+        namespaces = _get_json(profile, "/admin/v2/namespaces/public")
         if not isinstance(namespaces, list) or "public/default" not in namespaces:
             return f"admin API lists namespaces {namespaces!r}, without 'public/default'"
-    except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
-        return f"admin API at {WEB_URL} does not answer ({exc})"
-    if not _zookeeper_ok():
-        return f"ZooKeeper at {ZOOKEEPER} does not answer"
-    if not _port_open(BROKER_PORT):
-        return f"broker at {BROKER_URL} does not accept connections"
+    except (OSError, ValueError) as exc:  # URLError, HTTPError and SSLError are OSErrors
+        return f"admin API at {profile.web_url} does not answer ({exc})"
+    if not _zookeeper_ok(profile.zookeeper_port):
+        return f"ZooKeeper at {profile.zookeeper} does not answer"
+    if not _port_open(profile.broker_port):
+        return f"broker at {profile.broker_url} does not accept connections"
     return None
 
 
-def _broker_health_problem() -> str | None:
+def _broker_health_problem(profile: Profile) -> str | None:
     """The broker's own end-to-end check: it writes and reads a message on a heartbeat topic."""
     try:
-        with urllib.request.urlopen(WEB_URL + "/admin/v2/brokers/health", timeout=30) as response:
-            body = response.read().decode().strip()
+        body = _web_get(profile, "/admin/v2/brokers/health", timeout=30).strip()
     except (OSError, ValueError) as exc:
         return f"broker health check fails ({exc})"
     return None if body == "ok" else f"broker health check says {body!r}"
@@ -303,10 +409,10 @@ def classpath() -> list[str]:
         return _classpath(state)
 
 
-def is_up() -> bool:
-    """True if the stack recorded in the state folder is running and healthy."""
-    record = _read_record(stack_dir())
-    return record is not None and _alive(record) and _health_problem() is None
+def is_up(profile: Profile = DEFAULT) -> bool:
+    """True if the profile's stack recorded in its state folder is running and healthy."""
+    record = _read_record(profile.state_dir())
+    return record is not None and _alive(record) and _health_problem(profile) is None
 
 
 # --- Maven: the classpath --------------------------------------------------------------------
@@ -330,6 +436,11 @@ def _classpath(state: Path) -> list[str]:
     """Maven's list of files for the pom, cached per pom content; resolves (downloads) if needed."""
     key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
     cached = state / f"classpath-{key}.txt"
+    shared = stack_dir() / cached.name
+    if not cached.exists() and shared != cached and shared.exists():
+        # Another profile (the default stack) resolved the same pom: no need to run Maven again.
+        # Its file is replaced atomically, so reading it without its lock is safe.
+        shutil.copyfile(shared, cached)
     if cached.exists():
         entries = _read_classpath(cached)
         gone = [entry for entry in entries if not Path(entry).exists()]
@@ -388,12 +499,320 @@ def _classpath(state: Path) -> list[str]:
     return entries
 
 
+# --- the secured profile: keys, certificates, tokens ------------------------------------------
+
+CREDENTIALS_DAYS = 3650  # test material: long enough never to expire under a developer
+OPENSSL_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class _CredentialFiles:
+    """Where the secured profile keeps its generated credentials (under its state folder)."""
+
+    state: Path
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state / "tls"
+
+    @property
+    def auth_dir(self) -> Path:
+        return self.state / "auth"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.tls_dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.tls_dir / "ca.key"
+
+    @property
+    def broker_cert(self) -> Path:
+        return self.tls_dir / "broker.crt"
+
+    @property
+    def broker_key(self) -> Path:
+        return self.tls_dir / "broker.key"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.tls_dir / "client.crt"
+
+    @property
+    def client_key(self) -> Path:
+        return self.tls_dir / "client.key"
+
+    @property
+    def secret_key(self) -> Path:
+        return self.auth_dir / "secret.key"
+
+    def token(self, role: str) -> Path:
+        return self.auth_dir / f"{role}.token"
+
+    @property
+    def superuser_token(self) -> Path:
+        return self.token(SUPERUSER_ROLE)
+
+    def all(self) -> list[Path]:
+        return [
+            self.ca_cert,
+            self.ca_key,
+            self.broker_cert,
+            self.broker_key,
+            self.client_cert,
+            self.client_key,
+            self.secret_key,
+            *(self.token(role) for role in (*SUPERUSER_ROLES, USER_ROLE)),
+        ]
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def mint_token(subject: str, secret: bytes) -> str:
+    """An HS256 JWT whose only claim is ``sub`` (no expiry), as ``pulsar tokens create`` makes.
+
+    Pulsar's AuthenticationProviderToken takes the role from ``sub``; jjwt wants an HMAC key of
+    at least 256 bits, hence 32-byte secrets.
+    """
+    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = _b64url(json.dumps({"sub": subject}, separators=(",", ":")).encode())
+    signing_input = f"{header}.{claims}"
+    signature = hmac.new(secret, signing_input.encode("ascii"), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+def _openssl(*args: str) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise StackError(
+            "`openssl` is not on PATH: the secured profile generates its CA and certificates "
+            "with it (Debian: apt-get install openssl)"
+        )
+    try:
+        result = subprocess.run(
+            [openssl, *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=OPENSSL_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(
+            f"openssl {args[0]} did not finish within {OPENSSL_TIMEOUT:.0f} s"
+        ) from exc
+    if result.returncode != 0:
+        raise StackError(
+            f"openssl {' '.join(args[:2])} failed (exit {result.returncode}): "
+            + result.stderr.decode(errors="replace").strip()[-800:]
+        )
+
+
+def _issue(
+    files: _CredentialFiles, cert: Path, key: Path, subject: str, extensions: list[str]
+) -> None:
+    """A new RSA key and a certificate for it signed by the profile's CA."""
+    request = cert.with_suffix(".csr")
+    extfile = cert.with_suffix(".ext")
+    extfile.write_text("\n".join(extensions) + "\n")
+    # `req -nodes` writes an unencrypted PKCS#8 key ("BEGIN PRIVATE KEY"): the form the broker's
+    # netty TLS and the Pulsar clients read.
+    _openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-subj",
+        subject,
+        "-out",
+        str(request),
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(request),
+        "-CA",
+        str(files.ca_cert),
+        "-CAkey",
+        str(files.ca_key),
+        "-set_serial",
+        str(int.from_bytes(os.urandom(8), "big")),
+        "-days",
+        str(CREDENTIALS_DAYS),
+        "-sha256",
+        "-extfile",
+        str(extfile),
+        "-out",
+        str(cert),
+    )
+    request.unlink()
+    extfile.unlink()
+
+
+def _ensure_credentials(state: Path, profile: Profile) -> None:
+    """Generate the CA, broker and client certificates, the HMAC key and the tokens, unless all
+    are there already (they survive down/up and --fresh: the tokens stay valid), then write the
+    profile's info file."""
+    files = _CredentialFiles(state)
+    if not all(path.exists() for path in files.all()):
+        started = time.monotonic()
+        for folder in (files.tls_dir, files.auth_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        _openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-sha256",
+            "-days",
+            str(CREDENTIALS_DAYS),
+            "-subj",
+            "/CN=Starlight local test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            str(files.ca_key),
+            "-out",
+            str(files.ca_cert),
+        )
+        leaf = [
+            "basicConstraints=critical,CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+        ]
+        _issue(
+            files,
+            files.broker_cert,
+            files.broker_key,
+            "/CN=localhost",
+            [*leaf, "extendedKeyUsage=serverAuth", f"subjectAltName=IP:{HOST},DNS:localhost"],
+        )
+        # AuthenticationProviderTls takes the role from the client certificate's CN.
+        _issue(
+            files,
+            files.client_cert,
+            files.client_key,
+            f"/CN={CLIENT_CERT_ROLE}",
+            [*leaf, "extendedKeyUsage=clientAuth"],
+        )
+        secret = os.urandom(32)
+        files.secret_key.write_bytes(secret)
+        for role in (*SUPERUSER_ROLES, USER_ROLE):
+            files.token(role).write_text(mint_token(role, secret) + "\n")
+        for path in files.all():
+            path.chmod(0o600)
+        _say_for(
+            profile,
+            f"generated a CA, certificates and tokens in {time.monotonic() - started:.1f} s",
+        )
+    _write_info(state, profile, files)
+
+
+def _secured_config(profile: Profile, files: _CredentialFiles) -> str:
+    """The keys appended to the standalone config for the secured profile.
+
+    Appended after the template: the broker reads the file as java.util.Properties, where a
+    later key wins, but none of these keys is in the template (the bookie, reading the same file
+    with commons-configuration, would turn a repeated key into a list).
+    """
+    token_provider = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+    tls_provider = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
+    return f"""
+### --- Secured profile (appended by scripts/stack.py) --- ###
+# TLS only: brokerServicePort and webServicePort are empty above, which disables them.
+brokerServicePortTls={profile.broker_port}
+webServicePortTls={profile.web_port}
+tlsCertificateFilePath={files.broker_cert}
+tlsKeyFilePath={files.broker_key}
+# The CA that signs client certificates (TLS authentication); a client certificate is optional.
+tlsTrustCertsFilePath={files.ca_cert}
+tlsAllowInsecureConnection=false
+tlsRequireTrustedClientCertOnConnect=false
+# Who may connect: a JWT signed with the profile's HMAC key, or a client certificate (its CN).
+authenticationEnabled=true
+authenticationProviders={token_provider},{tls_provider}
+tokenSecretKey=file://{files.secret_key}
+# What they may do: superusers everything, other roles only what they were granted.
+authorizationEnabled=true
+superUserRoles={",".join(SUPERUSER_ROLES)}
+# The broker's own client (health checks, system topics, namespace creation) over TLS, as a
+# superuser.
+brokerClientTlsEnabled=true
+brokerClientTrustCertsFilePath={files.ca_cert}
+brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
+brokerClientAuthenticationParameters=file://{files.token(BROKER_ROLE)}
+"""
+
+
+def _info_file(state: Path) -> Path:
+    return state / "secured.json"
+
+
+def _endpoint_info(profile: Profile) -> dict[str, object]:
+    return {
+        "profile": profile.name,
+        "broker_url": profile.broker_url,
+        "web_url": profile.web_url,
+        "zookeeper": profile.zookeeper,
+        "cluster": "standalone",
+    }
+
+
+def _write_info(state: Path, profile: Profile, files: _CredentialFiles) -> None:
+    """What tests and people need to use the secured stack, in one JSON file."""
+    info: dict[str, object] = {
+        **_endpoint_info(profile),
+        "ca_cert": str(files.ca_cert),
+        "broker_cert": str(files.broker_cert),
+        "broker_hostnames": [HOST, "localhost"],
+        "client_cert": str(files.client_cert),
+        "client_key": str(files.client_key),
+        "client_role": CLIENT_CERT_ROLE,
+        "superuser_role": SUPERUSER_ROLE,
+        "superuser_roles": list(SUPERUSER_ROLES),
+        "superuser_token": files.superuser_token.read_text().strip(),
+        "superuser_token_file": str(files.superuser_token),
+        "user_role": USER_ROLE,
+        "user_token": files.token(USER_ROLE).read_text().strip(),
+        "user_token_file": str(files.token(USER_ROLE)),
+        "secret_key_file": str(files.secret_key),
+    }
+    target = _info_file(state)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    tmp.chmod(0o600)
+    os.replace(tmp, target)
+
+
+def secured_info(profile: Profile = SECURED) -> dict[str, object]:
+    """The secured profile's URLs, file paths, roles and tokens (written by ``up``)."""
+    try:
+        data = json.loads(_info_file(profile.state_dir()).read_text())
+    except (OSError, ValueError) as exc:
+        raise StackError(
+            f"no usable {_info_file(profile.state_dir())} ({exc}); "
+            f"run `python3 scripts/stack.py up{_flag(profile)}`"
+        ) from exc
+    if not isinstance(data, dict):
+        raise StackError(f"{_info_file(profile.state_dir())} does not hold a JSON object")
+    return data
+
+
 # --- start and stop --------------------------------------------------------------------------
 
 
-def _check_ports_free() -> None:
+def _check_ports_free(profile: Profile) -> None:
     """Fail naming the port if anything listens on one we need (on any address)."""
-    for port, what in PORTS.items():
+    for port, what in profile.ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             # Same as the JVM's server sockets: TIME_WAIT leftovers do not count as taken.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -416,24 +835,28 @@ def _loopback_interface() -> str:
     return next((name for name in ("lo", "lo0") if name in names), "lo")
 
 
-def _write_config(state: Path, classpath: list[str]) -> tuple[Path, Path]:
+def _write_config(state: Path, classpath: list[str], profile: Profile) -> tuple[Path, Path]:
     """The broker/bookie config and the JVM argument file, regenerated on every start."""
     conf_dir = state / "conf"
     tmp_dir = state / "tmp"
     conf_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     config = string.Template(CONF_TEMPLATE.read_text()).substitute(
-        broker_port=BROKER_PORT,
-        web_port=WEB_PORT,
+        # An empty port disables that listener (Pulsar reads it as an empty Optional): the
+        # secured profile serves TLS only, on the ports its own section adds.
+        broker_port="" if profile.tls else profile.broker_port,
+        web_port="" if profile.tls else profile.web_port,
         tmp_dir=tmp_dir,
         journal_sync_data=os.environ.get("STACK_JOURNAL_SYNC", "false"),
         loopback_interface=_loopback_interface(),
     )
+    if profile.tls:
+        config += _secured_config(profile, _CredentialFiles(state))
     conf_file = conf_dir / "standalone.conf"
     conf_file.write_text(config)
 
     jvm_args = [
-        *JVM_MEMORY,
+        *profile.jvm_memory,
         *JVM_FLAGS,
         *os.environ.get("STACK_JVM_OPTS", "").split(),
         f"-Dlog4j.configurationFile={LOG4J2_CONFIG}",
@@ -458,14 +881,14 @@ def _java() -> str:
     return java
 
 
-def _start(state: Path, classpath: list[str]) -> subprocess.Popen[bytes]:
+def _start(state: Path, classpath: list[str], profile: Profile) -> subprocess.Popen[bytes]:
     data = state / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_file = _log_file(state)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     if log_file.exists():
         os.replace(log_file, log_file.with_name(log_file.name + ".1"))
-    conf_file, argfile = _write_config(state, classpath)
+    conf_file, argfile = _write_config(state, classpath, profile)
     command = [
         _java(),
         f"@{argfile}",
@@ -475,11 +898,11 @@ def _start(state: Path, classpath: list[str]) -> subprocess.Popen[bytes]:
         "--no-functions-worker",
         "--no-stream-storage",
         "--zookeeper-port",
-        str(ZOOKEEPER_PORT),
+        str(profile.zookeeper_port),
         "--zookeeper-dir",
         str(data / "zookeeper"),
         "--bookkeeper-port",
-        str(BOOKIE_PORT),
+        str(profile.bookie_port),
         # The single bookie appends its index: data/bookie0.
         "--bookkeeper-dir",
         str(data / "bookie"),
@@ -500,7 +923,9 @@ def _start(state: Path, classpath: list[str]) -> subprocess.Popen[bytes]:
         )
 
 
-def _wait_healthy(state: Path, exited: Callable[[], str | None], since: float) -> None:
+def _wait_healthy(
+    state: Path, profile: Profile, exited: Callable[[], str | None], since: float
+) -> None:
     """Poll until healthy; fail if the JVM exits or START_TIMEOUT passes after `since`."""
     deadline = since + START_TIMEOUT
     next_report = time.monotonic() + 15.0
@@ -508,14 +933,15 @@ def _wait_healthy(state: Path, exited: Callable[[], str | None], since: float) -
         death = exited()
         if death is not None:
             raise StackError(f"Pulsar {death} while starting; {_log_tail(state)}")
-        problem = _health_problem() or _broker_health_problem()
+        problem = _health_problem(profile) or _broker_health_problem(profile)
         if problem is None:
             return
         now = time.monotonic()
         if now >= deadline:
             raise StackError(
                 f"Pulsar was not healthy {START_TIMEOUT:.0f} s after its launch ({problem}); "
-                f"try `python3 scripts/stack.py down` and `up` (or `up --fresh` to wipe its data); "
+                f"try `python3 scripts/stack.py down{_flag(profile)}` and `up{_flag(profile)}` "
+                f"(or `up --fresh{_flag(profile)}` to wipe its data); "
                 f"{_log_tail(state)}"
             )
         if now >= next_report:
@@ -558,99 +984,139 @@ def _wipe_data(state: Path) -> None:
 # --- public API ------------------------------------------------------------------------------
 
 
-def ensure_up(fresh: bool = False) -> bool:
-    """Make sure the stack runs and is healthy. True if this call started it.
+def _flag(profile: Profile) -> str:
+    """The command-line option naming a profile, for messages (nothing for the default)."""
+    return "" if profile is DEFAULT else f" --profile {profile.name}"
+
+
+def _say_for(profile: Profile, message: str) -> None:
+    _say(message if profile is DEFAULT else f"[{profile.name}] {message}")
+
+
+def ensure_up(fresh: bool = False, profile: Profile = DEFAULT) -> bool:
+    """Make sure the profile's stack runs and is healthy. True if this call started it.
 
     Idempotent: if the stack recorded in the state folder is up and healthy, returns at once.
-    ``fresh`` stops a running stack and wipes its data first.
+    ``fresh`` stops a running stack and wipes its data first. Only the profile's own folder,
+    pid file and ports are involved: the other profiles are never touched.
     """
     started = time.monotonic()
-    state = stack_dir()
+    state = profile.state_dir()
+
+    def say(message: str) -> None:
+        _say_for(profile, message)
+
     with _locked(state):
         waited = time.monotonic() - started
         if waited > 1.0:
-            _say(f"waited {waited:.1f} s for another `stack.py` run to finish")
+            say(f"waited {waited:.1f} s for another `stack.py` run to finish")
         record = _read_record(state)
         if record is not None and not _alive(record):
-            _say(f"removing stale pid file (pid {record.pid} is gone)")
+            say(f"removing stale pid file (pid {record.pid} is gone)")
             _pid_file(state).unlink(missing_ok=True)
             record = None
         if record is not None and fresh:
-            _say(f"stopping pid {record.pid} for a fresh start")
+            say(f"stopping pid {record.pid} for a fresh start")
             _stop(state, record)
             record = None
         if record is not None:
-            if _health_problem() is not None:
+            if _health_problem(profile) is not None:
                 # Alive but not healthy: most likely still starting (its `up` was interrupted).
-                _say(f"pid {record.pid} runs but is not healthy yet; waiting for it")
+                say(f"pid {record.pid} runs but is not healthy yet; waiting for it")
                 recorded = record
                 since = started - max(0.0, time.time() - recorded.started_at)
-                _wait_healthy(state, lambda: None if _alive(recorded) else "exited", since)
-            _say(f"already up (pid {record.pid}; checked in {time.monotonic() - started:.2f} s)")
+                _wait_healthy(state, profile, lambda: None if _alive(recorded) else "exited", since)
+            say(f"already up (pid {record.pid}; checked in {time.monotonic() - started:.2f} s)")
             return False
         if fresh:
             _wipe_data(state)
-        _check_ports_free()
+        _check_ports_free(profile)
         classpath = _classpath(state)
-        process = _start(state, classpath)
+        if profile.tls:
+            _ensure_credentials(state, profile)
+        process = _start(state, classpath, profile)
         _write_record(state, process.pid)
-        _say(f"started Apache Pulsar {PULSAR_VERSION} standalone (pid {process.pid}); waiting")
+        say(f"started Apache Pulsar {PULSAR_VERSION} standalone (pid {process.pid}); waiting")
 
         def exited() -> str | None:
             code = process.poll()
             return None if code is None else f"exited with code {code}"
 
         try:
-            _wait_healthy(state, exited, time.monotonic())
+            _wait_healthy(state, profile, exited, time.monotonic())
         except BaseException:
             # Never leave a half-started JVM holding the ports.
             with contextlib.suppress(StackError):
                 _stop(state, _read_record(state) or _Record(process.pid, None, 0.0))
             process.wait()
             raise
-        _say(
-            f"up in {time.monotonic() - started:.1f} s: broker {BROKER_URL}, "
-            f"web {WEB_URL}, zookeeper {ZOOKEEPER}; logs in {_log_file(state).parent}"
+        say(
+            f"up in {time.monotonic() - started:.1f} s: broker {profile.broker_url}, "
+            f"web {profile.web_url}, zookeeper {profile.zookeeper}; "
+            f"logs in {_log_file(state).parent}"
         )
+        if profile.tls:
+            say(f"credentials and URLs: {_info_file(state)}")
         return True
 
 
-def down() -> bool:
-    """Stop the stack that `up` started (by its recorded pid). True if something was stopped."""
-    state = stack_dir()
+def down(profile: Profile = DEFAULT) -> bool:
+    """Stop the profile's stack that `up` started (by its recorded pid). True if it stopped one."""
+    state = profile.state_dir()
     with _locked(state):
         record = _read_record(state)
         if record is None:
-            _say("nothing to stop: no stack recorded in " + str(state))
+            _say_for(profile, "nothing to stop: no stack recorded in " + str(state))
             return False
         if not _alive(record):
             _pid_file(state).unlink(missing_ok=True)
-            _say(f"nothing to stop: pid {record.pid} was already gone (removed its pid file)")
+            _say_for(
+                profile,
+                f"nothing to stop: pid {record.pid} was already gone (removed its pid file)",
+            )
             return False
         started = time.monotonic()
         _stop(state, record)
-        _say(f"stopped pid {record.pid} in {time.monotonic() - started:.1f} s")
+        _say_for(profile, f"stopped pid {record.pid} in {time.monotonic() - started:.1f} s")
         return True
 
 
-def status() -> bool:
-    """Print whether the stack is up; True if it is."""
-    state = stack_dir()
+def _down_message(profile: Profile) -> str | None:
+    """None if the profile's stack is up and healthy, else why it is down."""
+    state = profile.state_dir()
     record = _read_record(state)
     if record is None:
-        print("down (no stack recorded in " + str(state) + ")")
-        return False
+        return f"down (no stack recorded in {state})"
     if not _alive(record):
-        print(f"down (pid {record.pid} recorded, but gone)")
-        return False
-    problem = _health_problem()
+        return f"down (pid {record.pid} recorded, but gone)"
+    problem = _health_problem(profile)
     if problem is not None:
-        print(f"down: pid {record.pid} runs but is not healthy: {problem}")
+        return f"down: pid {record.pid} runs but is not healthy: {problem}"
+    return None
+
+
+def status(profile: Profile = DEFAULT, as_json: bool = False) -> bool:
+    """Print whether the profile's stack is up; True if it is.
+
+    ``as_json`` prints, when up, what a client needs as one JSON object: the endpoints, and for
+    the secured profile the CA, client certificate, tokens and roles (``secured_info()``).
+    """
+    problem = _down_message(profile)
+    if problem is not None:
+        print(problem, file=sys.stderr if as_json else sys.stdout)
         return False
-    uptime = time.time() - record.started_at
+    if as_json:
+        info = secured_info(profile) if profile.tls else _endpoint_info(profile)
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return True
+    state = profile.state_dir()
+    record = _read_record(state)
+    uptime = time.time() - record.started_at if record else 0.0
+    pid = record.pid if record else "?"
+    details = f"; credentials and URLs in {_info_file(state)}" if profile.tls else ""
     print(
-        f"up: pid {record.pid} for {uptime:.0f} s; broker {BROKER_URL}, web {WEB_URL}, "
-        f"zookeeper {ZOOKEEPER}; state in {state}"
+        f"up: pid {pid} for {uptime:.0f} s; broker {profile.broker_url}, web {profile.web_url}, "
+        f"zookeeper {profile.zookeeper}; state in {state}{details}"
     )
     return True
 
@@ -658,21 +1124,30 @@ def status() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
+    profile_help = "which stack: default (6650/8080/2181) or secured (TLS + tokens, 6661/8453/2191)"
     up_parser = commands.add_parser("up", help="start the stack (if needed) and wait until healthy")
     up_parser.add_argument(
         "--fresh", action="store_true", help="stop it if running and wipe its data first"
     )
-    commands.add_parser("down", help="stop the stack that `up` started")
-    commands.add_parser("status", help="print up/down; exit 0 if up, 3 if down")
+    down_parser = commands.add_parser("down", help="stop the stack that `up` started")
+    status_parser = commands.add_parser("status", help="print up/down; exit 0 if up, 3 if down")
+    status_parser.add_argument(
+        "--json", action="store_true", help="when up, print the endpoints (and credentials) as JSON"
+    )
+    for sub in (up_parser, down_parser, status_parser):
+        sub.add_argument(
+            "--profile", choices=sorted(PROFILES), default="default", help=profile_help
+        )
     args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
     try:
         if args.command == "up":
-            ensure_up(fresh=args.fresh)
+            ensure_up(fresh=args.fresh, profile=profile)
             return 0
         if args.command == "down":
-            down()
+            down(profile)
             return 0
-        return 0 if status() else 3
+        return 0 if status(profile, as_json=args.json) else 3
     except StackError as exc:
         print(f"stack: error: {exc}", file=sys.stderr, flush=True)
         return 1

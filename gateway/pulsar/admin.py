@@ -54,6 +54,19 @@ def _ssl_verify(tls: TLSOption) -> ssl.SSLContext | bool:
     return tls
 
 
+def tls_verification_failure(error: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification error behind ``error`` (httpx wraps httpcore's error, which
+    wraps the async backend's, which wraps the ``ssl`` one), if there is one."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _reason(response: httpx.Response) -> str:
     """Pulsar's ``{"reason": ...}``, or a short stand-in for Jetty's HTML error pages."""
     try:
@@ -157,6 +170,7 @@ class PulsarAdmin:
         while True:
             attempt += 1
             status: int | None = None
+            failure: httpx.TransportError | None = None
             try:
                 with trio.move_on_after(policy.timeout) as scope:
                     response = await self._send_once(method, path, params, body)
@@ -168,12 +182,18 @@ class PulsarAdmin:
                     status = response.status_code
                     reason = _reason(response)
             except httpx.TransportError as exc:
+                failure = exc
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if policy.should_retry(idempotent=idempotent, attempt=attempt, status=status):
+            # A certificate that failed verification fails the same way on every attempt.
+            retry = failure is None or tls_verification_failure(failure) is None
+            if retry and policy.should_retry(idempotent=idempotent, attempt=attempt, status=status):
                 await trio.sleep(policy.delay(attempt))
                 continue
             if status is None or policy.retryable_status(status):
-                raise Unavailable(status, method, path, f"{reason} (after {attempt} attempt(s))")
+                # Chained: callers (start-up checks) look for the ssl error underneath.
+                raise Unavailable(
+                    status, method, path, f"{reason} (after {attempt} attempt(s))"
+                ) from failure
             raise admin_error_for(status, method, path, reason)
 
     async def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:

@@ -48,8 +48,11 @@ class ClientOptions:
     tls_trust_certs_file_path: str | None = None
     tls_allow_insecure_connection: bool = False
     tls_validate_hostname: bool = False
+    # The client certificate (PEM files). With auth_tls it is also the identity: the broker's
+    # AuthenticationProviderTls takes the role from its CN (AuthenticationTls).
     tls_certificate_file_path: str | None = None
     tls_private_key_file_path: str | None = None
+    auth_tls: bool = False
     operation_timeout_seconds: int = 30
     connection_timeout_ms: int = 10_000
     io_threads: int = 1
@@ -72,6 +75,14 @@ def _build_native_client(options: ClientOptions) -> Any:
     auth = options.authentication
     if auth is None and options.auth_token:
         auth = pulsar.AuthenticationToken(options.auth_token)
+    if auth is None and options.auth_tls:
+        if not (options.tls_certificate_file_path and options.tls_private_key_file_path):
+            raise ValueError(
+                "auth_tls needs tls_certificate_file_path and tls_private_key_file_path"
+            )
+        auth = pulsar.AuthenticationTLS(
+            options.tls_certificate_file_path, options.tls_private_key_file_path
+        )
     return pulsar.Client(
         options.service_url,
         authentication=auth,

@@ -1,0 +1,60 @@
+"""The secured Pulsar profile (token + TLS authentication, authorization, TLS-only ports) for
+the tests of the gateway against it.
+
+`secured_pulsar` starts `python3 scripts/stack.py up --profile secured` once per session if it
+is not up, and stops it at the end only if this session started it, exactly as `pulsar_stack`
+does for the default stack (which it never touches). Its start time is printed in the session's
+output, since it is what this directory adds to `make test`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from gateway.metadata.zookeeper import ZooKeeperMetadataStore
+from tests.conftest import _load_stack_module
+from tests.integration.secured_pulsar.support import SecuredStack
+
+TENANT = "public"
+
+
+@pytest.fixture(scope="session")
+def secured_pulsar(request: pytest.FixtureRequest) -> Iterator[SecuredStack]:
+    stack = _load_stack_module()
+    began = time.monotonic()
+    started_here: bool = stack.ensure_up(profile=stack.SECURED)
+    if started_here:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"secured Pulsar profile started in {time.monotonic() - began:.1f} s"
+            )
+    try:
+        yield SecuredStack.from_info(stack.secured_info())
+    finally:
+        if started_here:
+            stack.down(profile=stack.SECURED)
+
+
+@pytest.fixture(scope="module")
+def secured_namespace(secured_pulsar: SecuredStack) -> Iterator[str]:
+    """``public/t-<random>`` created with the superuser token; afterwards deleted with
+    everything in it, and the gateway's metadata of it removed from ZooKeeper."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    with secured_pulsar.admin_http() as admin:
+        admin.put(f"/admin/v2/namespaces/{TENANT}/{name}").raise_for_status()
+        try:
+            yield name
+        finally:
+            admin.delete(f"/admin/v2/namespaces/{TENANT}/{name}", params={"force": "true"})
+            trio.run(_forget_metadata, secured_pulsar.zookeeper, f"{TENANT}/{name}")
+
+
+async def _forget_metadata(zookeeper: str, namespace: str) -> None:
+    async with ZooKeeperMetadataStore(zookeeper) as store:
+        await store.delete_namespace(namespace)

@@ -1,0 +1,119 @@
+"""The gateway publishing and consuming through a Pulsar that wants TLS and authentication.
+
+Every gateway here talks to the secured profile's TLS-only ports (pulsar+ssl://, https://), so a
+message that arrives proves both clients (binary protocol and admin API) carried the
+credentials and trusted the profile's CA.
+"""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from gateway.config import GatewayConfig
+from tests.integration.secured_pulsar.support import (
+    TLS_PLUGIN,
+    SecuredStack,
+    confirmed_round_trip,
+    forwarded,
+    gateway_config,
+    token_settings,
+)
+from tests.support.clients import connect
+from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_gateway import backend_factory
+
+pytestmark = pytest.mark.integration
+
+
+def run_round_trip(config: GatewayConfig) -> list[bytes]:
+    with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
+        return confirmed_round_trip(gateway.port)
+
+
+EXPECTED = [f"message {i} over TLS".encode() for i in range(5)]
+
+
+def test_token_authentication_over_tls(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.superuser_token}")
+    config = gateway_config(
+        secured_pulsar, secured_namespace, settings + "tlsEnabledWithBroker=true\n"
+    )
+    assert run_round_trip(config) == EXPECTED
+
+
+def test_tls_client_certificate_authentication(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    settings = (
+        f"brokerClientAuthenticationPlugin={TLS_PLUGIN}\n"
+        "brokerClientAuthenticationParameters="
+        f"tlsCertFile:{secured_pulsar.client_cert},tlsKeyFile:{secured_pulsar.client_key}\n"
+        f"brokerClientTrustCertsFilePath={secured_pulsar.ca_cert}\n"
+    )
+    config = gateway_config(secured_pulsar, secured_namespace, settings)
+    assert run_round_trip(config) == EXPECTED
+
+
+def test_gateway_parameters_override_the_shared_ones(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    """A configuration shared with a Pulsar proxy: its parameters (here a token Pulsar refuses)
+    give way to amqpBrokerClientAuthenticationParameters (a token file)."""
+    settings = token_settings(secured_pulsar, "token:not-a-valid-jwt") + (
+        f"amqpBrokerClientAuthenticationParameters=file://{secured_pulsar.superuser_token_file}\n"
+    )
+    config = gateway_config(secured_pulsar, secured_namespace, settings)
+    assert (
+        run_round_trip(
+            config,
+        )
+        == EXPECTED
+    )
+
+
+def test_hostname_verification_accepts_a_name_the_certificate_lists(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.superuser_token}")
+    config = gateway_config(
+        secured_pulsar,
+        secured_namespace,
+        settings + "tlsHostnameVerificationEnabled=true\n",
+        broker_url=f"pulsar+ssl://localhost:{secured_pulsar.broker_port}",
+        web_url=f"https://localhost:{secured_pulsar.web_port}",
+    )
+    assert run_round_trip(config) == EXPECTED
+
+
+def test_without_hostname_verification_another_address_works(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    """127.0.0.2 is not in the broker's certificate; by default (as in Pulsar's clients) only
+    the chain is verified, so the gateway connects."""
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.superuser_token}")
+    with forwarded(secured_pulsar) as (broker_url, web_url):
+        config = gateway_config(
+            secured_pulsar, secured_namespace, settings, broker_url=broker_url, web_url=web_url
+        )
+        assert run_round_trip(config) == EXPECTED
+
+
+def test_a_role_without_permissions_is_refused_by_pulsar(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    """Authentication succeeds (the gateway starts: any authenticated role may), but Pulsar's
+    authorization refuses the role the namespace: the AMQP client is refused the vhost with
+    530 NOT_ALLOWED, as RabbitMQ refuses a vhost the user has no permissions for."""
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.user_token}")
+    config = gateway_config(secured_pulsar, secured_namespace, settings)
+    with (
+        GatewayInThread(backend_factory=backend_factory(config)) as gateway,
+        pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused,
+    ):
+        connect(gateway.port)
+    assert "530" in str(refused.value)
+    assert "NOT_ALLOWED" in str(refused.value)
+    assert "Unauthorized" in str(refused.value)  # Pulsar's reason is passed on
