@@ -4,6 +4,7 @@ authenticator, and the per-address delay of repeated login failures."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -138,10 +139,10 @@ async def test_a_client_that_never_finishes_amqp_over_tls_is_cut_too(
     async with served(server_context, pki.client_context(), settings=settings) as (client, conn):
         started = trio.current_time()
         await client.send_all(PROTOCOL_HEADER)
-        with pytest.raises(trio.BrokenResourceError):
+        # Start arrives, then the connection ends (a TLS EOF or a broken stream).
+        with contextlib.suppress(trio.BrokenResourceError):
             while await client.receive_some(1000):
                 pass
-            raise trio.BrokenResourceError  # a clean EOF is fine too
         assert 5 <= trio.current_time() - started < 6
     assert conn.close_reason == "handshake not completed in time"
 
@@ -161,8 +162,11 @@ async def test_untrusted_client_certificate(
     pki: Pki, server_context: ssl.SSLContext, autojump_clock: trio.abc.Clock
 ) -> None:
     async with served(server_context, pki.client_context(pki.untrusted)) as (client, connection):
-        with pytest.raises(trio.BrokenResourceError):
-            await login(client, "EXTERNAL")
+        # With TLS 1.3 the client learns of the refusal only when it next reads or writes.
+        answer: object = None
+        with contextlib.suppress(trio.BrokenResourceError):
+            answer = await login(client, "EXTERNAL")
+        assert answer is None
     assert connection.close_reason is not None
     assert connection.close_reason.startswith(
         "TLS handshake failed: client certificate not trusted"
