@@ -22,27 +22,45 @@ from typing import Any, Final, NamedTuple
 
 from gateway.amqp.fieldtable import Field, decode_table, encode_table
 from gateway.metadata.paths import (
+    SEPARATOR,
     decode_binding_id,
     decode_name,
     decode_topic_key,
     encode_binding_id,
+    encode_name,
     encode_topic_key,
 )
+from gateway.metadata.store import DrainRecord, Position
 from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 
 __all__ = [
+    "EXCLUSIVE_MARK",
     "FORMAT_VERSION",
+    "ConsumerKey",
+    "DrainKey",
+    "OwnerKey",
     "TopicKey",
     "arguments_digest",
     "binding_from_child",
     "binding_id",
+    "consumer_child",
+    "consumer_from_child",
     "decode_binding",
+    "decode_drain",
     "decode_exchange",
     "decode_queue",
+    "drain_child",
+    "drain_from_child",
     "encode_binding",
+    "encode_drain",
     "encode_exchange",
+    "encode_owner",
     "encode_queue",
+    "is_consumed",
+    "mark_consumed",
     "namespace_document",
+    "owner_child",
+    "owner_from_child",
     "topic_key_child",
     "topic_key_from_child",
 ]
@@ -54,6 +72,31 @@ _COMPACT: Final = {"separators": (",", ":"), "ensure_ascii": True}
 class TopicKey(NamedTuple):
     exchange: str
     routing_key: str
+
+
+class OwnerKey(NamedTuple):
+    """An exclusive queue's live owner (the znode's name says which queue)."""
+
+    queue: str
+
+
+class ConsumerKey(NamedTuple):
+    """One registered consumer of ``queue``; ``serial`` None is the exclusive consumer."""
+
+    queue: str
+    replica: str
+    serial: int | None
+
+
+class DrainKey(NamedTuple):
+    queue: str
+    topic: str
+    record: DrainRecord
+
+
+# The name of a queue's exclusive consumer record, after "<queue>,": one per queue, so that
+# two exclusive consumers on two replicas collide on creating it.
+EXCLUSIVE_MARK: Final = "!"
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -224,3 +267,105 @@ def topic_key_from_child(child: str) -> TopicKey:
 def namespace_document(buckets: int) -> bytes:
     """The namespace node's data: the layout parameters a reader must agree with."""
     return _dump({"v": FORMAT_VERSION, "buckets": buckets})
+
+
+# ------------------------------------------------------------------------------ queue state
+#
+# Records about a queue live in folders of their own (owners, consumers, drains), named after
+# the queue first so that they share its bucket (paths.bucket_for).
+
+
+def owner_child(queue: str) -> str:
+    return encode_name(queue)
+
+
+def owner_from_child(child: str) -> OwnerKey:
+    return OwnerKey(decode_name(child))
+
+
+def encode_owner(replica: str, connection: str) -> bytes:
+    """The owner record's data: for people reading zkCli and for logs, not for the gateway
+    (the queue's own document names the owning connection)."""
+    return _dump({"v": FORMAT_VERSION, "replica": replica, "connection": connection})
+
+
+def consumer_child(queue: str, replica: str | None, serial: int | None) -> str:
+    """``<queue>,<replica>,<serial>``, or ``<queue>,!`` for the exclusive consumer."""
+    if replica is None or serial is None:
+        return encode_name(queue) + SEPARATOR + EXCLUSIVE_MARK
+    return SEPARATOR.join((encode_name(queue), encode_name(replica), str(serial)))
+
+
+def consumer_from_child(child: str) -> ConsumerKey:
+    parts = child.split(SEPARATOR)
+    if len(parts) == 2 and parts[1] == EXCLUSIVE_MARK:
+        return ConsumerKey(decode_name(parts[0]), "", None)
+    if len(parts) == 3 and parts[2].isdigit() and str(int(parts[2])) == parts[2]:
+        return ConsumerKey(decode_name(parts[0]), decode_name(parts[1]), int(parts[2]))
+    raise ValueError(f"not a consumer record: {child!r}")
+
+
+def queue_of_child(child: str) -> str:
+    """The (encoded) queue a record of the owners, consumers or drains folder is about."""
+    return child.split(SEPARATOR, 1)[0]
+
+
+def drain_child(queue: str, topic: str) -> str:
+    return encode_name(queue) + SEPARATOR + encode_name(topic)
+
+
+def drain_from_child(child: str, data: bytes) -> DrainKey:
+    queue, separator, topic = child.partition(SEPARATOR)
+    if not separator:
+        raise ValueError(f"not a drain record: {child!r}")
+    return DrainKey(decode_name(queue), decode_name(topic), decode_drain(data))
+
+
+def _position(value: Any, key: str) -> Position | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(part, int) and not isinstance(part, bool) for part in value)
+    ):
+        raise ValueError(f"{key!r} is not a [ledger, entry] pair")
+    return (value[0], value[1])
+
+
+def encode_drain(record: DrainRecord) -> bytes:
+    if record.end is None:
+        return _dump({"v": FORMAT_VERSION, "remove": True})
+    document: dict[str, Any] = {"v": FORMAT_VERSION, "end": list(record.end)}
+    if record.resumed is not None:
+        document["resumed"] = list(record.resumed)
+    return _dump(document)
+
+
+def decode_drain(data: bytes) -> DrainRecord:
+    document = _load(data)
+    if _flag(document, "remove"):
+        return DrainRecord()
+    end = _position(document.get("end"), "end")
+    if end is None:
+        raise ValueError("a drain record without 'end' or 'remove'")
+    return DrainRecord(end, _position(document.get("resumed"), "resumed"))
+
+
+# An auto-delete queue is deleted when its last consumer goes, but never if it never had one
+# (rabbit_amqqueue: a queue only consumed with Basic.Get stays). The first consumer marks it
+# in the queue's document, so that the leader, which may not have watched that consumer come
+# and go (it was elected later), can tell.
+
+
+def mark_consumed(data: bytes) -> bytes:
+    """The queue document with ``"consumed": true`` (the same bytes if already marked)."""
+    document = _load(data)
+    if document.get("consumed") is True:
+        return data
+    document["consumed"] = True
+    return _dump(document)
+
+
+def is_consumed(data: bytes) -> bool:
+    return _flag(_load(data), "consumed")

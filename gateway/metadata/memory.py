@@ -4,26 +4,45 @@ It follows the same contract as the ZooKeeper store (the contract tests in
 tests/integration/metadata run the same functions against both): create-if-absent returns the
 winner, deleting a queue or an exchange deletes its bindings (an exchange also its topic keys),
 a binding needs its queue and exchange, bindings are told apart by their exact typed arguments,
-and ``open`` creates the predeclared exchanges of a vhost.
+``open`` creates the predeclared exchanges of a vhost, exclusive owners and consumers live as
+long as the session that wrote them, and one replica per namespace leads.
 
-Several "replicas" share one instance to model a fleet without ZooKeeper: every caller sees
-the same views, and a write is visible to all of them when it returns. ``available = False``
-simulates losing ZooKeeper: writes raise ``MetadataUnavailable``, views keep being served.
+Several "replicas" share one state to model a fleet without ZooKeeper: ``replica()`` gives
+another store on the same state with a session of its own, and ``aclose()`` ends a session as
+a replica's death would (its owner and consumer records go, its candidacies too). Every caller
+sees the same views, and a write is visible to all of them when it returns.
+``available = False`` simulates losing ZooKeeper: writes raise ``MetadataUnavailable``, views
+keep being served.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import trio
 
-from gateway.metadata.codec import TopicKey, binding_id
-from gateway.metadata.errors import MissingEntity
+from gateway.metadata.codec import ConsumerKey, DrainKey, TopicKey, binding_id
+from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.mirror import make_view
-from gateway.metadata.store import MetadataUnavailable, VhostView
+from gateway.metadata.store import (
+    REMOVE,
+    DrainRecord,
+    MetadataUnavailable,
+    QueueCondition,
+    VhostView,
+)
 from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
 
 __all__ = ["MemoryMetadataStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Consumer:
+    queue: str
+    session: str
+    exclusive: bool
 
 
 @dataclass(eq=False)
@@ -33,6 +52,17 @@ class _Namespace:
     # Keyed by the binding's identity (queue, exchange, key, exact arguments), as in ZooKeeper.
     bindings: dict[str, Binding] = field(default_factory=dict)
     topic_keys: set[TopicKey] = field(default_factory=set)
+    # Queue -> the session that owns it (exclusive queues whose owner is alive).
+    owners: dict[str, str] = field(default_factory=dict)
+    # Consumer id -> who registered it.
+    consumers: dict[str, _Consumer] = field(default_factory=dict)
+    # Auto-delete queues that have had a consumer.
+    consumed: set[str] = field(default_factory=set)
+    # (queue, topic) -> (record, version).
+    drains: dict[tuple[str, str], tuple[DrainRecord, int]] = field(default_factory=dict)
+    # Sessions standing for leader, first = leader; set-and-replaced when it changes.
+    candidates: list[str] = field(default_factory=list)
+    election: trio.Event = field(default_factory=trio.Event)
     version: int = 0
     opened: bool = False
     event: trio.Event = field(default_factory=trio.Event)
@@ -51,26 +81,62 @@ class _Namespace:
                 self.queues.values(),
                 self.bindings.values(),
                 self.topic_keys,
+                owned=self.owners,
+                consumers=[ConsumerKey(c.queue, c.session, 0) for c in self.consumers.values()],
+                drains=[DrainKey(q, t, record) for (q, t), (record, _) in self.drains.items()],
             )
         return self.snapshot
+
+    def stand_down(self, session: str) -> None:
+        if session in self.candidates:
+            self.candidates.remove(session)
+            self.election.set()
+            self.election = trio.Event()
+
+    def put_drain(self, queue: str, topic: str, record: DrainRecord) -> None:
+        known = self.drains.get((queue, topic))
+        self.drains[(queue, topic)] = (record, 0 if known is None else known[1] + 1)
+
+
+@dataclass(eq=False)
+class _Shared:
+    """The state every replica of one memory "fleet" sees."""
+
+    namespaces: dict[str, _Namespace] = field(default_factory=dict)
+    sessions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
 class MemoryMetadataStore:
     """Implements ``MetadataStore`` with dicts; writes complete at once (they checkpoint, so a
     task that writes in a loop still lets others run)."""
 
-    def __init__(self) -> None:
-        self._namespaces: dict[str, _Namespace] = {}
+    def __init__(self, shared: _Shared | None = None) -> None:
+        self._shared = shared if shared is not None else _Shared()
+        self._session = f"memory-{next(self._shared.sessions)}"
+        self._serials = itertools.count(1)
+        self._opened: list[str] = []
+        self._opened_changed = trio.Event()
+        self._closed = trio.Event()
         self.available = True
 
+    @property
+    def replica_id(self) -> str:
+        return self._session
+
+    def replica(self) -> MemoryMetadataStore:
+        """Another replica of the same fleet: the same state, a session of its own."""
+        return MemoryMetadataStore(self._shared)
+
     def _namespace(self, namespace: str) -> _Namespace:
-        state = self._namespaces.get(namespace)
+        state = self._shared.namespaces.get(namespace)
         if state is None:
-            state = self._namespaces[namespace] = _Namespace()
+            state = self._shared.namespaces[namespace] = _Namespace()
         return state
 
     async def _write(self, namespace: str) -> _Namespace:
         await trio.lowlevel.checkpoint()
+        if self._closed.is_set():
+            raise MetadataUnavailable("the metadata store is closed")
         if not self.available:
             raise MetadataUnavailable(
                 "the metadata store is unavailable (simulated): metadata changes are refused "
@@ -94,10 +160,14 @@ class MemoryMetadataStore:
             if missing:
                 state.touch()
             state.opened = True
+        if namespace not in self._opened:
+            self._opened.append(namespace)
+            self._opened_changed.set()
+            self._opened_changed = trio.Event()
         return state.view()
 
     def view(self, namespace: str) -> VhostView:
-        state = self._namespaces.get(namespace)
+        state = self._shared.namespaces.get(namespace)
         if state is None or not state.opened:
             raise KeyError(f"namespace {namespace!r} is not open")
         return state.view()
@@ -110,6 +180,13 @@ class MemoryMetadataStore:
             await state.event.wait()
         return state.view()
 
+    async def opened(self, known: int = 0) -> list[str]:
+        if len(self._opened) > known:
+            await trio.lowlevel.checkpoint()
+        while len(self._opened) <= known:
+            await self._opened_changed.wait()
+        return list(self._opened)
+
     # ------------------------------------------------------------------ exchanges
 
     async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:
@@ -121,10 +198,13 @@ class MemoryMetadataStore:
         state.touch()
         return exchange
 
-    async def delete_exchange(self, namespace: str, name: str) -> bool:
+    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
         state = await self._write(namespace)
-        if state.exchanges.pop(name, None) is None:
+        if name not in state.exchanges:
             return False
+        if if_unused and any(b.exchange == name for b in state.bindings.values()):
+            raise ConditionNotMet("exchange", name, "it has bindings")
+        del state.exchanges[name]
         for key, binding in list(state.bindings.items()):
             if binding.exchange == name:
                 del state.bindings[key]
@@ -140,22 +220,56 @@ class MemoryMetadataStore:
         if existing is not None:
             return existing
         state.queues[queue.name] = queue
+        if queue.owner is not None:
+            state.owners[queue.name] = self._session
         state.touch()
         return queue
 
-    async def delete_queue(self, namespace: str, name: str) -> bool:
+    async def delete_queue(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        condition: QueueCondition | None = None,
+        subscriptions: Collection[str] = (),
+    ) -> bool:
         state = await self._write(namespace)
-        if state.queues.pop(name, None) is None:
+        queue = state.queues.get(name)
+        if queue is None:
             return False
+        consumers = [key for key, c in state.consumers.items() if c.queue == name]
+        if condition is QueueCondition.UNUSED and consumers:
+            raise ConditionNotMet("queue", name, "it has consumers")
+        if condition is QueueCondition.ABANDONED and (
+            consumers or not queue.auto_delete or name not in state.consumed
+        ):
+            raise ConditionNotMet("queue", name, "it has consumers or never had one")
+        if condition is QueueCondition.ORPHANED and (queue.owner is None or name in state.owners):
+            raise ConditionNotMet("queue", name, "its owner is alive")
+        del state.queues[name]
         for key, binding in list(state.bindings.items()):
             if binding.queue == name:
                 del state.bindings[key]
+        state.owners.pop(name, None)
+        for key in consumers:
+            del state.consumers[key]
+        state.consumed.discard(name)
+        for drain in [drain for drain in state.drains if drain[0] == name]:
+            del state.drains[drain]
+        for topic in subscriptions:
+            state.put_drain(name, topic, REMOVE)
         state.touch()
         return True
 
     # ------------------------------------------------------------------ bindings
 
-    async def add_binding(self, namespace: str, binding: Binding) -> bool:
+    async def add_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
         state = await self._write(namespace)
         if binding.queue not in state.queues:
             raise MissingEntity("queue", binding.queue)
@@ -165,13 +279,23 @@ class MemoryMetadataStore:
         if key in state.bindings:
             return False
         state.bindings[key] = binding
+        for topic, record in (drains or {}).items():
+            state.put_drain(binding.queue, topic, record)
         state.touch()
         return True
 
-    async def remove_binding(self, namespace: str, binding: Binding) -> bool:
+    async def remove_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
         state = await self._write(namespace)
         if state.bindings.pop(binding_id(binding), None) is None:
             return False
+        for topic, record in (drains or {}).items():
+            state.put_drain(binding.queue, topic, record)
         state.touch()
         return True
 
@@ -184,6 +308,88 @@ class MemoryMetadataStore:
         state.touch()
         return True
 
-    async def aclose(self) -> None:
-        """Nothing to release; the store stays usable by the other replicas sharing it."""
+    # ------------------------------------------------------------------ consumers
+
+    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+        state = await self._write(namespace)
+        target = state.queues.get(queue)
+        if target is None:
+            raise MissingEntity("queue", queue)
+        others = [c for c in state.consumers.values() if c.queue == queue]
+        if any(c.exclusive for c in others) or (exclusive and others):
+            raise ConsumerConflict(queue)
+        consumer = f"{self._session},{next(self._serials)}"
+        state.consumers[consumer] = _Consumer(queue, self._session, exclusive)
+        if target.auto_delete:
+            state.consumed.add(queue)
+        state.touch()
+        return consumer
+
+    async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        state = await self._write(namespace)
+        if state.consumers.pop(consumer, None) is not None:
+            state.touch()
+
+    # ------------------------------------------------------------------ drains
+
+    async def read_drain(
+        self, namespace: str, queue: str, topic: str
+    ) -> tuple[DrainRecord, int] | None:
         await trio.lowlevel.checkpoint()
+        return self._namespace(namespace).drains.get((queue, topic))
+
+    async def update_drain(
+        self, namespace: str, queue: str, topic: str, record: DrainRecord | None, *, version: int
+    ) -> bool:
+        state = await self._write(namespace)
+        known = state.drains.get((queue, topic))
+        if known is None or known[1] != version:
+            return False
+        if record is None:
+            del state.drains[(queue, topic)]
+        else:
+            state.put_drain(queue, topic, record)
+        state.touch()
+        return True
+
+    # ------------------------------------------------------------------ leadership
+
+    async def lead(self, namespace: str, task: Callable[[], Awaitable[None]]) -> None:
+        state = self._namespace(namespace)
+        if self._closed.is_set():
+            raise MetadataUnavailable("the metadata store is closed")
+        state.candidates.append(self._session)
+        try:
+            while not self._closed.is_set():
+                if state.candidates[0] == self._session:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(task)
+                        await self._closed.wait()
+                        nursery.cancel_scope.cancel()
+                    return
+                await state.election.wait()
+        finally:
+            state.stand_down(self._session)
+
+    async def leader_of(self, namespace: str) -> str | None:
+        await trio.lowlevel.checkpoint()
+        candidates = self._namespace(namespace).candidates
+        return candidates[0] if candidates else None
+
+    async def aclose(self) -> None:
+        """End this replica's session: its owner and consumer records and its candidacies go,
+        as ZooKeeper's would when a replica dies. The other replicas go on."""
+        await trio.lowlevel.checkpoint()
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for state in self._shared.namespaces.values():
+            owned = [queue for queue, session in state.owners.items() if session == self._session]
+            consumers = [k for k, c in state.consumers.items() if c.session == self._session]
+            for queue in owned:
+                del state.owners[queue]
+            for key in consumers:
+                del state.consumers[key]
+            state.stand_down(self._session)
+            if owned or consumers:
+                state.touch()

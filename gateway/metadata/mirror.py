@@ -27,22 +27,28 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gateway.metadata.codec import (
+    ConsumerKey,
+    DrainKey,
+    OwnerKey,
     TopicKey,
     binding_from_child,
+    consumer_from_child,
     decode_binding,
     decode_exchange,
     decode_queue,
+    drain_from_child,
+    owner_from_child,
     topic_key_from_child,
 )
-from gateway.metadata.paths import Folder, bucket_of
-from gateway.metadata.store import VhostView
+from gateway.metadata.paths import Folder, bucket_for
+from gateway.metadata.store import DrainRecord, VhostView
 from gateway.model.entities import Binding, Exchange, Queue
 
 __all__ = ["Entity", "NamespaceMirror", "make_view"]
 
 log = logging.getLogger(__name__)
 
-Entity = Exchange | Queue | Binding | TopicKey
+Entity = Exchange | Queue | Binding | TopicKey | OwnerKey | ConsumerKey | DrainKey
 
 
 def make_view(
@@ -51,6 +57,9 @@ def make_view(
     queues: Iterable[Queue],
     bindings: Iterable[Binding],
     topic_keys: Iterable[TopicKey],
+    owned: Iterable[str] = (),
+    consumers: Iterable[ConsumerKey] = (),
+    drains: Iterable[DrainKey] = (),
 ) -> VhostView:
     """An immutable view. A binding is shown only while its queue and its exchange are: the
     store deletes them together, but a replica may learn of the parts at different moments."""
@@ -64,12 +73,18 @@ def make_view(
     keys: dict[str, set[str]] = {}
     for key in topic_keys:
         keys.setdefault(key.exchange, set()).add(key.routing_key)
+    counts: dict[str, int] = {}
+    for consumer in consumers:
+        counts[consumer.queue] = counts.get(consumer.queue, 0) + 1
     return VhostView(
         version=version,
         exchanges=MappingProxyType(exchange_map),
         queues=MappingProxyType(queue_map),
         bindings=binding_set,
         topic_keys=MappingProxyType({name: frozenset(found) for name, found in keys.items()}),
+        owned=frozenset(owned),
+        consumers=MappingProxyType(counts),
+        drains=MappingProxyType({(d.queue, d.topic): d.record for d in drains}),
     )
 
 
@@ -80,6 +95,10 @@ def name_only_entity(folder: Folder, child: str) -> Entity | None:
         return binding_from_child(child)
     if folder is Folder.TOPIC_KEYS:
         return topic_key_from_child(child)
+    if folder is Folder.OWNERS:
+        return owner_from_child(child)
+    if folder is Folder.CONSUMERS:
+        return consumer_from_child(child)
     return None
 
 
@@ -90,6 +109,12 @@ def decode_entity(folder: Folder, child: str, data: bytes) -> Entity:
         return decode_queue(child, data)
     if folder is Folder.BINDINGS:
         return decode_binding(child, data)
+    if folder is Folder.DRAINS:
+        return drain_from_child(child, data)
+    if folder is Folder.OWNERS:
+        return owner_from_child(child)
+    if folder is Folder.CONSUMERS:
+        return consumer_from_child(child)
     return topic_key_from_child(child)
 
 
@@ -126,10 +151,15 @@ class _Index:
         # Exchanges whose frozen keys are stale: refrozen at the next view, not at every key
         # (loading 100,000 keys of one exchange must not refreeze the set 100,000 times).
         self.stale_keys: set[str] = set()
+        # Records about queues: live owners, consumer counts, drains.
+        self.owned: set[str] = set()
+        self.consumers: dict[str, int] = {}
+        self.drains: dict[tuple[str, str], DrainRecord] = {}
         # Which parts of the last view are stale: a change to queues does not copy the
         # bindings again (at 100,000 each, a copy is 4 ms for the dict, 10 for the frozenset).
         self.last: VhostView | None = None
         self.exchanges_changed = self.queues_changed = self.bindings_changed = True
+        self.state_changed = True
 
     def _show(self, binding: Binding, delta: int) -> None:
         self.bindings_changed = True
@@ -163,9 +193,29 @@ class _Index:
             self.exchanges[entity.name] = entity
             self.exchanges_changed = True
             self._show_children(self.by_exchange.get(entity.name), 1)
-        else:
+        elif isinstance(entity, TopicKey):
             self.keys.setdefault(entity.exchange, set()).add(entity.routing_key)
             self.stale_keys.add(entity.exchange)
+        else:
+            self._queue_state(entity, 1)
+
+    def _queue_state(self, entity: OwnerKey | ConsumerKey | DrainKey, delta: int) -> None:
+        self.state_changed = True
+        if isinstance(entity, OwnerKey):
+            if delta > 0:
+                self.owned.add(entity.queue)
+            else:
+                self.owned.discard(entity.queue)
+        elif isinstance(entity, ConsumerKey):
+            count = self.consumers.get(entity.queue, 0) + delta
+            if count > 0:
+                self.consumers[entity.queue] = count
+            else:
+                self.consumers.pop(entity.queue, None)
+        elif delta > 0:
+            self.drains[(entity.queue, entity.topic)] = entity.record
+        else:
+            self.drains.pop((entity.queue, entity.topic), None)
 
     def remove(self, child: str, entity: Entity) -> None:
         if isinstance(entity, Binding):
@@ -182,12 +232,14 @@ class _Index:
             self._show_children(self.by_exchange.get(entity.name), -1)
             del self.exchanges[entity.name]
             self.exchanges_changed = True
-        else:
+        elif isinstance(entity, TopicKey):
             keys = self.keys[entity.exchange]
             keys.discard(entity.routing_key)
             if not keys:
                 del self.keys[entity.exchange]
             self.stale_keys.add(entity.exchange)
+        else:
+            self._queue_state(entity, -1)
 
     def view(self, version: int) -> VhostView:
         last = self.last
@@ -217,8 +269,20 @@ class _Index:
             topic_keys=(
                 MappingProxyType(dict(self.frozen_keys)) if topic_keys is None else topic_keys
             ),
+            owned=frozenset(self.owned) if last is None or self.state_changed else last.owned,
+            consumers=(
+                MappingProxyType(dict(self.consumers))
+                if last is None or self.state_changed
+                else last.consumers
+            ),
+            drains=(
+                MappingProxyType(dict(self.drains))
+                if last is None or self.state_changed
+                else last.drains
+            ),
         )
         self.exchanges_changed = self.queues_changed = self.bindings_changed = False
+        self.state_changed = False
         return view
 
 
@@ -249,7 +313,7 @@ class NamespaceMirror:
         return snapshot
 
     def get(self, folder: Folder, child: str) -> Entity | None:
-        bucket = self._folders[folder].get(bucket_of(child))
+        bucket = self._folders[folder].get(bucket_for(folder, child))
         return None if bucket is None else bucket.entities.get(child)
 
     def children(self, folder: Folder) -> Iterator[str]:
@@ -317,7 +381,7 @@ class NamespaceMirror:
 
     def apply_data(self, folder: Folder, child: str, data: bytes | None) -> None:
         """A read of a child's data (None: the node was gone when read)."""
-        bucket = self._folders[folder].get(bucket_of(child))
+        bucket = self._folders[folder].get(bucket_for(folder, child))
         if bucket is None:
             return
         if data is None:
@@ -336,26 +400,31 @@ class NamespaceMirror:
     # ------------------------------------------------------------------ own writes
 
     def own_created(self, folder: Folder, child: str, entity: Entity) -> None:
-        bucket = self._bucket(folder, bucket_of(child))
+        bucket = self._bucket(folder, bucket_for(folder, child))
         bucket.names.add(child)
         bucket.own_changes += 1
         self._put(bucket, child, entity)
 
     def own_deleted(self, folder: Folder, child: str) -> None:
-        bucket = self._bucket(folder, bucket_of(child))
+        bucket = self._bucket(folder, bucket_for(folder, child))
         bucket.names.discard(child)
         bucket.own_changes += 1
         self._drop(bucket, child)
+
+    def own_touched(self, folder: Folder, child: str, changes: int) -> None:
+        """Our own write created and deleted ``changes`` children in ``child``'s bucket (a
+        sentinel that makes other replicas look at the bucket again): account for them."""
+        self._bucket(folder, bucket_for(folder, child)).own_changes += changes
 
     def learned(self, folder: Folder, child: str, entity: Entity) -> None:
         """A read outside the listings found ``entity`` (the winner of a create race): show it
         now. It is not added to the bucket's names, so the next listing still accounts for
         its creation."""
-        self._put(self._bucket(folder, bucket_of(child)), child, entity)
+        self._put(self._bucket(folder, bucket_for(folder, child)), child, entity)
 
     def forget(self, folder: Folder, child: str) -> None:
         """A write found ``child`` absent from the store: stop showing it."""
-        bucket = self._folders[folder].get(bucket_of(child))
+        bucket = self._folders[folder].get(bucket_for(folder, child))
         if bucket is not None:
             self._drop(bucket, child)
 

@@ -9,11 +9,19 @@ Layout (docs/metadata.md has the whole picture)::
     <prefix>/vhosts/<namespace>/queues/<bb>/<queue>/<binding id>         (ref, empty)
     <prefix>/vhosts/<namespace>/bindings/<bb>/<binding id>       binding JSON
     <prefix>/vhosts/<namespace>/topic-keys/<bb>/<exchange>,<key>         (empty)
+    <prefix>/vhosts/<namespace>/owners/<bb>/<queue>              EPHEMERAL: owner JSON
+    <prefix>/vhosts/<namespace>/consumers/<bb>/<queue>,<replica>,<n>     EPHEMERAL (empty)
+    <prefix>/vhosts/<namespace>/consumers/<bb>/<queue>,!         EPHEMERAL: exclusive consumer
+    <prefix>/vhosts/<namespace>/drains/<bb>/<queue>,<topic>      drain JSON
+    <prefix>/vhosts/<namespace>/leader/c_<sequence>              EPHEMERAL: a candidate
 
 ``<bb>`` is a bucket: two hex digits of a CRC-32 of the child's name. Buckets keep every
 folder that a watch lists small: ZooKeeper watches are one-shot and only say "the children
 changed", so a replica re-lists the folder after every change. One flat folder of 100,000
 queues would cost every replica a 2 MB listing per declare; a bucket of it costs 1/256 of that.
+In the folders that hold records *about* a queue (owners, consumers, drains) the bucket is that
+of the queue's name, the part before the first ``,``: listing one bucket finds every record of
+one queue, which is what a queue delete and a consumer check need.
 
 Names: a znode name cannot contain ``/``, cannot be ``.``, ``..`` or empty, and ZooKeeper
 refuses control characters and some Unicode ranges. AMQP names are any UTF-8 up to 255 octets.
@@ -39,6 +47,7 @@ __all__ = [
     "Folder",
     "Layout",
     "ParsedBinding",
+    "bucket_for",
     "bucket_of",
     "decode_binding_id",
     "decode_name",
@@ -66,6 +75,19 @@ class Folder(enum.StrEnum):
     QUEUES = "queues"
     BINDINGS = "bindings"
     TOPIC_KEYS = "topic-keys"
+    # Records about a queue, bucketed by the queue's name (see bucket_for).
+    OWNERS = "owners"
+    CONSUMERS = "consumers"
+    DRAINS = "drains"
+
+    @property
+    def by_queue(self) -> bool:
+        return self in _BY_QUEUE
+
+
+_BY_QUEUE: Final = frozenset({Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS})
+# The folder of the namespace's leader election (not mirrored: only candidates read it).
+LEADER: Final = "leader"
 
 
 def encode_name(text: str) -> str:
@@ -113,6 +135,14 @@ def decode_name(encoded: str) -> str:
 def bucket_of(child: str) -> str:
     """The bucket of an (encoded) child name: stable across processes and versions."""
     return f"{zlib.crc32(child.encode('ascii')) % BUCKETS:02x}"
+
+
+def bucket_for(folder: Folder, child: str) -> str:
+    """The bucket of ``child`` in ``folder``: by the whole name, or, in the folders of records
+    about a queue, by the queue's (encoded) name, which never contains ``,``."""
+    if folder.by_queue:
+        return bucket_of(child.split(SEPARATOR, 1)[0])
+    return bucket_of(child)
 
 
 class ParsedBinding(NamedTuple):
@@ -187,7 +217,10 @@ class Layout:
         return f"{self.namespace(namespace)}/{folder.value}/{bucket}"
 
     def node(self, namespace: str, folder: Folder, child: str) -> str:
-        return f"{self.namespace(namespace)}/{folder.value}/{bucket_of(child)}/{child}"
+        return f"{self.namespace(namespace)}/{folder.value}/{bucket_for(folder, child)}/{child}"
+
+    def leader(self, namespace: str) -> str:
+        return f"{self.namespace(namespace)}/{LEADER}"
 
     def skeleton(self, namespace: str) -> list[str]:
         """Every folder a namespace needs, parents first (creating them in this order in one
@@ -195,4 +228,10 @@ class Layout:
         root = self.namespace(namespace)
         elements = self.prefix.split("/")[1:]
         ancestors = ["/" + "/".join(elements[: depth + 1]) for depth in range(len(elements))]
-        return [*ancestors, self.vhosts, root, *(f"{root}/{folder.value}" for folder in Folder)]
+        return [
+            *ancestors,
+            self.vhosts,
+            root,
+            *(f"{root}/{folder.value}" for folder in Folder),
+            f"{root}/{LEADER}",
+        ]

@@ -4,21 +4,70 @@ Reads come from a local view that watches keep current, so routing a message cos
 round trip; writes go to the store and are compare-and-set, so two replicas declaring the
 same name at once end with one winner that both see. A replica's view always includes its
 own completed writes (it never answers from a view older than its last write).
+
+Some records live only as long as the replica that wrote them (its *session*, in ZooKeeper
+terms): the owner of an exclusive queue and the consumers of a queue. When a replica dies its
+session ends and they go with it; the leader of the namespace (one replica, elected through
+the store) then deletes what they kept alive (docs/metadata.md, "Lifetimes").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
 from gateway.model.entities import Binding, Exchange, Queue
 
+# A message's place in a topic: (ledger, entry). Every message of one entry (a batch) was
+# written at the same moment, so entries are what unbinds and rebinds are compared by.
+Position = tuple[int, int]
+
 
 class MetadataUnavailable(Exception):
     """The store cannot be written (e.g. ZooKeeper is unreachable): a metadata change must be
     refused with a clear error; publishing and consuming go on from the view."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRecord:
+    """A queue's subscription on a topic that none of its bindings needs any more.
+
+    While ``end`` is set it *drains*: the queue's consumers (on every replica) keep reading
+    the topic, and drop messages past ``end`` (written after the unbind) up to ``resumed``
+    (the topic's last entry when the queue was bound again, if it was). With ``end`` None the
+    subscription is to be *removed*: nobody reads it any more and the namespace's leader
+    deletes it from Pulsar (after a queue delete, or once a drain has finished)."""
+
+    end: Position | None = None
+    resumed: Position | None = None
+
+    @property
+    def removing(self) -> bool:
+        return self.end is None
+
+    def excludes(self, position: Position) -> bool:
+        """Whether a message at ``position`` was written while the queue was not bound."""
+        end = self.end
+        if end is None:
+            return False
+        return position > end and (self.resumed is None or position <= self.resumed)
+
+
+REMOVE = DrainRecord()
+
+
+class QueueCondition(enum.Enum):
+    """What a conditional queue delete checks, atomically with the delete."""
+
+    # No consumer is registered on any replica (Queue.Delete if-unused).
+    UNUSED = "unused"
+    # Auto-delete, has had a consumer, has none now on any replica (its last one went).
+    ABANDONED = "abandoned"
+    # Exclusive, and its owner's record is gone (the owner's replica died).
+    ORPHANED = "orphaned"
 
 
 def _frozen_empty() -> Mapping[str, Exchange]:
@@ -37,10 +86,23 @@ class VhostView:
     # For topic exchanges: the routing keys that have a topic (a key is registered before
     # the first message is published with it, so a later binding finds its topic).
     topic_keys: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    # Exclusive queues whose owner is alive (its replica's session holds the owner record).
+    owned: frozenset[str] = frozenset()
+    # Consumers of each queue on every replica (queues without any are absent).
+    consumers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # (queue, topic) -> the record of a subscription no binding needs (see DrainRecord).
+    drains: Mapping[tuple[str, str], DrainRecord] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 class MetadataStore(Protocol):
     """Per-namespace metadata (``namespace`` is ``tenant/ns``: a vhost's Pulsar namespace)."""
+
+    @property
+    def replica_id(self) -> str:
+        """This replica's identity in the store (unique across the fleet and restarts)."""
+        ...
 
     async def open(self, namespace: str) -> VhostView:
         """Load the namespace (once) and keep its view current; returns the view."""
@@ -54,33 +116,105 @@ class MetadataStore(Protocol):
         """Wait until the view's version is above ``since_version``; return it."""
         ...
 
+    async def opened(self, known: int = 0) -> list[str]:
+        """The namespaces this replica has opened, once there are more than ``known``."""
+        ...
+
     async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:
         """Create unless it exists; return what the store holds (the winner of a race)."""
         ...
 
-    async def delete_exchange(self, namespace: str, name: str) -> bool:
-        """Delete it and its bindings; False if it was not there."""
+    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
+        """Delete it and its bindings; False if it was not there. ``if_unused``: only if it
+        has no binding (raises ``ConditionNotMet`` otherwise), atomically with the delete."""
         ...
 
     async def create_queue(self, namespace: str, queue: Queue) -> Queue:
-        """Create unless it exists; return what the store holds (the winner of a race)."""
+        """Create unless it exists; return what the store holds (the winner of a race). An
+        exclusive queue (``queue.owner`` set) is created with its owner record, which lives
+        as long as this replica's session: ``owned`` in every view."""
         ...
 
-    async def delete_queue(self, namespace: str, name: str) -> bool:
-        """Delete it and its bindings; False if it was not there."""
+    async def delete_queue(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        condition: QueueCondition | None = None,
+        subscriptions: Collection[str] = (),
+    ) -> bool:
+        """Delete it with its bindings, owner, consumer and drain records; False if it was
+        not there. With ``condition``: only if it holds, checked atomically with the delete
+        (raises ``ConditionNotMet`` otherwise). ``subscriptions``: the topics whose
+        subscription of the queue must go from Pulsar, recorded (``REMOVE``) in the same
+        write, so that the leader removes them if this replica dies before it does."""
         ...
 
-    async def add_binding(self, namespace: str, binding: Binding) -> bool:
+    async def add_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
         """False if that exact binding (same arguments) was already there; raises
-        ``gateway.metadata.errors.MissingEntity`` if its queue or exchange is not there."""
+        ``gateway.metadata.errors.MissingEntity`` if its queue or exchange is not there.
+        ``drains``: records of the binding's queue (by topic) to write in the same
+        transaction (a rebind while draining records where the unbound window ends)."""
         ...
 
-    async def remove_binding(self, namespace: str, binding: Binding) -> bool:
-        """False if it was not there."""
+    async def remove_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
+        """False if it was not there (and then ``drains`` are not written either); otherwise
+        ``drains`` (topic -> record of the binding's queue) are written atomically with the
+        removal, so no replica sees the binding gone without its draining subscriptions."""
         ...
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         """Record that ``exchange`` has a topic for ``routing_key``; False if known already."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+        """Register a consumer of ``queue`` for as long as this replica's session lasts;
+        returns its id. Raises ``ConsumerConflict`` when ``exclusive`` and the queue has a
+        consumer on any replica, or when another consumer holds it exclusively (checked
+        atomically), ``MissingEntity`` when the queue is gone. Marks an auto-delete queue as
+        having had a consumer (``QueueCondition.ABANDONED``)."""
+        ...
+
+    async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        """Unregister (nothing happens if it is gone already, e.g. with its queue)."""
+        ...
+
+    async def read_drain(
+        self, namespace: str, queue: str, topic: str
+    ) -> tuple[DrainRecord, int] | None:
+        """The record as stored now, with its version (for ``update_drain``)."""
+        ...
+
+    async def update_drain(
+        self, namespace: str, queue: str, topic: str, record: DrainRecord | None, *, version: int
+    ) -> bool:
+        """Replace the record (None: delete it) if it is still at ``version``; False if it
+        changed or went meanwhile."""
+        ...
+
+    async def lead(self, namespace: str, task: Callable[[], Awaitable[None]]) -> None:
+        """Stand for leader of ``namespace`` among the replicas that have it open, and run
+        ``task()`` whenever this replica leads; it is cancelled when leadership is lost (the
+        session ended, or the store cannot be reached) and this replica stands again.
+        Returns when the store closes; cancel it to stand down."""
+        ...
+
+    async def leader_of(self, namespace: str) -> str | None:
+        """The ``replica_id`` of the current leader of ``namespace`` (None: nobody stands)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close; this replica's session ends (its owner and consumer records go)."""
+        ...

@@ -28,15 +28,25 @@ the views stay as they are; answers to reads issued before are ignored (an epoch
 CONNECTED after either, every open namespace is re-listed (after a ``sync``, so a server that
 lags behind cannot show an older state), which re-registers the watches (kazoo drops them all
 when a connection drops) and repairs the mirror from the diff.
+
+**Ephemeral records** (exclusive owners, consumers) belong to the session. When the session is
+lost while this replica lives on, the new session claims them again, each only if its queue
+still exists (a transaction: check the queue, create the record); a queue the leader deleted
+meanwhile stays deleted. Leadership (``lead``) is an ephemeral sequential znode per namespace:
+the lowest leads, each other candidate watches the one before it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import secrets
+import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
@@ -62,28 +72,49 @@ from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
 
 from gateway.metadata.codec import (
+    ConsumerKey,
+    DrainKey,
+    OwnerKey,
     TopicKey,
     binding_id,
+    consumer_child,
+    consumer_from_child,
+    decode_drain,
     decode_exchange,
     decode_queue,
+    drain_child,
     encode_binding,
+    encode_drain,
     encode_exchange,
+    encode_owner,
     encode_queue,
+    is_consumed,
+    mark_consumed,
     namespace_document,
+    owner_child,
+    queue_of_child,
     topic_key_child,
     topic_key_from_child,
 )
-from gateway.metadata.errors import MissingEntity
+from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, MultiRead
 from gateway.metadata.paths import (
     BUCKETS,
+    SEPARATOR,
     Folder,
     Layout,
+    bucket_for,
     decode_binding_id,
     encode_name,
 )
-from gateway.metadata.store import MetadataUnavailable, VhostView
+from gateway.metadata.store import (
+    REMOVE,
+    DrainRecord,
+    MetadataUnavailable,
+    QueueCondition,
+    VhostView,
+)
 from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
 
 __all__ = ["ZooKeeperMetadataStore"]
@@ -115,6 +146,7 @@ _CONNECTION_ERRORS: Final = (
 class _Create:
     path: str
     data: bytes = b""
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +155,63 @@ class _Delete:
     version: int = -1
 
 
-_Op = _Create | _Delete
+@dataclass(frozen=True, slots=True)
+class _SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """Fails the transaction unless ``path`` exists (at ``version``; -1: any)."""
+
+    path: str
+    version: int = -1
+
+
+_Op = _Create | _Delete | _SetData | _Check
 
 
 def _size(op: _Op) -> int:
-    return len(op.path) + 32 + (len(op.data) if isinstance(op, _Create) else 0)
+    return len(op.path) + 32 + (len(op.data) if isinstance(op, _Create | _SetData) else 0)
+
+
+def _absent(path: str) -> list[_Op]:
+    """Operations that fail the transaction (NodeExists at the first) if ``path`` exists, and
+    change nothing otherwise: ZooKeeper has no "check absent", but creating and deleting a node
+    within one transaction is exactly that."""
+    return [_Create(path), _Delete(path)]
+
+
+def _sentinel(namespace_layout: Layout, namespace: str, queue_child: str) -> list[_Op]:
+    """Create and delete a child of the queue's drains bucket: nothing is left, but every
+    replica's children watch on the bucket fires (a data change alone would fire none), and the
+    bucket's cversion grows by two with no name changed, which makes their mirrors read the
+    bucket's records again (mirror.py, "replaced entities")."""
+    # "<queue>," is no name encode_name produces, so it never clashes with a record.
+    path = namespace_layout.node(namespace, Folder.DRAINS, queue_child + SEPARATOR)
+    return [_Create(path), _Delete(path)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ephemeral:
+    """A record of this session, claimed again by a new session if its queue still exists."""
+
+    namespace: str
+    queue: str
+    folder: Folder
+    child: str
+    data: bytes
+
+
+@dataclass
+class _QueueRecords:
+    """A queue's records in the owners, consumers and drains folders, as listed."""
+
+    owner: bool = False
+    consumers: list[str] = field(default_factory=list)
+    drains: list[str] = field(default_factory=list)
 
 
 class _Reply(Generic[T]):
@@ -159,6 +243,69 @@ class _Namespace:
     watched: set[str] = field(default_factory=set)
     # When the resync after a reconnect started (None when not resyncing).
     resync_started: float | None = None
+
+
+class _DrainWrites:
+    """Drain records of one queue written in another write's transaction: created where there
+    is none, replaced (set_data, plus a sentinel so that every replica looks again) where there
+    is one. Whether one exists is the mirror's guess; a wrong guess fails the transaction, is
+    corrected here, and the caller tries again."""
+
+    def __init__(
+        self,
+        store: ZooKeeperMetadataStore,
+        namespace: str,
+        queue: str,
+        records: Mapping[str, DrainRecord],
+    ) -> None:
+        self._store = store
+        self._namespace = namespace
+        self._queue = queue
+        self._records = dict(records)
+        self._children = {topic: drain_child(queue, topic) for topic in records}
+        mirror = store._mirror(namespace)
+        self._exists = {
+            topic: mirror is not None and mirror.get(Folder.DRAINS, child) is not None
+            for topic, child in self._children.items()
+        }
+        self._paths = {
+            store.layout.node(namespace, Folder.DRAINS, child): topic
+            for topic, child in self._children.items()
+        }
+
+    def ops(self) -> list[_Op]:
+        ops: list[_Op] = []
+        for topic, record in self._records.items():
+            path = self._store.layout.node(self._namespace, Folder.DRAINS, self._children[topic])
+            if self._exists[topic]:
+                ops.append(_SetData(path, encode_drain(record)))
+            else:
+                ops.append(_Create(path, encode_drain(record)))
+        if any(self._exists.values()):
+            ops += _sentinel(self._store.layout, self._namespace, encode_name(self._queue))
+        return ops
+
+    def applied(self, mirror: NamespaceMirror) -> None:
+        for topic, record in self._records.items():
+            child = self._children[topic]
+            entity = DrainKey(self._queue, topic, record)
+            if self._exists[topic]:
+                mirror.learned(Folder.DRAINS, child, entity)
+            else:
+                mirror.own_created(Folder.DRAINS, child, entity)
+        if any(self._exists.values()):
+            mirror.own_touched(Folder.DRAINS, encode_name(self._queue), 2)
+
+    async def failed(self, op: _Op, error: Exception, what: str) -> None:
+        topic = self._paths.get(op.path)
+        if topic is not None and isinstance(op, _Create) and isinstance(error, NodeExistsError):
+            self._exists[topic] = True
+        elif topic is not None and isinstance(op, _SetData) and isinstance(error, NoNodeError):
+            self._exists[topic] = False
+        elif isinstance(op, _Create) and isinstance(error, NoNodeError):
+            await self._store._ensure_parents(self._namespace, op.path, what)
+        else:
+            raise self._store._unexpected(error, what)
 
 
 class ZooKeeperMetadataStore:
@@ -194,12 +341,25 @@ class ZooKeeperMetadataStore:
         self._watched: dict[str, tuple[_Namespace, Folder, str | None]] = {}
         self._epoch = 0
         self._disconnected = False
+        # Set by LOST (the session expired): the next CONNECTED is a new session.
+        self._session_lost = False
         self._connection_changed = trio.Event()
         self._multiread = True
+        # Unique across the fleet and across restarts (a pid is reused, a random part is not).
+        self._replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._serials = 0
+        # Path -> what this session created there and must claim again after losing it.
+        self._ephemerals: dict[str, _Ephemeral] = {}
+        self._opened: list[str] = []
+        self._opened_changed = trio.Event()
 
     @property
     def layout(self) -> Layout:
         return self._layout
+
+    @property
+    def replica_id(self) -> str:
+        return self._replica_id
 
     @property
     def connected(self) -> bool:
@@ -292,7 +452,20 @@ class ZooKeeperMetadataStore:
             for exchange in PREDECLARED_EXCHANGES:
                 if exchange.name not in present:
                     await self.create_exchange(namespace, exchange)
+            if namespace not in self._opened:
+                self._opened.append(namespace)
+                self._opened_changed.set()
+                self._opened_changed = trio.Event()
             return state.mirror.snapshot()
+
+    async def opened(self, known: int = 0) -> list[str]:
+        if len(self._opened) > known:
+            await trio.lowlevel.checkpoint()
+        while len(self._opened) <= known:
+            if self._closed:
+                raise MetadataUnavailable("the metadata store is closed")
+            await self._opened_changed.wait()
+        return list(self._opened)
 
     def view(self, namespace: str) -> VhostView:
         state = self._namespaces.get(namespace)
@@ -328,52 +501,132 @@ class ZooKeeperMetadataStore:
         assert isinstance(winner, Exchange)
         return winner
 
-    async def delete_exchange(self, namespace: str, name: str) -> bool:
+    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
         what = f"delete exchange {name!r}"
-        deleted = await self._delete_entity(namespace, Folder.EXCHANGES, name, what)
+        deleted = await self._delete_entity(
+            namespace, Folder.EXCHANGES, name, what, refuse_refs=if_unused
+        )
         if deleted:
             await self._delete_topic_keys(namespace, name, what)
         return deleted
 
     async def create_queue(self, namespace: str, queue: Queue) -> Queue:
-        winner = await self._create_entity(
+        if queue.owner is None:
+            winner = await self._create_entity(
+                namespace,
+                Folder.QUEUES,
+                encode_name(queue.name),
+                queue,
+                encode_queue(queue),
+                f"declare queue {queue.name!r}",
+            )
+            assert isinstance(winner, Queue)
+            return winner
+        return await self._create_exclusive_queue(namespace, queue)
+
+    async def _create_exclusive_queue(self, namespace: str, queue: Queue) -> Queue:
+        """The queue and its owner record in one transaction: an exclusive queue exists only
+        with a live owner, until the owner's session ends (then the leader deletes it)."""
+        what = f"declare exclusive queue {queue.name!r}"
+        await self._prepare(what)
+        child = encode_name(queue.name)
+        path = self._layout.node(namespace, Folder.QUEUES, child)
+        owner = owner_child(queue.name)
+        owner_path = self._layout.node(namespace, Folder.OWNERS, owner)
+        owner_data = encode_owner(self._replica_id, queue.owner or "")
+        ops: list[_Op] = [_Create(path, encode_queue(queue)), _Create(owner_path, owner_data, True)]
+
+        def created() -> None:
+            self._ephemerals[owner_path] = _Ephemeral(
+                namespace, queue.name, Folder.OWNERS, owner, owner_data
+            )
+
+            def apply(mirror: NamespaceMirror) -> None:
+                mirror.own_created(Folder.QUEUES, child, queue)
+                mirror.own_created(Folder.OWNERS, owner, OwnerKey(queue.name))
+
+            self._own(namespace, apply)
+
+        for _ in range(ATTEMPTS):
+            failure = await self._transact(what, ops, created)
+            if failure is None:
+                return queue
+            index, error = failure
+            if index == 0 and isinstance(error, NodeExistsError):
+                winner = await self._read_entity(namespace, Folder.QUEUES, child, path, what)
+                if winner is not None:
+                    assert isinstance(winner, Queue)
+                    return winner
+                continue
+            if isinstance(error, NoNodeError):
+                await self._ensure_parents(namespace, ops[index].path, what)
+                continue
+            if index == 1 and isinstance(error, NodeExistsError):
+                # An owner record without its queue (they are created and deleted together;
+                # only a hand edit or a bug leaves one): it owns nothing, remove it.
+                log.error("metadata: removing the owner record %s of no queue", owner_path)
+                await self._delete_if_there(owner_path, what)
+                continue
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    async def delete_queue(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        condition: QueueCondition | None = None,
+        subscriptions: Collection[str] = (),
+    ) -> bool:
+        what = f"delete queue {name!r}"
+        return await self._delete_entity(
             namespace,
             Folder.QUEUES,
-            encode_name(queue.name),
-            queue,
-            encode_queue(queue),
-            f"declare queue {queue.name!r}",
+            name,
+            what,
+            condition=condition,
+            subscriptions=tuple(subscriptions),
         )
-        assert isinstance(winner, Queue)
-        return winner
-
-    async def delete_queue(self, namespace: str, name: str) -> bool:
-        return await self._delete_entity(namespace, Folder.QUEUES, name, f"delete queue {name!r}")
 
     # ================================================================== bindings, topic keys
 
-    async def add_binding(self, namespace: str, binding: Binding) -> bool:
+    async def add_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
         what = f"bind queue {binding.queue!r} to exchange {binding.exchange!r}"
         await self._prepare(what)
         child = binding_id(binding)
-        ops: list[_Op] = [
+        writes = _DrainWrites(self, namespace, binding.queue, drains or {})
+        base: list[_Op] = [
             _Create(self._layout.node(namespace, Folder.BINDINGS, child), encode_binding(binding)),
             _Create(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
             _Create(self._ref(namespace, Folder.EXCHANGES, binding.exchange, child)),
         ]
 
         def created() -> None:
-            self._own(namespace, lambda m: m.own_created(Folder.BINDINGS, child, binding))
+            def apply(mirror: NamespaceMirror) -> None:
+                mirror.own_created(Folder.BINDINGS, child, binding)
+                writes.applied(mirror)
+
+            self._own(namespace, apply)
 
         def exists(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NodeExistsError):
                 self._own(namespace, lambda m: m.learned(Folder.BINDINGS, child, binding))
 
         for _ in range(ATTEMPTS):
+            ops = base + writes.ops()
             failure = await self._transact(what, ops, created, exists)
             if failure is None:
                 return True
             index, error = failure
+            if index >= len(base):
+                await writes.failed(ops[index], error, what)
+                continue
             if index == 0 and isinstance(error, NodeExistsError):
                 return False
             if index == 0 and isinstance(error, NoNodeError):
@@ -390,38 +643,57 @@ class ZooKeeperMetadataStore:
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
 
-    async def remove_binding(self, namespace: str, binding: Binding) -> bool:
+    async def remove_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
         what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
         await self._prepare(what)
         child = binding_id(binding)
-        ops: list[_Op] = [
+        writes = _DrainWrites(self, namespace, binding.queue, drains or {})
+        base: list[_Op] = [
             _Delete(self._layout.node(namespace, Folder.BINDINGS, child)),
             _Delete(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
             _Delete(self._ref(namespace, Folder.EXCHANGES, binding.exchange, child)),
         ]
 
         def deleted() -> None:
-            self._own(namespace, lambda m: m.own_deleted(Folder.BINDINGS, child))
+            def apply(mirror: NamespaceMirror) -> None:
+                mirror.own_deleted(Folder.BINDINGS, child)
+                writes.applied(mirror)
+
+            self._own(namespace, apply)
 
         def absent(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NoNodeError):
                 self._own(namespace, lambda m: m.forget(Folder.BINDINGS, child))
 
-        failure = await self._transact(what, ops, deleted, absent)
-        if failure is None:
-            return True
-        index, error = failure
-        if index == 0 and isinstance(error, NoNodeError):
-            return False
-        if isinstance(error, NoNodeError):
-            # A binding without one of its refs: only a bug or a hand edit makes one. Remove
-            # what is there rather than leave a binding nobody can delete.
-            log.error("metadata: binding %r in %s had no ref %s", child, namespace, ops[index])
-            for op in ops[1:]:
-                await self._delete_if_there(op.path, what)
-            failure = await self._transact(what, ops[:1], deleted, absent)
-            return failure is None
-        raise self._unexpected(error, what)
+        repaired = False
+        for _ in range(ATTEMPTS):
+            ops = base + writes.ops()
+            failure = await self._transact(what, ops, deleted, absent)
+            if failure is None:
+                return True
+            index, error = failure
+            if index >= len(base):
+                await writes.failed(ops[index], error, what)
+                continue
+            if index == 0 and isinstance(error, NoNodeError):
+                return False
+            if isinstance(error, NoNodeError) and not repaired:
+                # A binding without one of its refs: only a bug or a hand edit makes one.
+                # Remove what is there rather than leave a binding nobody can delete.
+                log.error("metadata: binding %r in %s had no ref %s", child, namespace, ops[index])
+                for op in base[1:]:
+                    await self._delete_if_there(op.path, what)
+                base = base[:1]
+                repaired = True
+                continue
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         what = f"register routing key {routing_key!r} of exchange {exchange!r}"
@@ -449,6 +721,300 @@ class ZooKeeperMetadataStore:
                 continue
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
+
+    # ================================================================== consumers
+
+    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+        """Register a consumer (an ephemeral record of this session).
+
+        Every registration raises the queue node's version (it writes the node's data back,
+        marking an auto-delete queue as consumed): a conditional delete or an exclusive
+        registration that listed the consumers before it then fails its compare-and-set and
+        lists again. An ordinary consumer checks in its transaction that no exclusive one
+        exists; an exclusive one lists the consumers after reading the version, and writes
+        at that version."""
+        what = f"register a consumer of queue {queue!r}"
+        await self._prepare(what)
+        queue_path = self._layout.node(namespace, Folder.QUEUES, encode_name(queue))
+        marker = consumer_child(queue, None, None)
+        marker_path = self._layout.node(namespace, Folder.CONSUMERS, marker)
+        if exclusive:
+            child = marker
+        else:
+            self._serials += 1
+            child = consumer_child(queue, self._replica_id, self._serials)
+        path = self._layout.node(namespace, Folder.CONSUMERS, child)
+        entity = consumer_from_child(child)
+        for _ in range(ATTEMPTS):
+            document = await self._read_data(queue_path, what)
+            if document is None:
+                raise MissingEntity("queue", queue)
+            data, version = document
+            queue_entity = decode_queue(encode_name(queue), data)
+            written = mark_consumed(data) if queue_entity.auto_delete else data
+            if exclusive:
+                records = await self._queue_records(namespace, queue, what)
+                if records.consumers:
+                    raise ConsumerConflict(queue)
+                ops: list[_Op] = [_SetData(queue_path, written, version), _Create(path, b"", True)]
+            else:
+                ops = [
+                    *_absent(marker_path),
+                    _SetData(queue_path, written),
+                    _Create(path, b"", True),
+                ]
+
+            def created() -> None:
+                self._ephemerals[path] = _Ephemeral(namespace, queue, Folder.CONSUMERS, child, b"")
+                self._own(namespace, lambda m: m.own_created(Folder.CONSUMERS, child, entity))
+
+            failure = await self._transact(what, ops, created)
+            if failure is None:
+                return child
+            index, error = failure
+            op = ops[index]
+            if op.path == queue_path:
+                if isinstance(error, NoNodeError):
+                    raise MissingEntity("queue", queue)
+                continue  # BadVersion: a consumer came or went since we read; again
+            if op.path == marker_path and isinstance(error, NodeExistsError):
+                raise ConsumerConflict(queue)
+            if isinstance(error, NoNodeError):
+                await self._ensure_parents(namespace, op.path, what)
+                continue
+            raise self._unexpected(error, what)
+        raise self._too_many_races(what)
+
+    async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        what = f"unregister a consumer of queue {queue!r}"
+        await self._prepare(what)
+        path = self._layout.node(namespace, Folder.CONSUMERS, consumer)
+        self._ephemerals.pop(path, None)
+
+        def deleted() -> None:
+            self._own(namespace, lambda m: m.own_deleted(Folder.CONSUMERS, consumer))
+
+        def gone(index: int, error: Exception) -> None:
+            if isinstance(error, NoNodeError):
+                self._forget(namespace, Folder.CONSUMERS, consumer)
+
+        failure = await self._transact(what, [_Delete(path)], deleted, gone)
+        if failure is not None and not isinstance(failure[1], NoNodeError):
+            raise self._unexpected(failure[1], what)
+
+    # ================================================================== drains
+
+    async def read_drain(
+        self, namespace: str, queue: str, topic: str
+    ) -> tuple[DrainRecord, int] | None:
+        what = f"read the drain of queue {queue!r} on {topic!r}"
+        await self._prepare(what)
+        child = drain_child(queue, topic)
+        document = await self._read_data(self._layout.node(namespace, Folder.DRAINS, child), what)
+        if document is None:
+            self._forget(namespace, Folder.DRAINS, child)
+            return None
+        record = decode_drain(document[0])
+        self._own(
+            namespace, lambda m: m.learned(Folder.DRAINS, child, DrainKey(queue, topic, record))
+        )
+        return record, document[1]
+
+    async def update_drain(
+        self, namespace: str, queue: str, topic: str, record: DrainRecord | None, *, version: int
+    ) -> bool:
+        what = f"update the drain of queue {queue!r} on {topic!r}"
+        await self._prepare(what)
+        child = drain_child(queue, topic)
+        path = self._layout.node(namespace, Folder.DRAINS, child)
+        ops: list[_Op]
+        if record is None:
+            ops = [_Delete(path, version)]
+        else:
+            ops = [
+                _SetData(path, encode_drain(record), version),
+                *_sentinel(self._layout, namespace, encode_name(queue)),
+            ]
+
+        def done() -> None:
+            def apply(mirror: NamespaceMirror) -> None:
+                if record is None:
+                    mirror.own_deleted(Folder.DRAINS, child)
+                else:
+                    mirror.learned(Folder.DRAINS, child, DrainKey(queue, topic, record))
+                    mirror.own_touched(Folder.DRAINS, encode_name(queue), 2)
+
+            self._own(namespace, apply)
+
+        failure = await self._transact(what, ops, done)
+        if failure is None:
+            return True
+        if isinstance(failure[1], NoNodeError | BadVersionError):
+            return False
+        raise self._unexpected(failure[1], what)
+
+    # ================================================================== leadership
+
+    async def lead(self, namespace: str, task: Callable[[], Awaitable[None]]) -> None:
+        await self.connect()
+        path = self._layout.leader(namespace)
+        while not self._closed:
+            await self.wait_connected()
+            if self._closed:
+                return
+            try:
+                me = await self._stand(namespace, path)
+            except MetadataUnavailable as error:
+                log.warning("metadata: cannot stand for leader of %s: %s", namespace, error)
+                with trio.move_on_after(1.0):
+                    await self.wait_connected(False)
+                continue
+            try:
+                await self._candidacy(namespace, path, me, task)
+            finally:
+                with trio.CancelScope(shield=True):
+                    if self.connected:
+                        with contextlib.suppress(MetadataUnavailable):
+                            await self._delete_if_there(f"{path}/{me}", "stand down")
+
+    async def _stand(self, namespace: str, path: str) -> str:
+        """Create this session's candidate node; its name."""
+        what = f"stand for leader of {namespace!r}"
+        data = json.dumps({"v": 1, "replica": self._replica_id}).encode()
+
+        def apply(result: Any) -> str:
+            return str(self._value(result, what)).rsplit("/", 1)[-1]
+
+        for _ in range(ATTEMPTS):
+            try:
+                return await self._ask(
+                    lambda: self._client.create_async(
+                        f"{path}/c_", data, ephemeral=True, sequence=True
+                    ),
+                    apply,
+                    what,
+                )
+            except NoNodeError:
+                await self._ensure_paths(namespace, self._layout.skeleton(namespace), what)
+        raise self._too_many_races(what)
+
+    async def _candidacy(
+        self, namespace: str, path: str, me: str, task: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Wait for our turn, lead while connected; return when our node is gone (the session
+        ended) so that the caller stands again."""
+        what = f"wait to lead {namespace!r}"
+        while not self._closed:
+            if not self.connected:
+                await self.wait_connected()
+                continue
+            try:
+                candidates = sorted(c for c in await self._children(path, what) if c[:2] == "c_")
+            except MetadataUnavailable:
+                continue
+            if me not in candidates:
+                return  # our session expired with our node
+            position = candidates.index(me)
+            if position == 0:
+                log.info(
+                    "leader: this replica (%s) now leads namespace %s", self._replica_id, namespace
+                )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(task)
+                    await self.wait_connected(False)
+                    nursery.cancel_scope.cancel()
+                if not self._closed:
+                    log.warning(
+                        "leader: ZooKeeper connection lost; this replica stops leading namespace "
+                        "%s until it is back",
+                        namespace,
+                    )
+                continue
+            await self._watch_gone(f"{path}/{candidates[position - 1]}", what)
+
+    async def _watch_gone(self, path: str, what: str) -> None:
+        """Until ``path`` is deleted (or the connection changes: then look again)."""
+        token = self._token
+        assert token is not None
+        gone = trio.Event()
+
+        def watcher(event: Any) -> None:  # kazoo's watch thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(gone.set)
+
+        changed = self._connection_changed
+
+        def apply(result: Any) -> bool:
+            return self._value(result, what) is not None
+
+        try:
+            exists = await self._ask(
+                lambda: self._client.exists_async(path, watch=watcher), apply, what
+            )
+        except MetadataUnavailable:
+            return
+        if not exists:
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def wait(event: trio.Event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait, gone)
+            nursery.start_soon(wait, changed)
+
+    async def leader_of(self, namespace: str) -> str | None:
+        what = f"find the leader of {namespace!r}"
+        await self._prepare(what)
+        path = self._layout.leader(namespace)
+        candidates = sorted(c for c in await self._children(path, what) if c[:2] == "c_")
+        for candidate in candidates:
+            document = await self._read_data(f"{path}/{candidate}", what)
+            if document is not None:
+                replica = json.loads(document[0]).get("replica")
+                return str(replica) if replica is not None else None
+        return None
+
+    def _claim_again(self) -> None:
+        """A new session: create this replica's ephemeral records again, each only if its
+        queue still exists (the leader may have deleted it while the session was gone)."""
+        if self._ephemerals:
+            log.info(
+                "metadata: new ZooKeeper session; claiming %d owner and consumer record(s) again",
+                len(self._ephemerals),
+            )
+        for path, record in list(self._ephemerals.items()):
+            queue_child = encode_name(record.queue)
+            queue_path = self._layout.node(record.namespace, Folder.QUEUES, queue_child)
+            entity: OwnerKey | ConsumerKey = (
+                OwnerKey(record.queue)
+                if record.folder is Folder.OWNERS
+                else consumer_from_child(record.child)
+            )
+
+            def claimed(
+                record: _Ephemeral = record, entity: OwnerKey | ConsumerKey = entity
+            ) -> None:
+                self._own(
+                    record.namespace, lambda m: m.own_created(record.folder, record.child, entity)
+                )
+
+            def refused(index: int, error: Exception, path: str = path) -> None:
+                log.warning("metadata: could not claim %s again: %s", path, type(error).__name__)
+                self._ephemerals.pop(path, None)
+
+            with contextlib.suppress(MetadataUnavailable):
+                self._submit_transaction(
+                    f"claim {path} again",
+                    [_Check(queue_path), _Create(path, record.data, True)],
+                    claimed,
+                    refused,
+                )
+
+    def _mirror(self, namespace: str) -> NamespaceMirror | None:
+        state = self._namespaces.get(namespace)
+        return None if state is None else state.mirror
 
     # ================================================================== bulk import
 
@@ -534,9 +1100,10 @@ class ZooKeeperMetadataStore:
             for child in children:
                 bindings += [op.path for op in self._unbind_ops(namespace, child)]
         entities = [
-            self._layout.node(namespace, folder, child)
-            for folder in (Folder.QUEUES, Folder.EXCHANGES, Folder.TOPIC_KEYS)
-            for _, children in listings[folder]
+            f"{self._layout.folder(namespace, folder)}/{bucket}/{child}"
+            for folder in Folder
+            if folder is not Folder.BINDINGS
+            for bucket, children in listings[folder]
             for child in children
         ]
         buckets = [
@@ -668,47 +1235,93 @@ class ZooKeeperMetadataStore:
 
         return await self._ask(lambda: self._client.get_async(path), apply, what)
 
-    async def _delete_entity(self, namespace: str, folder: Folder, name: str, what: str) -> bool:
+    async def _delete_entity(
+        self,
+        namespace: str,
+        folder: Folder,
+        name: str,
+        what: str,
+        *,
+        refuse_refs: bool = False,
+        condition: QueueCondition | None = None,
+        subscriptions: tuple[str, ...] = (),
+    ) -> bool:
         """Delete a queue or an exchange with its bindings, atomically.
 
         The node's children are refs to its bindings, so listing them gives every binding, and
         deleting the node fails (NotEmpty) if a binding was added after the listing: then we
         list again. A cascade too big for one transaction deletes bindings in atomic batches
         first (each binding with its two refs) and the node last.
+
+        A queue's records (owner, consumers, drains) go in the node's transaction; so do the
+        ``REMOVE`` records of ``subscriptions``. The node is deleted at the version read before
+        anything was listed, and every consumer registration raises that version: a consumer
+        registered after our listing fails the delete (BadVersion), and we list again. That
+        makes ``condition`` exact: it is checked on listings no registration has overtaken.
         """
         await self._prepare(what)
         child = encode_name(name)
         path = self._layout.node(namespace, folder, child)
+        queue_records = folder is Folder.QUEUES
+        owner_path = self._layout.node(namespace, Folder.OWNERS, owner_child(name))
         # Paths that made a transaction fail twice with NoNode and were checked absent: the
         # other half of a dangling ref (only a hand edit makes one). Left out from then on.
         suspects: set[str] = set()
         absent: set[str] = set()
         for _ in range(ATTEMPTS):
+            read_version: int | None = None
+            if condition is not None and condition is not QueueCondition.UNUSED:
+                document = await self._read_data(path, what)
+                if document is None:
+                    self._forget(namespace, folder, child)
+                    return False
+                data, read_version = document
+                self._check_document(name, condition, data)
             listing = await self._list_refs(namespace, folder, child, path, what)
             if listing is None:
                 return False
             refs, version = listing
+            if read_version is not None and version != read_version:
+                continue  # a consumer came or went between the two reads
+            if refuse_refs and refs:
+                raise ConditionNotMet("exchange", name, "it has bindings")
+            records = await self._queue_records(namespace, name, what) if queue_records else None
+            if records is not None:
+                self._check_records(name, condition, records)
+            tail = self._tail_ops(namespace, name, path, version, records, subscriptions)
+            if condition is QueueCondition.ORPHANED:
+                tail[-1:-1] = _absent(owner_path)
             ops: list[_Op] = []
             unbound: list[str] = []
-            size = 0
+            size = sum(_size(op) for op in tail)
             for ref in refs:
                 ref_ops = [op for op in self._unbind_ops(namespace, ref) if op.path not in absent]
-                if len(ops) + len(ref_ops) + 1 > TXN_OPS or size >= TXN_BYTES:
+                if len(ops) + len(ref_ops) + len(tail) > TXN_OPS or size >= TXN_BYTES:
                     break
                 ops += ref_ops
                 unbound.append(ref)
                 size += sum(_size(op) for op in ref_ops)
             whole = len(unbound) == len(refs)
+            first_tail = len(ops)
             if whole:
-                ops.append(_Delete(path, version))
+                ops += tail
 
-            def deleted(unbound: list[str] = unbound, whole: bool = whole) -> None:
+            def deleted(
+                unbound: list[str] = unbound,
+                whole: bool = whole,
+                records: _QueueRecords | None = records,
+            ) -> None:
                 def apply(mirror: NamespaceMirror) -> None:
                     for ref in unbound:
                         mirror.own_deleted(Folder.BINDINGS, ref)
-                    if whole:
-                        mirror.own_deleted(folder, child)
+                    if not whole:
+                        return
+                    if records is not None:
+                        self._own_records_deleted(mirror, name, records, subscriptions)
+                    mirror.own_deleted(folder, child)
 
+                if whole and records is not None:
+                    self._untrack(namespace, name)
                 self._own(namespace, apply)
 
             def failed(
@@ -725,6 +1338,19 @@ class ZooKeeperMetadataStore:
             index, error = failure
             if whole and index == len(ops) - 1 and isinstance(error, NoNodeError):
                 return False  # deleted by someone else meanwhile
+            if whole and index >= first_tail:
+                op = ops[index]
+                owner_back = op.path == owner_path and isinstance(op, _Create)
+                if owner_back and isinstance(error, NodeExistsError):
+                    raise ConditionNotMet("queue", name, "its owner is alive")
+                if isinstance(op, _Create) and isinstance(error, NoNodeError):
+                    await self._ensure_parents(namespace, op.path, what)
+                    continue
+                if isinstance(error, NoNodeError | NodeExistsError | BadVersionError):
+                    continue  # a record came or went meanwhile: list again
+                if isinstance(error, NotEmptyError):
+                    continue  # a binding came meanwhile: list again
+                raise self._unexpected(error, what)
             if isinstance(error, NoNodeError):
                 missing = ops[index].path
                 if missing in suspects and not await self._exists(missing, what):
@@ -736,6 +1362,106 @@ class ZooKeeperMetadataStore:
                 continue  # a binding came meanwhile: list again
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
+
+    @staticmethod
+    def _check_document(name: str, condition: QueueCondition, data: bytes) -> None:
+        """The parts of ``condition`` the queue's own document decides."""
+        queue = decode_queue(encode_name(name), data)
+        if condition is QueueCondition.ABANDONED:
+            if not queue.auto_delete:
+                raise ConditionNotMet("queue", name, "it is not auto-delete")
+            if not is_consumed(data):
+                raise ConditionNotMet("queue", name, "it never had a consumer")
+        elif condition is QueueCondition.ORPHANED and queue.owner is None:
+            raise ConditionNotMet("queue", name, "it is not exclusive")
+
+    @staticmethod
+    def _check_records(name: str, condition: QueueCondition | None, records: _QueueRecords) -> None:
+        """The parts of ``condition`` the queue's records decide."""
+        if condition in (QueueCondition.UNUSED, QueueCondition.ABANDONED) and records.consumers:
+            raise ConditionNotMet("queue", name, "it has consumers")
+        if condition is QueueCondition.ORPHANED and records.owner:
+            raise ConditionNotMet("queue", name, "its owner is alive")
+
+    def _tail_ops(
+        self,
+        namespace: str,
+        name: str,
+        path: str,
+        version: int,
+        records: _QueueRecords | None,
+        subscriptions: tuple[str, ...],
+    ) -> list[_Op]:
+        """The last transaction of a delete: the queue's records, the REMOVE records of its
+        subscriptions, and the node itself at the version listed."""
+        tail: list[_Op] = []
+        if records is not None:
+            node = self._layout.node
+            if records.owner:
+                tail.append(_Delete(node(namespace, Folder.OWNERS, owner_child(name))))
+            tail += [_Delete(node(namespace, Folder.CONSUMERS, c)) for c in records.consumers]
+            tail += [_Delete(node(namespace, Folder.DRAINS, d)) for d in records.drains]
+            removal = encode_drain(REMOVE)
+            tail += [
+                _Create(node(namespace, Folder.DRAINS, drain_child(name, topic)), removal)
+                for topic in subscriptions
+            ]
+        tail.append(_Delete(path, version))
+        return tail
+
+    @staticmethod
+    def _own_records_deleted(
+        mirror: NamespaceMirror,
+        name: str,
+        records: _QueueRecords,
+        subscriptions: tuple[str, ...],
+    ) -> None:
+        if records.owner:
+            mirror.own_deleted(Folder.OWNERS, owner_child(name))
+        for consumer in records.consumers:
+            mirror.own_deleted(Folder.CONSUMERS, consumer)
+        for drain in records.drains:
+            mirror.own_deleted(Folder.DRAINS, drain)
+        for topic in subscriptions:
+            removal = DrainKey(name, topic, REMOVE)
+            mirror.own_created(Folder.DRAINS, drain_child(name, topic), removal)
+
+    async def _queue_records(self, namespace: str, name: str, what: str) -> _QueueRecords:
+        """List the queue's buckets in the owners, consumers and drains folders (the three
+        requests are in flight together)."""
+        child = encode_name(name)
+        replies = {
+            folder: self._submit_children(
+                self._layout.bucket(namespace, folder, bucket_for(folder, child)), what
+            )
+            for folder in (Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS)
+        }
+        listed = {folder: await self._wait(reply, what) for folder, reply in replies.items()}
+        return _QueueRecords(
+            owner=child in listed[Folder.OWNERS],
+            consumers=[c for c in listed[Folder.CONSUMERS] if queue_of_child(c) == child],
+            drains=[
+                d
+                for d in listed[Folder.DRAINS]
+                if queue_of_child(d) == child and d != child + SEPARATOR
+            ],
+        )
+
+    async def _read_data(self, path: str, what: str) -> tuple[bytes, int] | None:
+        def apply(result: Any) -> tuple[bytes, int] | None:
+            try:
+                data, stat = self._value(result, what)
+            except NoNodeError:
+                return None
+            return bytes(data or b""), int(stat.version)
+
+        return await self._ask(lambda: self._client.get_async(path), apply, what)
+
+    def _untrack(self, namespace: str, queue: str) -> None:
+        """The queue is gone: its records of this session need no claiming again."""
+        for path, record in list(self._ephemerals.items()):
+            if record.namespace == namespace and record.queue == queue:
+                del self._ephemerals[path]
 
     async def _list_refs(
         self, namespace: str, folder: Folder, child: str, path: str, what: str
@@ -863,9 +1589,13 @@ class ZooKeeperMetadataStore:
         transaction = self._client.transaction()
         for op in ops:
             if isinstance(op, _Create):
-                transaction.create(op.path, op.data)
-            else:
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif isinstance(op, _Delete):
                 transaction.delete(op.path, op.version)
+            elif isinstance(op, _SetData):
+                transaction.set_data(op.path, op.data, op.version)
+            else:
+                transaction.check(op.path, op.version)
 
         def apply(result: Any) -> tuple[int, Exception] | None:
             results = self._value(result, what)
@@ -1008,10 +1738,14 @@ class ZooKeeperMetadataStore:
             )
             for namespace in self._namespaces.values():
                 self._resync(namespace)
+            if self._session_lost:
+                self._session_lost = False
+                self._claim_again()
             return
         # SUSPENDED or LOST: answers to reads issued so far may never come; forget them.
         self._epoch += 1
         if state == KazooState.LOST:
+            self._session_lost = True
             # After SUSPENDED too: the session (and anything ephemeral of it) is gone.
             log.warning(
                 "metadata: ZooKeeper session lost (expired); metadata changes are refused and "

@@ -27,18 +27,23 @@ class Fleet(Protocol):
 
 
 class MemoryFleet:
-    """Every replica is the one shared memory store (how the memory backend models a fleet)."""
+    """Every replica is a session of its own on one shared memory state (how the memory
+    store models a fleet): they see the same views, and closing one ends its session."""
 
     kind = "memory"
 
     def __init__(self) -> None:
         self.store = MemoryMetadataStore()
+        self.stores: list[MemoryMetadataStore] = []
 
     async def replica(self) -> MetadataStore:
-        return self.store
+        store = self.store.replica() if self.stores else self.store
+        self.stores.append(store)
+        return store
 
     async def aclose(self) -> None:
-        await self.store.aclose()
+        for store in [self.store, *self.stores]:
+            await store.aclose()
 
 
 class ZooKeeperFleet:

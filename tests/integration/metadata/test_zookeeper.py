@@ -19,7 +19,7 @@ import trio
 from kazoo.client import KazooClient
 
 from gateway.amqp.fieldtable import Field
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.store import MetadataUnavailable, QueueCondition
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from tests.integration.metadata.conftest import DEADLINE, ZooKeeperFleet, wait_for
@@ -65,7 +65,16 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
     root = f"{zk_fleet.prefix}/vhosts/{namespace.replace('/', '%2F')}"
     data, _ = raw.get(root)
     assert json.loads(data) == {"v": 1, "buckets": 256}
-    assert sorted(raw.get_children(root)) == ["bindings", "exchanges", "queues", "topic-keys"]
+    assert sorted(raw.get_children(root)) == [
+        "bindings",
+        "consumers",
+        "drains",
+        "exchanges",
+        "leader",
+        "owners",
+        "queues",
+        "topic-keys",
+    ]
 
     queue_path = f"{root}/queues/{_bucket('a%2Fb')}/a%2Fb"
     data, _stat = raw.get(queue_path)
@@ -313,3 +322,37 @@ async def test_dangling_refs_are_repaired(
     assert raw.exists(queue_node) is None
     assert raw.get_children(exchange_node) == []
     assert store.view(namespace).bindings == frozenset()
+
+
+async def test_a_new_session_claims_its_records_again_unless_their_queue_went(
+    zk_fleet: ZooKeeperFleet,
+    proxy: TcpProxy,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a's session expires while a lives on (ZooKeeper was out of reach for longer than the
+    # session timeout): its owner and consumer records went with the session. Once back, a
+    # claims them again, except for the queue the leader deleted meanwhile.
+    a = await zk_fleet.replica(hosts=proxy.address, session_timeout=4)
+    b = await zk_fleet.replica()
+    await a.open(namespace)
+    await b.open(namespace)
+    await a.create_queue(namespace, Queue("kept", exclusive=True, owner="conn-1"))
+    await a.create_queue(namespace, Queue("reaped", exclusive=True, owner="conn-1"))
+    await a.create_queue(namespace, Queue("work"))
+    await a.add_consumer(namespace, "work", exclusive=False)
+    await wait_for(b, namespace, lambda v: v.owned == {"kept", "reaped"} and bool(v.consumers))
+
+    proxy.cut()
+    with trio.fail_after(60):
+        await wait_for(b, namespace, lambda v: not v.owned and not v.consumers, timeout=60)
+    assert await b.delete_queue(namespace, "reaped", condition=QueueCondition.ORPHANED)
+
+    with caplog.at_level(logging.INFO, logger="gateway.metadata.zookeeper"):
+        proxy.restore()
+        view = await wait_for(
+            b, namespace, lambda v: v.owned == {"kept"} and v.consumers == {"work": 1}
+        )
+    assert "reaped" not in view.queues
+    await wait_for(a, namespace, lambda v: "reaped" not in v.queues and v.owned == {"kept"})
+    assert any("claiming 3 owner and consumer" in r.getMessage() for r in caplog.records)

@@ -13,6 +13,7 @@ from gateway.metadata.paths import (
     Folder,
     Layout,
     ParsedBinding,
+    bucket_for,
     bucket_of,
     decode_binding_id,
     decode_name,
@@ -131,7 +132,17 @@ def test_layout() -> None:
         "/a/b/vhosts/t%2Fn/queues",
         "/a/b/vhosts/t%2Fn/bindings",
         "/a/b/vhosts/t%2Fn/topic-keys",
+        "/a/b/vhosts/t%2Fn/owners",
+        "/a/b/vhosts/t%2Fn/consumers",
+        "/a/b/vhosts/t%2Fn/drains",
+        "/a/b/vhosts/t%2Fn/leader",
     ]
+    # Records about a queue share the queue's bucket, whatever follows its name.
+    for folder in (Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS):
+        assert layout.node("t/n", folder, "q,anything") == (
+            f"/starlight-rabbitmq/vhosts/t%2Fn/{folder.value}/{bucket_of('q')}/q,anything"
+        )
+    assert bucket_for(Folder.BINDINGS, "q,x,k") == bucket_of("q,x,k")
     for prefix in ("", "relative", "/trailing/", "/a//b"):
         with pytest.raises(ValueError):
             Layout(prefix)
