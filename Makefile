@@ -25,6 +25,19 @@ stack-down:
 stack-status:
 	python3 scripts/stack.py status
 
+# The secured profile: a second, independent Pulsar (TLS only, token + TLS authentication,
+# authorization) on its own ports; see docs/local-stack.md. The default stack is not touched.
+.PHONY: stack-up-secured stack-down-secured stack-status-secured
+
+stack-up-secured:
+	python3 scripts/stack.py up --profile secured
+
+stack-down-secured:
+	python3 scripts/stack.py down --profile secured
+
+stack-status-secured:
+	python3 scripts/stack.py status --profile secured
+
 run: install stack-up
 	$(VENV)/bin/starlight-rabbitmq -c $(CONFIG)
 

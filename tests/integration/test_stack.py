@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import jwt
 import pulsar
 import pytest
 from kazoo.client import KazooClient
 
-from tests.conftest import StackEndpoints
+from tests.conftest import StackEndpoints, _load_stack_module
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +99,56 @@ def test_zookeeper_create_read_delete(pulsar_stack: StackEndpoints) -> None:
             zk.delete(path, recursive=True)
         zk.stop()
         zk.close()
+
+
+# --- profiles (no JVM needed: what stack.py computes and generates) ---------------------------
+
+
+def test_profiles_never_share_a_port() -> None:
+    stack = _load_stack_module()
+    default, secured = set(stack.DEFAULT.ports), set(stack.SECURED.ports)
+    assert len(default) == len(secured) == 4
+    assert not default & secured
+    assert stack.SECURED.broker_url == "pulsar+ssl://127.0.0.1:6661"
+    assert stack.SECURED.web_url == "https://127.0.0.1:8453"
+    assert stack.DEFAULT.endpoints == stack.ENDPOINTS
+
+
+def test_the_secured_folder_follows_stack_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stack = _load_stack_module()
+    monkeypatch.setenv("STACK_DIR", str(tmp_path))
+    monkeypatch.delenv("STACK_SECURED_DIR", raising=False)
+    assert stack.SECURED.state_dir() == tmp_path / "secured"
+    assert stack.DEFAULT.state_dir() == tmp_path
+    monkeypatch.setenv("STACK_SECURED_DIR", str(tmp_path / "elsewhere"))
+    assert stack.SECURED.state_dir() == tmp_path / "elsewhere"
+
+
+def test_minted_tokens_are_standard_hs256_jwts() -> None:
+    stack = _load_stack_module()
+    secret = bytes(range(32))
+    token = stack.mint_token("gateway", secret)
+    assert jwt.decode(token, secret, algorithms=["HS256"]) == {"sub": "gateway"}
+    assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(token, bytes(32), algorithms=["HS256"])
+
+
+def test_secured_keys_do_not_repeat_template_keys(tmp_path: Path) -> None:
+    """The bookie reads the same file with commons-configuration, where a repeated key becomes
+    a list: the appended secured section must only add keys."""
+    stack = _load_stack_module()
+    files = stack._CredentialFiles(tmp_path)
+    section = stack._secured_config(stack.SECURED, files)
+
+    def keys(text: str) -> list[str]:
+        lines = [line.strip() for line in text.splitlines()]
+        return [line.split("=", 1)[0] for line in lines if line and not line.startswith("#")]
+
+    added = keys(section)
+    assert len(added) == len(set(added))
+    assert not set(added) & set(keys(stack.CONF_TEMPLATE.read_text()))
+    assert "authenticationEnabled" in added and "authorizationEnabled" in added
+    assert f"superUserRoles={','.join(stack.SUPERUSER_ROLES)}" in section

@@ -1,0 +1,170 @@
+"""The start-up checks' pure parts: the hand-written CONNECT, the broker's answers (captured
+from Pulsar 4.0.8), URL parsing, and the one-line messages. No network: the admin client runs
+on httpx.MockTransport."""
+
+from __future__ import annotations
+
+import ssl
+
+import httpx
+import pytest
+import trio
+
+from gateway.pulsar.access_check import (
+    BrokerAccessError,
+    _tls_failure,
+    check_admin,
+    first_broker,
+)
+from gateway.pulsar.admin import PulsarAdmin, tls_verification_failure
+from gateway.pulsar.connect_probe import ConnectAnswer, connect_frame, parse_answer
+from gateway.pulsar.credentials import BrokerAccess, Credentials
+from gateway.pulsar.errors import Unavailable
+from gateway.pulsar.retry import RetryPolicy
+
+# What a Pulsar 4.0.8 broker answered to connect_frame("token", <good / bad token>).
+CONNECTED = bytes.fromhex(
+    "0000002b0000002708031a230a1250756c73617220536572766572342e302e381015188080c0022206200128013001"
+)
+AUTH_ERROR = bytes.fromhex(
+    "0000002d00000029080e722508ffffffffffffffffff0110031a164661696c656420746f2061757468656e"
+    "746963617465"
+)
+ACCESS = BrokerAccess(
+    "pulsar+ssl://broker:6651",
+    "https://broker:8443",
+    auth_kind="token",
+    trust_certs_file="/etc/ca.pem",
+)
+
+
+def test_connect_frame() -> None:
+    frame = connect_frame("token", b"jwt")
+    total, command = int.from_bytes(frame[:4], "big"), int.from_bytes(frame[4:8], "big")
+    assert (total, command) == (len(frame) - 4, len(frame) - 8)
+    assert frame[8:10] == b"\x08\x02"  # BaseCommand.type = CONNECT
+    assert b"\x1a\x03jwt" in frame  # auth_data
+    assert b"\x2a\x05token" in frame  # auth_method_name
+    anonymous = connect_frame(None, b"")
+    assert b"token" not in anonymous and b"\x1a" not in anonymous[10:]
+
+
+def test_broker_answers() -> None:
+    assert parse_answer(CONNECTED[4:]) == ConnectAnswer(connected=True)
+    assert parse_answer(AUTH_ERROR[4:]) == ConnectAnswer(
+        connected=False, error="AuthenticationError", message="Failed to authenticate"
+    )
+    with pytest.raises(ValueError, match="unexpected answer"):
+        parse_answer(bytes.fromhex("00000002") + b"\x08\x13")  # PING
+    with pytest.raises(ValueError):
+        parse_answer(CONNECTED[4:-3])  # truncated
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("pulsar://b:6650", ("b", 6650)),
+        ("pulsar+ssl://b1:7000,b2:7000", ("b1", 7000)),
+        ("pulsar+ssl://b", ("b", 6651)),
+        ("pulsar://b", ("b", 6650)),
+        ("pulsar+ssl://[::1]:6651", ("::1", 6651)),
+    ],
+)
+def test_first_broker(url: str, expected: tuple[str, int]) -> None:
+    assert first_broker(url) == expected
+
+
+def verification_error(code: int, message: str) -> ssl.SSLCertVerificationError:
+    error = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] {message}")
+    error.verify_code = code
+    error.verify_message = message
+    error.reason = "CERTIFICATE_VERIFY_FAILED"
+    return error
+
+
+def test_tls_failure_messages() -> None:
+    url = ACCESS.web_url
+    untrusted = verification_error(20, "unable to get local issuer certificate")
+    assert _tls_failure(ACCESS, Credentials(token="t"), url, untrusted) == (
+        f"the TLS handshake with Pulsar at {url} failed (unable to get local issuer "
+        "certificate): check brokerClientTrustCertsFilePath (the CA that signed the broker's "
+        "certificate)"
+    )
+    no_trust = BrokerAccess(ACCESS.service_url, url)
+    assert _tls_failure(no_trust, Credentials(), url, untrusted).endswith(
+        "set brokerClientTrustCertsFilePath to the CA that signed the broker's certificate"
+    )
+    mismatch = verification_error(62, "Hostname mismatch, certificate is not valid for 'b'.")
+    assert _tls_failure(ACCESS, Credentials(), url, mismatch) == (
+        f"the TLS handshake with Pulsar at {url} failed (Hostname mismatch, certificate is not "
+        "valid for 'b'): the broker's certificate is not issued for that host name: use a name "
+        "it lists, or set tlsHostnameVerificationEnabled=false"
+    )
+    alert = ssl.SSLError(1, "[SSL: SSLV3_ALERT_CERTIFICATE_UNKNOWN] sslv3 alert")
+    alert.reason = "SSLV3_ALERT_CERTIFICATE_UNKNOWN"
+    assert _tls_failure(ACCESS, Credentials(cert_file="c", key_file="k"), url, alert) == (
+        f"Pulsar refused the gateway's client certificate in the TLS handshake at {url} "
+        "(certificate unknown): check the client certificate in "
+        "brokerClientAuthenticationParameters (is it signed by a CA the broker trusts, its "
+        "tlsTrustCertsFilePath?)"
+    )
+    wrong_port = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    wrong_port.reason = "WRONG_VERSION_NUMBER"
+    assert _tls_failure(ACCESS, Credentials(), url, wrong_port) == (
+        f"the TLS handshake with Pulsar at {url} failed (wrong version number): is that port a "
+        "TLS port?"
+    )
+
+
+def admin(handler: httpx.MockTransport) -> PulsarAdmin:
+    policy = RetryPolicy(retries=3, timeout=1.0, base_delay=0.1, jitter=0.0)
+    return PulsarAdmin(ACCESS.web_url, auth_token="t", policy=policy, transport=handler)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_refused_credentials(status: int) -> None:
+    reply = httpx.MockTransport(lambda request: httpx.Response(status, text="<html>no</html>"))
+    async with admin(reply) as client:
+        with pytest.raises(BrokerAccessError) as refused:
+            await check_admin(client, ACCESS, Credentials(token="t"))
+    assert str(refused.value) == (
+        f"Pulsar refused the gateway's credentials (HTTP {status}) at {ACCESS.web_url}: "
+        "check brokerClientAuthenticationParameters"
+    )
+
+
+async def test_a_certificate_that_fails_verification_is_not_retried(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    asked: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        cause = verification_error(20, "unable to get local issuer certificate")
+        raise httpx.ConnectError("handshake failed", request=request) from cause
+
+    async with admin(httpx.MockTransport(handler)) as client:
+        with pytest.raises(Unavailable) as failed:
+            await client.request("GET", "/admin/v2/clusters")
+        assert len(asked) == 1
+        assert tls_verification_failure(failed.value) is not None
+        with pytest.raises(BrokerAccessError, match="unable to get local issuer certificate"):
+            await check_admin(client, ACCESS, Credentials(token="t"))
+
+
+async def test_other_connection_errors_are_retried_and_reported(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    asked: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        raise httpx.ConnectError("connection refused", request=request)
+
+    async with admin(httpx.MockTransport(handler)) as client:
+        with pytest.raises(BrokerAccessError) as failed:
+            await check_admin(client, ACCESS, Credentials(token="t"))
+    assert len(asked) == 4
+    assert str(failed.value).startswith(
+        f"cannot reach the Pulsar admin API at {ACCESS.web_url}: GET /admin/v2/clusters: "
+    )
