@@ -351,6 +351,8 @@ def _host_of(address: str) -> str:
 def _tls_failure(error: BaseException) -> str:
     """The OpenSSL reason behind a failed handshake, in words, on one line."""
     cause = error.__cause__ or error.__context__
+    if isinstance(cause, (ssl.SSLEOFError, EOFError)) or cause is None:
+        return "client closed the connection during the handshake"
     if isinstance(cause, ssl.SSLCertVerificationError):
         return f"client certificate not trusted ({cause.verify_message})"
     if isinstance(cause, ssl.SSLError) and cause.reason:
@@ -358,7 +360,5 @@ def _tls_failure(error: BaseException) -> str:
         if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
             return f"not a TLS client hello ({reason.lower()}: plaintext on a TLS port?)"
         return reason.lower().replace("_", " ")
-    if isinstance(cause, (ssl.SSLEOFError, EOFError)) or cause is None:
-        return "client closed the connection during the handshake"
     text = str(cause) or type(cause).__name__
     return " ".join(text.split())

@@ -206,3 +206,14 @@ async def test_the_delay_never_outlasts_the_handshake_deadline(
 ) -> None:
     throttle = FailureThrottle(free_failures=0, first_delay=60.0, max_delay=60.0)
     assert await refusal_time(server_context, pki, throttle, "10.0.0.3:1") < 10
+
+
+async def test_a_client_that_hangs_up_before_the_tls_handshake(
+    server_context: ssl.SSLContext, autojump_clock: trio.abc.Clock
+) -> None:
+    # A load balancer's TCP health check, for instance: one quiet line, no traceback.
+    async with served(server_context, None) as (client, connection):
+        await client.aclose()
+    assert connection.close_reason == (
+        "TLS handshake failed: client closed the connection during the handshake"
+    )
