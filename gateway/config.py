@@ -565,8 +565,9 @@ class GatewayConfig:
         metadata=_key(
             Kind.BOOL,
             "false",
-            """Accept a client certificate that cannot be verified with the trusted CAs: the
-            connection is allowed, but the certificate is not used for authentication.""",
+            """Let clients connect whatever client certificate they hold: none is requested,
+            so none is used for authentication (EXTERNAL is refused). Python's TLS cannot ask
+            for a certificate and then accept one it cannot verify.""",
             _TLS,
         )
     )
