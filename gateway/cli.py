@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import trio
 
 from gateway import __version__
 from gateway.app import load_every_vhost, open_gateway, server_settings
+from gateway.auth.authorization import open_authorization
 from gateway.auth.factory import authenticator_for
 from gateway.auth.tls_context import build_server_context
+from gateway.backend.interface import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.metadata.store import MetadataUnavailable
+from gateway.model.vhost import VhostMapper
 from gateway.server.listeners import bind_tcp, reuse_port_supported
 from gateway.server.server import GatewayServer, StartupError
 from gateway.server.workers import Supervisor, WorkerLink, worker_command
@@ -115,10 +120,11 @@ async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: 
     authenticator = authenticator_for(config)
     if settings.tls is not None:
         build_server_context(settings.tls)
-    async with open_gateway(config) as runtime:
-        server = GatewayServer(
-            settings, authenticator, runtime.backend, reuse_port=link is not None
-        )
+    async with open_gateway(config) as runtime, contextlib.AsyncExitStack() as stack:
+        backend: Backend = runtime.backend
+        if config.authorizationEnabled:
+            backend = await stack.enter_async_context(_authorization(config, backend))
+        server = GatewayServer(settings, authenticator, backend, reuse_port=link is not None)
         # Bind before loading, so that a taken port is a one-line error at once, not after
         # a long load; connections are refused until serve() listens.
         await server.bind()
@@ -132,6 +138,27 @@ async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: 
                     await link.ready()
         finally:
             server.close_sockets()
+
+
+@contextlib.asynccontextmanager
+async def _authorization(config: GatewayConfig, backend: Backend) -> AsyncIterator[Backend]:
+    """``backend`` behind the permissions in ZooKeeper, loaded before the first client is
+    accepted (docs/authorization.md)."""
+    try:
+        async with open_authorization(
+            backend,
+            zookeeper=config.configurationStoreServers,
+            session_timeout=config.zookeeper_session_timeout,
+            superusers=config.superUserRoles,
+            mapper=VhostMapper(
+                config.amqpDefaultTenant,
+                config.amqpDefaultNamespace,
+                config.amqpMapShortVhostToTenant,
+            ),
+        ) as authorized:
+            yield authorized
+    except MetadataUnavailable as error:
+        raise StartupError(f"cannot load the permissions: {error}") from None
 
 
 async def _stop_on_signals(stopper: _Stopper) -> None:
@@ -179,7 +206,13 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["permissions"]:
+        # `starlight-rabbitmq permissions set|clear|list`: its own parser and exit codes.
+        from gateway.auth.permissions_cli import run_permissions_command
+
+        return run_permissions_command(arguments[1:])
+    args = parse_args(arguments)
     if args.worker_index is not None:
         role = f"worker-{args.worker_index}[%(process)d] "
     elif args.workers > 1:
