@@ -25,7 +25,7 @@ from gateway.config import GatewayConfig, config_from_text
 from gateway.server.connection import ClientConnection
 from gateway.server.settings import ListenAddress
 from tests.support.gateway_thread import GatewayInThread
-from tests.unit.auth.pki import Pki, TokenKeys, make_pki, token_keys
+from tests.support.pki import Pki, TokenKeys, make_pki, token_keys
 
 BASE = (
     "brokerServiceURL=pulsar://127.0.0.1:6650\n"

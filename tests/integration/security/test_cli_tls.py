@@ -18,7 +18,7 @@ import pika.exceptions
 import pytest
 
 from tests.integration.test_cli import COMMAND, REPO, free_port, run, wait_for_port, write_config
-from tests.unit.auth.pki import Pki, make_pki, token_keys
+from tests.support.pki import Pki, make_pki, token_keys
 
 
 def secured_config(tmp_path: Path, pki: Pki, tls_port: int, plain_port: int) -> Path:

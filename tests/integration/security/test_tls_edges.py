@@ -32,7 +32,7 @@ from tests.integration.security.secured import (
     wait_closed_line,
     wait_until,
 )
-from tests.unit.auth.pki import make_pki, token_keys
+from tests.support.pki import make_pki, token_keys
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 

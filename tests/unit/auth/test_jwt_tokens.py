@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gateway.auth.jwt_tokens import TokenRejected, TokenValidator
 from gateway.auth.token_keys import ValidationKey, load_public_key, load_secret_key
-from tests.unit.auth.pki import PrivateKey, token_keys
+from tests.support.pki import PrivateKey, token_keys
 
 
 def data_url(raw: bytes) -> str:

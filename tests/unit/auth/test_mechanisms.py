@@ -22,7 +22,7 @@ from gateway.auth.tls_config import client_certificates_for, tls_settings_for
 from gateway.auth.tls_context import ClientCertificates
 from gateway.auth.token_keys import load_secret_key
 from gateway.config import ConfigError, GatewayConfig, config_from_text
-from tests.unit.auth.pki import token_keys
+from tests.support.pki import token_keys
 
 PEER = PeerIdentity("10.0.0.1:5000")
 SECRET_URL = "data:;base64," + base64.b64encode(token_keys().secret).decode()

@@ -22,8 +22,8 @@ from gateway.auth.tls_context import ClientCertificates, TlsSettings, build_serv
 from gateway.backend.unsupported import UnsupportedBackend
 from gateway.server.connection import ClientConnection
 from gateway.server.settings import ServerSettings
+from tests.support.pki import Pki, make_pki
 from tests.support.scripted_client import PROTOCOL_HEADER, ScriptedClient, commands
-from tests.unit.auth.pki import Pki, make_pki
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from gateway.auth.tls_context import ClientCertificates, TlsSettings, build_server_context
 from gateway.auth.tls_identity import common_name
 from gateway.config import ConfigError
-from tests.unit.auth.pki import Pki, make_pki
+from tests.support.pki import Pki, make_pki
 from tests.unit.auth.tls_pair import handshake
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.auth.tls_context import TlsSettings
 from gateway.auth.tls_reload import ReloadingContext
-from tests.unit.auth.pki import Pki, make_pki
+from tests.support.pki import Pki, make_pki
 from tests.unit.auth.tls_pair import handshake
 
 

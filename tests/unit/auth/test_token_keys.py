@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from gateway.auth.token_keys import load_public_key, load_secret_key
 from gateway.config import ConfigError
-from tests.unit.auth.pki import token_keys
+from tests.support.pki import token_keys
 
 
 def data_url(raw: bytes) -> str:
