@@ -164,7 +164,8 @@ class Profile:
     zookeeper_port: int
     bookie_port: int
     tls: bool
-    jvm_memory: tuple[str, ...] = field(default=tuple(JVM_MEMORY))
+    # Memory limits and other JVM options of this profile (STACK_JVM_OPTS comes after them).
+    jvm_options: tuple[str, ...] = field(default=tuple(JVM_MEMORY))
 
     @property
     def broker_url(self) -> str:
@@ -203,7 +204,9 @@ class Profile:
 
 
 DEFAULT = Profile("default", BROKER_PORT, WEB_PORT, ZOOKEEPER_PORT, BOOKIE_PORT, tls=False)
-# Smaller than the default's: it only serves the secured tests, beside the default stack.
+# It only serves the secured tests, beside the default stack: less memory, and the C1 compiler
+# only (-XX:TieredStopAtLevel=1), which halves the JVM's start (measured 5.6-6.3 s instead of
+# 10.6-12.7 s to healthy) at the cost of peak throughput that functional tests never need.
 SECURED = Profile(
     "secured",
     SECURED_BROKER_TLS_PORT,
@@ -211,11 +214,12 @@ SECURED = Profile(
     SECURED_ZOOKEEPER_PORT,
     SECURED_BOOKIE_PORT,
     tls=True,
-    jvm_memory=(
+    jvm_options=(
         "-Xms128m",
         "-Xmx512m",
         "-XX:MaxDirectMemorySize=256m",
         "-XX:+ExitOnOutOfMemoryError",
+        "-XX:TieredStopAtLevel=1",
     ),
 )
 PROFILES = {profile.name: profile for profile in (DEFAULT, SECURED)}
@@ -856,7 +860,7 @@ def _write_config(state: Path, classpath: list[str], profile: Profile) -> tuple[
     conf_file.write_text(config)
 
     jvm_args = [
-        *profile.jvm_memory,
+        *profile.jvm_options,
         *JVM_FLAGS,
         *os.environ.get("STACK_JVM_OPTS", "").split(),
         f"-Dlog4j.configurationFile={LOG4J2_CONFIG}",
@@ -972,13 +976,13 @@ def _stop(state: Path, record: _Record) -> None:
     _pid_file(state).unlink(missing_ok=True)
 
 
-def _wipe_data(state: Path) -> None:
+def _wipe_data(state: Path, profile: Profile) -> None:
     # ZooKeeper and bookie data go together: a bookie whose cookie is not in ZooKeeper refuses
     # to start.
     for folder in (state / "data", state / "tmp"):
         if folder.exists():
             shutil.rmtree(folder)
-    _say(f"wiped {state / 'data'}")
+    _say_for(profile, f"wiped {state / 'data'}")
 
 
 # --- public API ------------------------------------------------------------------------------
@@ -1029,7 +1033,7 @@ def ensure_up(fresh: bool = False, profile: Profile = DEFAULT) -> bool:
             say(f"already up (pid {record.pid}; checked in {time.monotonic() - started:.2f} s)")
             return False
         if fresh:
-            _wipe_data(state)
+            _wipe_data(state, profile)
         _check_ports_free(profile)
         classpath = _classpath(state)
         if profile.tls:

@@ -29,16 +29,22 @@ def secured_pulsar(request: pytest.FixtureRequest) -> Iterator[SecuredStack]:
     began = time.monotonic()
     started_here: bool = stack.ensure_up(profile=stack.SECURED)
     if started_here:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(
-                f"secured Pulsar profile started in {time.monotonic() - began:.1f} s"
-            )
+        _report(request, f"secured Pulsar profile started in {time.monotonic() - began:.1f} s")
     try:
         yield SecuredStack.from_info(stack.secured_info())
     finally:
         if started_here:
             stack.down(profile=stack.SECURED)
+
+
+def _report(request: pytest.FixtureRequest, line: str) -> None:
+    """A line in the session's output (output capture is suspended, or it would be hidden)."""
+    manager = request.config.pluginmanager
+    reporter, capture = manager.get_plugin("terminalreporter"), manager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="module")
