@@ -16,9 +16,8 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.conftest import _load_stack_module
-from tests.integration.secured_pulsar.support import SecuredStack
+from tests.integration.secured_pulsar.support import SecuredStack, forget_metadata
 
 TENANT = "public"
 
@@ -58,9 +57,4 @@ def secured_namespace(secured_pulsar: SecuredStack) -> Iterator[str]:
             yield name
         finally:
             admin.delete(f"/admin/v2/namespaces/{TENANT}/{name}", params={"force": "true"})
-            trio.run(_forget_metadata, secured_pulsar.zookeeper, f"{TENANT}/{name}")
-
-
-async def _forget_metadata(zookeeper: str, namespace: str) -> None:
-    async with ZooKeeperMetadataStore(zookeeper) as store:
-        await store.delete_namespace(namespace)
+            trio.run(forget_metadata, secured_pulsar.zookeeper, f"{TENANT}/{name}")

@@ -7,14 +7,18 @@ credentials and trusted the profile's CA.
 
 from __future__ import annotations
 
+import uuid
+
 import pika
 import pytest
+import trio
 
 from gateway.config import GatewayConfig
 from tests.integration.secured_pulsar.support import (
     TLS_PLUGIN,
     SecuredStack,
     confirmed_round_trip,
+    forget_metadata,
     forwarded,
     gateway_config,
     token_settings,
@@ -117,3 +121,25 @@ def test_a_role_without_permissions_is_refused_by_pulsar(
     assert "530" in str(refused.value)
     assert "NOT_ALLOWED" in str(refused.value)
     assert "Unauthorized" in str(refused.value)  # Pulsar's reason is passed on
+
+
+def test_a_tenant_admin_role_is_enough(secured_pulsar: SecuredStack) -> None:
+    """The least the gateway's role needs: to be an admin of the tenant its vhosts map to (the
+    gateway reads namespace policies and manages subscriptions), not a superuser."""
+    tenant = f"t-admin-{uuid.uuid4().hex[:8]}"
+    with secured_pulsar.admin_http() as admin:
+        admin.put(
+            f"/admin/v2/tenants/{tenant}",
+            json={"adminRoles": [secured_pulsar.user_role], "allowedClusters": ["standalone"]},
+        ).raise_for_status()
+        admin.put(f"/admin/v2/namespaces/{tenant}/vhost").raise_for_status()
+        try:
+            settings = token_settings(secured_pulsar, f"token:{secured_pulsar.user_token}")
+            config = gateway_config(
+                secured_pulsar, "vhost", settings + f"amqpDefaultTenant={tenant}\n"
+            )
+            assert run_round_trip(config) == EXPECTED
+        finally:
+            admin.delete(f"/admin/v2/namespaces/{tenant}/vhost", params={"force": "true"})
+            admin.delete(f"/admin/v2/tenants/{tenant}")
+            trio.run(forget_metadata, secured_pulsar.zookeeper, f"{tenant}/vhost")
