@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass, replace
 
 import trio
 from kazoo.client import KazooClient
@@ -25,12 +25,14 @@ from gateway.pulsar.access_check import BrokerAccessError, check_admin, check_bi
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
 from gateway.pulsar.credentials import (
+    TRUST_STORE_KEY,
     BrokerAccess,
     Credentials,
     CredentialsError,
     admin_client,
     client_options,
     load_credentials,
+    trust_store_as_pem_file,
 )
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
@@ -85,17 +87,21 @@ def broker_access(config: GatewayConfig) -> BrokerAccess:
 
 
 def _broker_clients_settings(
-    config: GatewayConfig,
+    config: GatewayConfig, files: ExitStack
 ) -> tuple[BrokerAccess, Credentials, ClientOptions]:
-    """What open_gateway builds its Pulsar clients from; StartupError if it is unusable."""
-    if config.brokerClientTlsEnabledWithKeyStore:
-        raise StartupError(
-            "brokerClientTlsEnabledWithKeyStore=true is not supported by the gateway yet: "
-            "convert the trust store to PEM (openssl pkcs12 -in store.p12 -nokeys -out ca.pem) "
-            "and set brokerClientTrustCertsFilePath"
-        )
+    """What open_gateway builds its Pulsar clients from; StartupError if it is unusable.
+
+    A PKCS#12 trust store becomes a PEM file that ``files`` removes on exit.
+    """
     access = broker_access(config)
     try:
+        if config.brokerClientTlsEnabledWithKeyStore:
+            pem = files.enter_context(
+                trust_store_as_pem_file(
+                    config.brokerClientTlsTrustStore, config.brokerClientTlsTrustStorePassword
+                )
+            )
+            access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
         credentials = load_credentials(access)
         options = client_options(access, credentials)
     except CredentialsError as error:
@@ -147,9 +153,14 @@ async def open_gateway(
 
     ``store`` replaces the ZooKeeper metadata store (tests use the in-memory one).
     """
-    access, credentials, options = _broker_clients_settings(config)
-    admin = admin_client(access, credentials)  # opens no connection: nothing to close if the
-    client = await PulsarClient.create(options)  # client cannot be built
+    files = ExitStack()
+    try:
+        access, credentials, options = _broker_clients_settings(config, files)
+        admin = admin_client(access, credentials)  # opens no connection: nothing to close if
+        client = await PulsarClient.create(options)  # the client cannot be built
+    except BaseException:
+        files.close()
+        raise
     if store is None:
         store = ZooKeeperMetadataStore(
             config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
@@ -180,6 +191,7 @@ async def open_gateway(
             await store.aclose()
             await admin.aclose()
             await client.aclose()
+        files.close()
 
 
 @asynccontextmanager

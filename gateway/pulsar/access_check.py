@@ -67,7 +67,7 @@ def _verification_hint(access: BrokerAccess, error: ssl.SSLCertVerificationError
             "or set tlsHostnameVerificationEnabled=false"
         )
     if access.trust_certs_file:
-        return f"check {TRUST_KEY} (the CA that signed the broker's certificate)"
+        return f"check {access.trust_key} (the CA that signed the broker's certificate)"
     return f"set {TRUST_KEY} to the CA that signed the broker's certificate"
 
 

@@ -21,7 +21,11 @@ I/O thread to do that, which is not worth the risk for a start-up-time setting).
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -56,6 +60,9 @@ class BrokerAccess:
     # amqpBrokerClientAuthenticationParameters overrides brokerClientAuthenticationParameters.
     params_key: str = PARAMETERS_KEY
     trust_certs_file: str = ""
+    # The configuration key trust_certs_file came from (a PEM file made from a PKCS#12 trust
+    # store stands for brokerClientTlsTrustStore).
+    trust_key: str = TRUST_KEY
     verify_hostname: bool = False
     # Accept a broker certificate that cannot be verified (tlsAllowInsecureConnection).
     allow_insecure: bool = False
@@ -213,6 +220,49 @@ def _ssl_reason(error: BaseException) -> str:
     return str(error)
 
 
+# ------------------------------------------------------------------------------ trust stores
+
+TRUST_STORE_KEY = "brokerClientTlsTrustStore"
+
+
+def trust_store_pem(path: str, password: str) -> bytes:
+    """The CA certificates of a PKCS#12 trust store (``keytool -storetype PKCS12`` makes them
+    too), as PEM: the form both clients read (brokerClientTlsEnabledWithKeyStore)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise CredentialsError(f"cannot read {TRUST_STORE_KEY} {path}: {error.strerror}") from None
+    try:
+        store = pkcs12.load_pkcs12(data, password.encode() if password else None)
+    except ValueError:
+        raise CredentialsError(
+            f"cannot open {TRUST_STORE_KEY} {path}: not a PKCS#12 file, or "
+            "brokerClientTlsTrustStorePassword is wrong"
+        ) from None
+    certificates = [store.cert] if store.cert is not None else []
+    certificates += store.additional_certs
+    if not certificates:
+        raise CredentialsError(f"{TRUST_STORE_KEY} {path} holds no certificates")
+    return b"".join(entry.certificate.public_bytes(Encoding.PEM) for entry in certificates)
+
+
+@contextmanager
+def trust_store_as_pem_file(path: str, password: str) -> Iterator[str]:
+    """A private PEM file with the trust store's CAs, for the life of the block: pulsar-client
+    reads its trust file at every new connection, so the file must outlive start-up."""
+    pem = trust_store_pem(path, password)
+    descriptor, name = tempfile.mkstemp(prefix="starlight-broker-trust-", suffix=".pem")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(pem)
+        yield name
+    finally:
+        with suppress(OSError):
+            os.unlink(name)
+
+
 # ------------------------------------------------------------------------------ the clients
 
 
@@ -221,13 +271,13 @@ def trust_file(access: BrokerAccess) -> str:
     FilePath it is certifi's bundle, which pulsar-client falls back to (and httpx too)."""
     if not access.trust_certs_file:
         return certifi.where()
-    path = _path_from(access.trust_certs_file, TRUST_KEY)
+    path = _path_from(access.trust_certs_file, access.trust_key)
     if access.binary_tls or access.web_tls:
         try:
             ssl.create_default_context(cafile=path)
         except (OSError, ssl.SSLError) as error:
             raise CredentialsError(
-                f"cannot load {TRUST_KEY} {path}: {_ssl_reason(error)} (a PEM file of CA "
+                f"cannot load {access.trust_key} {path}: {_ssl_reason(error)} (a PEM file of CA "
                 "certificates is expected)"
             ) from None
     return path

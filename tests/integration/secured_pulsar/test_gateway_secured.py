@@ -7,7 +7,10 @@ credentials and trusted the profile's CA.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import uuid
+from pathlib import Path
 
 import pika
 import pytest
@@ -143,3 +146,30 @@ def test_a_tenant_admin_role_is_enough(secured_pulsar: SecuredStack) -> None:
             admin.delete(f"/admin/v2/namespaces/{tenant}/vhost", params={"force": "true"})
             admin.delete(f"/admin/v2/tenants/{tenant}")
             trio.run(forget_metadata, secured_pulsar.zookeeper, f"{tenant}/vhost")
+
+
+def test_a_pkcs12_trust_store(
+    secured_pulsar: SecuredStack, secured_namespace: str, tmp_path: Path
+) -> None:
+    """brokerClientTlsEnabledWithKeyStore with a trust store made by the JDK's keytool, as a
+    Java Pulsar deployment would have it."""
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        pytest.skip("keytool (JDK) is not on PATH")
+    store = tmp_path / "truststore.p12"
+    subprocess.run(
+        [keytool, "-importcert", "-noprompt", "-storetype", "PKCS12", "-keystore", str(store),
+         "-storepass", "changeit", "-alias", "pulsar-ca", "-file", secured_pulsar.ca_cert],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.superuser_token}")
+    settings = settings.replace(f"brokerClientTrustCertsFilePath={secured_pulsar.ca_cert}\n", "")
+    settings += (
+        "brokerClientTlsEnabledWithKeyStore=true\n"
+        f"brokerClientTlsTrustStore={store}\n"
+        "brokerClientTlsTrustStorePassword=changeit\n"
+    )
+    config = gateway_config(secured_pulsar, secured_namespace, settings)
+    assert run_round_trip(config) == EXPECTED

@@ -12,6 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
 from gateway.app import broker_access
@@ -28,6 +29,8 @@ from gateway.pulsar.credentials import (
     tls_files_from_params,
     token_from_params,
     trust_file,
+    trust_store_as_pem_file,
+    trust_store_pem,
 )
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJnYXRld2F5In0.c2lnbmF0dXJl"
@@ -307,3 +310,45 @@ def test_the_gateways_own_parameters_win() -> None:
     assert access.auth_params == f"token:{JWT}"
     assert access.params_key == "amqpBrokerClientAuthenticationParameters"
     assert load_credentials(access).token == JWT
+
+
+# ------------------------------------------------------------------------------ trust stores
+
+
+def test_pkcs12_trust_store_becomes_pem(tmp_path: Path) -> None:
+    ca, _ = pem_pair(tmp_path, "ca")
+    other, _ = pem_pair(tmp_path, "other-ca")
+    cas = [x509.load_pem_x509_certificate(path.read_bytes()) for path in (ca, other)]
+    store = tmp_path / "trust.p12"
+    store.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"trust", None, None, cas, serialization.BestAvailableEncryption(b"secret")
+        )
+    )
+    pem = trust_store_pem(str(store), "secret")
+    assert pem == ca.read_bytes() + other.read_bytes()
+
+    with trust_store_as_pem_file(str(store), "secret") as path:
+        assert Path(path).read_bytes() == pem
+        assert Path(path).stat().st_mode & 0o077 == 0  # private
+        context = ssl.create_default_context(cafile=path)
+        assert len(context.get_ca_certs()) == 2
+    assert not Path(path).exists()
+
+    with pytest.raises(CredentialsError) as wrong:
+        trust_store_pem(str(store), "guess")
+    assert str(wrong.value) == (
+        f"cannot open brokerClientTlsTrustStore {store}: not a PKCS#12 file, or "
+        "brokerClientTlsTrustStorePassword is wrong"
+    )
+    with pytest.raises(CredentialsError, match="No such file or directory"):
+        trust_store_pem(str(tmp_path / "missing.p12"), "")
+    empty = tmp_path / "empty.p12"
+    _, key_file = pem_pair(tmp_path, "key-only")
+    key = serialization.load_pem_private_key(key_file.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    empty.write_bytes(
+        pkcs12.serialize_key_and_certificates(b"k", key, None, None, serialization.NoEncryption())
+    )
+    with pytest.raises(CredentialsError, match="holds no certificates"):
+        trust_store_pem(str(empty), "")
