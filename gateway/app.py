@@ -15,6 +15,7 @@ from kazoo.exceptions import NoNodeError
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_config import tls_settings_for
 from gateway.backend.pulsar.backend import PulsarBackend
+from gateway.backend.pulsar.leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
 from gateway.metadata.paths import Layout, decode_name
@@ -179,6 +180,8 @@ async def open_gateway(
                 config.amqpMapShortVhostToTenant,
             )
             backend = PulsarBackend(resources, mapper)
+            # Stands for leader of each vhost this replica opens (reaper, cleaner).
+            nursery.start_soon(FleetDuties(resources).run)
             try:
                 yield GatewayRuntime(config, backend, store, admin)
             finally:

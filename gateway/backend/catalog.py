@@ -6,14 +6,21 @@ Both backends keep their entities here and differ only in where messages live: t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
 from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import Message, Owner
-from gateway.metadata.errors import MissingEntity
-from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
+from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
+from gateway.metadata.store import (
+    DrainRecord,
+    MetadataStore,
+    MetadataUnavailable,
+    QueueCondition,
+    VhostView,
+)
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -49,16 +56,31 @@ class Catalog:
         return self._store.view(self.namespace)
 
     async def write(self, change: Awaitable[T]) -> T:
-        """Run a store write; its failures become what a RabbitMQ client expects."""
+        """Run a store write; its failures become what a RabbitMQ client expects
+        (``ConditionNotMet`` is the caller's to answer)."""
         try:
             return await change
         except MissingEntity as missing:
             # Deleted meanwhile, perhaps on another replica: as if it had never been there.
             raise not_found(missing.kind, missing.name, self.vhost) from None
+        except ConsumerConflict as conflict:
+            raise self.exclusive_use(conflict.queue) from None
         except MetadataUnavailable as error:
             raise amqp_error(
                 ReplyCode.INTERNAL_ERROR, f"metadata store unavailable, try again: {error}"
             ) from None
+
+    def exclusive_use(self, queue: str) -> ChannelError:
+        """RabbitMQ's answer to a consumer that cannot share the queue (rabbit_amqqueue
+        basic_consume: an exclusive consumer exists, or one was asked for among others)."""
+        return ChannelError(
+            ReplyCode.ACCESS_REFUSED, f"{resource('queue', queue, self.vhost)} in exclusive use"
+        )
+
+    def in_use(self, kind: str, name: str) -> ChannelError:
+        return ChannelError(
+            ReplyCode.PRECONDITION_FAILED, f"{resource(kind, name, self.vhost)} in use"
+        )
 
     # ------------------------------------------------------------------ lookups
 
@@ -131,18 +153,38 @@ class Catalog:
             existing = await self.write(self._store.create_exchange(self.namespace, requested))
         check_equivalent(existing, requested, vhost=self.vhost)
 
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> list[Binding]:
-        """Delete it (idempotent); returns the bindings that went with it."""
+    def exchange_bindings(self, name: str, *, if_unused: bool) -> list[Binding] | None:
+        """The bindings an Exchange.Delete of ``name`` would take with it (None: there is no
+        such exchange, the delete is a no-op), after RabbitMQ's checks."""
         check_exchange_delete(name, self.vhost)
         view = self.view
         if name not in view.exchanges:
-            return []
+            return None
         bindings = [b for b in view.bindings if b.exchange == name]
         if if_unused and bindings:
-            raise ChannelError(
-                ReplyCode.PRECONDITION_FAILED, f"{resource('exchange', name, self.vhost)} in use"
+            raise self.in_use("exchange", name)
+        return bindings
+
+    async def delete_exchange(
+        self,
+        name: str,
+        *,
+        if_unused: bool,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> list[Binding]:
+        """Delete it (idempotent); returns the bindings that went with it. ``if_unused`` is
+        checked by the store too: a binding made on another replica counts."""
+        bindings = self.exchange_bindings(name, if_unused=if_unused)
+        if bindings is None:
+            return []
+        try:
+            await self.write(
+                self._store.delete_exchange(
+                    self.namespace, name, if_unused=if_unused, drains=drains
+                )
             )
-        await self.write(self._store.delete_exchange(self.namespace, name))
+        except ConditionNotMet:
+            raise self.in_use("exchange", name) from None
         return bindings
 
     # ------------------------------------------------------------------ queues
@@ -183,12 +225,25 @@ class Catalog:
         check_equivalent(existing, requested, vhost=self.vhost)
         return existing, False
 
-    async def delete_queue(self, name: str) -> None:
-        """Delete it and its bindings; auto-delete exchanges left without any go too."""
+    async def delete_queue(
+        self,
+        name: str,
+        *,
+        condition: QueueCondition | None = None,
+        subscriptions: Collection[str] = (),
+    ) -> bool:
+        """Delete it and its bindings; auto-delete exchanges left without any go too. False
+        if it was not there; ``ConditionNotMet`` (the caller's to answer) if ``condition``
+        does not hold. ``subscriptions``: see ``MetadataStore.delete_queue``."""
         bound_to = {b.exchange for b in self.view.bindings if b.queue == name}
-        await self.write(self._store.delete_queue(self.namespace, name))
+        deleted = await self.write(
+            self._store.delete_queue(
+                self.namespace, name, condition=condition, subscriptions=subscriptions
+            )
+        )
         for exchange in bound_to:
             await self._auto_delete(exchange)
+        return deleted
 
     def owned_by(self, owner: Owner) -> list[str]:
         """The exclusive queues of ``owner``'s connection."""
@@ -216,10 +271,12 @@ class Catalog:
         """Record that a topic exchange's key has a topic (before its first message)."""
         await self.write(self._store.register_topic_key(self.namespace, exchange, routing_key))
 
-    async def add_binding(self, binding: Binding) -> None:
-        await self.write(self._store.add_binding(self.namespace, binding))
+    async def add_binding(
+        self, binding: Binding, *, drains: Mapping[str, DrainRecord] | None = None
+    ) -> None:
+        await self.write(self._store.add_binding(self.namespace, binding, drains=drains))
 
-    async def remove_binding(
+    def unbinding(
         self,
         queue: str,
         exchange: str,
@@ -227,28 +284,35 @@ class Catalog:
         arguments: Mapping[str, Field],
         owner: Owner,
     ) -> Binding | None:
-        """Remove it (idempotent: None if it was not there). An auto-delete exchange goes with
-        its last binding, as in RabbitMQ."""
+        """The binding a Queue.Unbind removes, after RabbitMQ's checks; None when it is not
+        there (Queue.Unbind is idempotent)."""
         check_bind(exchange)
         view = self.view
         if queue in view.queues:
             self.queue(view, queue, owner)
         binding = Binding(queue, exchange, routing_key, arguments)
-        if binding not in view.bindings:
-            return None
-        await self.write(self._store.remove_binding(self.namespace, binding))
-        await self._auto_delete(exchange)
-        return binding
+        return binding if binding in view.bindings else None
+
+    async def remove_binding(
+        self, binding: Binding, *, drains: Mapping[str, DrainRecord] | None = None
+    ) -> bool:
+        """Remove it (False if it was gone already). An auto-delete exchange goes with its
+        last binding, as in RabbitMQ."""
+        removed = await self.write(
+            self._store.remove_binding(self.namespace, binding, drains=drains)
+        )
+        await self._auto_delete(binding.exchange)
+        return removed
 
     async def _auto_delete(self, exchange: str) -> None:
-        view = self.view
-        target = view.exchanges.get(exchange)
-        if (
-            target is not None
-            and target.auto_delete
-            and not any(b.exchange == exchange for b in view.bindings)
-        ):
-            await self.write(self._store.delete_exchange(self.namespace, exchange))
+        """Delete an auto-delete exchange that has no binding left. The store decides (this
+        replica's view may miss a binding made elsewhere, or still show one removed
+        elsewhere), so it is asked whenever a binding of such an exchange went."""
+        target = self.view.exchanges.get(exchange)
+        if target is None or not target.auto_delete:
+            return
+        with contextlib.suppress(ConditionNotMet):  # a binding remains, on some replica
+            await self.write(self._store.delete_exchange(self.namespace, exchange, if_unused=True))
 
 
 class CatalogVirtualHost:

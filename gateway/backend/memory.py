@@ -209,7 +209,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         owner: Owner,
     ) -> None:
         # In memory a routed message is in the queue's deque already: nothing to drain.
-        await self.catalog.remove_binding(queue, exchange, routing_key, arguments, owner)
+        binding = self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+        if binding is not None:
+            await self.catalog.remove_binding(binding)
 
     # ------------------------------------------------------------------ messages
 

@@ -198,7 +198,14 @@ class MemoryMetadataStore:
         state.touch()
         return exchange
 
-    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
+    async def delete_exchange(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        if_unused: bool = False,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
         state = await self._write(namespace)
         if name not in state.exchanges:
             return False
@@ -209,6 +216,8 @@ class MemoryMetadataStore:
             if binding.exchange == name:
                 del state.bindings[key]
         state.topic_keys = {key for key in state.topic_keys if key.exchange != name}
+        for (queue, topic), record in (drains or {}).items():
+            state.put_drain(queue, topic, record)
         state.touch()
         return True
 

@@ -124,9 +124,18 @@ class MetadataStore(Protocol):
         """Create unless it exists; return what the store holds (the winner of a race)."""
         ...
 
-    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
+    async def delete_exchange(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        if_unused: bool = False,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
         """Delete it and its bindings; False if it was not there. ``if_unused``: only if it
-        has no binding (raises ``ConditionNotMet`` otherwise), atomically with the delete."""
+        has no binding (raises ``ConditionNotMet`` otherwise), atomically with the delete.
+        ``drains``: (queue, topic) -> record, written in the same transaction (the queues'
+        subscriptions on its topics that drain what was routed before)."""
         ...
 
     async def create_queue(self, namespace: str, queue: Queue) -> Queue:

@@ -246,66 +246,73 @@ class _Namespace:
 
 
 class _DrainWrites:
-    """Drain records of one queue written in another write's transaction: created where there
-    is none, replaced (set_data, plus a sentinel so that every replica looks again) where there
-    is one. Whether one exists is the mirror's guess; a wrong guess fails the transaction, is
-    corrected here, and the caller tries again."""
+    """Drain records written in another write's transaction: created where there is none,
+    replaced (set_data, plus a sentinel in the queue's bucket so that every replica looks
+    again) where there is one. Whether one exists is the mirror's guess; a wrong guess fails
+    the transaction, is corrected here, and the caller tries again."""
 
     def __init__(
         self,
         store: ZooKeeperMetadataStore,
         namespace: str,
-        queue: str,
-        records: Mapping[str, DrainRecord],
+        records: Mapping[tuple[str, str], DrainRecord],
     ) -> None:
         self._store = store
         self._namespace = namespace
-        self._queue = queue
         self._records = dict(records)
-        self._children = {topic: drain_child(queue, topic) for topic in records}
+        self._children = {key: drain_child(*key) for key in records}
         mirror = store._mirror(namespace)
         self._exists = {
-            topic: mirror is not None and mirror.get(Folder.DRAINS, child) is not None
-            for topic, child in self._children.items()
+            key: mirror is not None and mirror.get(Folder.DRAINS, child) is not None
+            for key, child in self._children.items()
         }
-        self._paths = {
-            store.layout.node(namespace, Folder.DRAINS, child): topic
-            for topic, child in self._children.items()
+        self.paths = {
+            store.layout.node(namespace, Folder.DRAINS, child): key
+            for key, child in self._children.items()
         }
+
+    def _replaced_queues(self) -> list[str]:
+        return sorted({queue for (queue, _), exists in self._exists.items() if exists})
 
     def ops(self) -> list[_Op]:
         ops: list[_Op] = []
-        for topic, record in self._records.items():
-            path = self._store.layout.node(self._namespace, Folder.DRAINS, self._children[topic])
-            if self._exists[topic]:
+        for key, record in self._records.items():
+            path = self._store.layout.node(self._namespace, Folder.DRAINS, self._children[key])
+            if self._exists[key]:
                 ops.append(_SetData(path, encode_drain(record)))
             else:
                 ops.append(_Create(path, encode_drain(record)))
-        if any(self._exists.values()):
-            ops += _sentinel(self._store.layout, self._namespace, encode_name(self._queue))
+        for queue in self._replaced_queues():
+            ops += _sentinel(self._store.layout, self._namespace, encode_name(queue))
         return ops
 
     def applied(self, mirror: NamespaceMirror) -> None:
-        for topic, record in self._records.items():
-            child = self._children[topic]
-            entity = DrainKey(self._queue, topic, record)
-            if self._exists[topic]:
+        for key, record in self._records.items():
+            child = self._children[key]
+            entity = DrainKey(key[0], key[1], record)
+            if self._exists[key]:
                 mirror.learned(Folder.DRAINS, child, entity)
             else:
                 mirror.own_created(Folder.DRAINS, child, entity)
-        if any(self._exists.values()):
-            mirror.own_touched(Folder.DRAINS, encode_name(self._queue), 2)
+        for queue in self._replaced_queues():
+            mirror.own_touched(Folder.DRAINS, encode_name(queue), 2)
 
     async def failed(self, op: _Op, error: Exception, what: str) -> None:
-        topic = self._paths.get(op.path)
-        if topic is not None and isinstance(op, _Create) and isinstance(error, NodeExistsError):
-            self._exists[topic] = True
-        elif topic is not None and isinstance(op, _SetData) and isinstance(error, NoNodeError):
-            self._exists[topic] = False
+        key = self.paths.get(op.path)
+        if key is not None and isinstance(op, _Create) and isinstance(error, NodeExistsError):
+            self._exists[key] = True
+        elif key is not None and isinstance(op, _SetData) and isinstance(error, NoNodeError):
+            self._exists[key] = False
         elif isinstance(op, _Create) and isinstance(error, NoNodeError):
             await self._store._ensure_parents(self._namespace, op.path, what)
         else:
             raise self._store._unexpected(error, what)
+
+
+def _by_queue(
+    queue: str, drains: Mapping[str, DrainRecord] | None
+) -> dict[tuple[str, str], DrainRecord]:
+    return {(queue, topic): record for topic, record in (drains or {}).items()}
 
 
 class ZooKeeperMetadataStore:
@@ -501,10 +508,22 @@ class ZooKeeperMetadataStore:
         assert isinstance(winner, Exchange)
         return winner
 
-    async def delete_exchange(self, namespace: str, name: str, *, if_unused: bool = False) -> bool:
+    async def delete_exchange(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        if_unused: bool = False,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
         what = f"delete exchange {name!r}"
         deleted = await self._delete_entity(
-            namespace, Folder.EXCHANGES, name, what, refuse_refs=if_unused
+            namespace,
+            Folder.EXCHANGES,
+            name,
+            what,
+            refuse_refs=if_unused,
+            writes=_DrainWrites(self, namespace, drains or {}),
         )
         if deleted:
             await self._delete_topic_keys(namespace, name, what)
@@ -600,7 +619,7 @@ class ZooKeeperMetadataStore:
         what = f"bind queue {binding.queue!r} to exchange {binding.exchange!r}"
         await self._prepare(what)
         child = binding_id(binding)
-        writes = _DrainWrites(self, namespace, binding.queue, drains or {})
+        writes = _DrainWrites(self, namespace, _by_queue(binding.queue, drains))
         base: list[_Op] = [
             _Create(self._layout.node(namespace, Folder.BINDINGS, child), encode_binding(binding)),
             _Create(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
@@ -653,7 +672,7 @@ class ZooKeeperMetadataStore:
         what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
         await self._prepare(what)
         child = binding_id(binding)
-        writes = _DrainWrites(self, namespace, binding.queue, drains or {})
+        writes = _DrainWrites(self, namespace, _by_queue(binding.queue, drains))
         base: list[_Op] = [
             _Delete(self._layout.node(namespace, Folder.BINDINGS, child)),
             _Delete(self._ref(namespace, Folder.QUEUES, binding.queue, child)),
@@ -1245,6 +1264,7 @@ class ZooKeeperMetadataStore:
         refuse_refs: bool = False,
         condition: QueueCondition | None = None,
         subscriptions: tuple[str, ...] = (),
+        writes: _DrainWrites | None = None,
     ) -> bool:
         """Delete a queue or an exchange with its bindings, atomically.
 
@@ -1291,6 +1311,8 @@ class ZooKeeperMetadataStore:
             tail = self._tail_ops(namespace, name, path, version, records, subscriptions)
             if condition is QueueCondition.ORPHANED:
                 tail[-1:-1] = _absent(owner_path)
+            if writes is not None:
+                tail[-1:-1] = writes.ops()
             ops: list[_Op] = []
             unbound: list[str] = []
             size = sum(_size(op) for op in tail)
@@ -1318,6 +1340,8 @@ class ZooKeeperMetadataStore:
                         return
                     if records is not None:
                         self._own_records_deleted(mirror, name, records, subscriptions)
+                    if writes is not None:
+                        writes.applied(mirror)
                     mirror.own_deleted(folder, child)
 
                 if whole and records is not None:
@@ -1340,6 +1364,9 @@ class ZooKeeperMetadataStore:
                 return False  # deleted by someone else meanwhile
             if whole and index >= first_tail:
                 op = ops[index]
+                if writes is not None and op.path in writes.paths:
+                    await writes.failed(op, error, what)
+                    continue
                 owner_back = op.path == owner_path and isinstance(op, _Create)
                 if owner_back and isinstance(error, NodeExistsError):
                     raise ConditionNotMet("queue", name, "its owner is alive")

@@ -9,64 +9,56 @@ is empty (reference/000-002, "When you unbind the Queue ...").
 If the queue is bound to the topic again while it drains, messages written after the rebind
 are the queue's again; only the unbound window is skipped.
 
-The records are this replica's: a replica that restarts forgets them, and its consumers, which
-follow the bindings, simply stop reading such a topic (the fleet's cleaner removes what is left).
+The records are in the metadata store (``DrainRecord``, written in the same transaction as the
+unbind), so every replica's consumers of the queue read and filter the draining topic alike,
+and the namespace's leader removes the subscription once drained (cleaner.py), whichever
+replica did the unbind and whether it is still alive. ``Drains`` is a replica's index of them,
+rebuilt from the view when it changes, for the per-message filter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from gateway.metadata.store import DrainRecord, Position, VhostView
 from gateway.pulsar.ids import MessageId
 
-# Positions compare by (ledger, entry): every message of the last entry at the unbind was
-# written before it, whatever its index inside a batch.
-Position = tuple[int, int]
+__all__ = ["Drains", "Position", "position_of"]
 
 
 def position_of(message_id: MessageId) -> Position:
+    # Positions compare by (ledger, entry): every message of the last entry at the unbind was
+    # written before it, whatever its index inside a batch.
     return (message_id.ledger_id, message_id.entry_id)
 
 
-@dataclass
-class Drain:
-    end: Position  # the topic's last entry when the binding went
-    resumed: Position | None = None  # the topic's last entry when the queue was bound again
-
-    def excludes(self, position: Position) -> bool:
-        """Whether a message at ``position`` was written while the queue was not bound."""
-        return position > self.end and (self.resumed is None or position <= self.resumed)
-
-
 class Drains:
-    """The draining (queue, topic) pairs of one vhost."""
+    """The draining (queue, topic) pairs of one vhost, by full topic name, as of one view.
 
-    def __init__(self) -> None:
-        self._drains: dict[tuple[str, str], Drain] = {}
+    Records being removed (``DrainRecord.removing``) are left out: nobody reads those topics
+    any more."""
+
+    def __init__(self, topic_prefix: str) -> None:
+        # "persistent://tenant/ns/": the records name topics by their local name.
+        self._prefix = topic_prefix
+        self._drains: dict[tuple[str, str], DrainRecord] = {}
+        self._source: object = None
 
     def __bool__(self) -> bool:
         return bool(self._drains)
 
-    def start(self, queue: str, topic: str, end: MessageId) -> None:
-        self._drains[(queue, topic)] = Drain(position_of(end))
+    def refresh(self, view: VhostView) -> None:
+        """Follow ``view`` (cheap when its drain records did not change: the view keeps the
+        same mapping object until they do)."""
+        if view.drains is self._source:
+            return
+        self._source = view.drains
+        self._drains = {
+            (queue, self._prefix + topic): record
+            for (queue, topic), record in view.drains.items()
+            if not record.removing
+        }
 
-    def rebound(self, queue: str, topic: str, last: MessageId) -> None:
-        drain = self._drains.get((queue, topic))
-        if drain is not None and drain.resumed is None:
-            drain.resumed = position_of(last)
-
-    def get(self, queue: str, topic: str) -> Drain | None:
+    def get(self, queue: str, topic: str) -> DrainRecord | None:
         return self._drains.get((queue, topic))
 
     def topics_of(self, queue: str) -> set[str]:
         return {topic for (q, topic) in self._drains if q == queue}
-
-    def items(self) -> list[tuple[tuple[str, str], Drain]]:
-        return list(self._drains.items())
-
-    def finish(self, queue: str, topic: str) -> None:
-        self._drains.pop((queue, topic), None)
-
-    def forget_queue(self, queue: str) -> None:
-        for key in [key for key in self._drains if key[0] == queue]:
-            del self._drains[key]

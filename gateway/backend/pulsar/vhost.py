@@ -9,6 +9,14 @@ Ordering that makes routing race-free on one replica: a subscription is created 
 binding (or queue) that needs it becomes visible, and a topic exchange's new routing key is
 registered, and the subscriptions of the patterns it matches created, before the first
 message is written to its topic.
+
+Lifetimes across the fleet (docs/fleet.md): consumers are registered in the metadata store
+while they run (Declare-Ok's count, exclusive consumers and auto-delete see every replica's),
+an exclusive queue's owner record lives as long as this replica's session, drain records are
+written with the unbind that starts them, and a deleted queue's subscriptions are recorded for
+removal in the same write as the delete. The namespace's leader (leader.py) finishes what a
+dead replica left: it deletes orphaned exclusive queues, abandoned auto-delete queues, and
+drained or recorded subscriptions.
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
 from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
-from gateway.backend.pulsar.drains import Drains, Position, position_of
+from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.metadata.store import VhostView
+from gateway.metadata.errors import ConditionNotMet
+from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -74,10 +83,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._r = resources
         self.catalog = Catalog(name, str(namespace), resources.store)
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
+        # Each consumer's registration in the metadata store (its id there).
+        self._registrations: dict[PulsarQueueSubscription, str] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
-        self._drains = Drains()
-        self._draining = False
+        self._topic_prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
+        self._drains = Drains(self._topic_prefix)
         self._redeliveries = Redeliveries()
         # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
         # that consumers had prefetched before the purge are dropped when they come through.
@@ -104,17 +115,48 @@ class PulsarVirtualHost(CatalogVirtualHost):
         keys = view.topic_keys.get(binding.exchange, frozenset())
         return binding_topics(self.namespace, exchange, binding, keys)
 
-    def _bound_topics(self, view: VhostView, queue: str) -> set[str]:
-        """The topics the queue's bindings (and the default exchange) route into."""
+    def _bound_topics(
+        self, view: VhostView, queue: str, without: Iterable[Binding] = ()
+    ) -> set[str]:
+        """The topics the queue's bindings (and the default exchange) route into, leaving
+        out the bindings ``without`` (about to be removed)."""
+        leaving = set(without)
         topics = {topic_for(self.namespace, DEFAULT_EXCHANGE, queue)}
         for binding in view.bindings:
-            if binding.queue == queue:
+            if binding.queue == queue and binding not in leaving:
                 topics.update(self._binding_topics(view, binding))
         return topics
 
+    def _draining_topics(self, view: VhostView, queue: str) -> set[str]:
+        return {
+            self._topic_prefix + topic
+            for (name, topic), record in view.drains.items()
+            if name == queue and not record.removing
+        }
+
     def _queue_topics(self, view: VhostView, queue: str) -> set[str]:
         """Every topic the queue reads: bound ones, and unbound ones still draining."""
-        return self._bound_topics(view, queue) | self._drains.topics_of(queue)
+        return self._bound_topics(view, queue) | self._draining_topics(view, queue)
+
+    def bound_topics(self, view: VhostView, queue: str) -> set[str]:
+        """The topics ``queue``'s bindings cover in ``view`` (for the leader's cleaner)."""
+        return self._bound_topics(view, queue)
+
+    def binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
+        """The topics ``binding`` covers in ``view`` (for the leader's reconciler)."""
+        return self._binding_topics(view, binding)
+
+    def needs(self, view: VhostView, queue: str, topic: str) -> bool:
+        """Whether ``queue`` exists and reads ``topic`` in ``view`` (bound or draining)."""
+        return queue in view.queues and topic in self._queue_topics(view, queue)
+
+    def topic(self, local_name: str) -> str:
+        """The full name of a topic of this namespace (records name topics locally)."""
+        return self._topic_prefix + local_name
+
+    @staticmethod
+    def _local(topic: str) -> str:
+        return topic.rsplit("/", 1)[-1]
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
         what = f"subscribing queue '{queue}' to {topic}"
@@ -149,62 +191,62 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
         view = self._view
-        bindings = await self.catalog.delete_exchange(name, if_unused=if_unused)
-        topics = {b: self._binding_topics(view, b) for b in bindings}
-        await self._drop_subscriptions(self._view, topics)
+        bindings = self.catalog.exchange_bindings(name, if_unused=if_unused)
+        if not bindings:
+            await self.catalog.delete_exchange(name, if_unused=if_unused)
+            return
+        drains, drained = await self._plan_drains(view, bindings)
+        await self.catalog.delete_exchange(
+            name,
+            if_unused=if_unused,
+            drains={(q, self._local(t)): record for (q, t), record in drains.items()},
+        )
+        await self._unsubscribe_drained(drained)
 
-    async def _drop_subscriptions(
-        self, view: VhostView, topics: Mapping[Binding, Iterable[str]]
-    ) -> None:
-        """Bindings are gone: each queue leaves the topics none of its other bindings need,
-        once it has consumed what was routed to it there (see drains.py)."""
-        for binding, binding_topics_ in topics.items():
-            still_needed = self._bound_topics(view, binding.queue)
-            for topic in binding_topics_:
-                if topic not in still_needed:
-                    await self._start_drain(binding.queue, topic)
-
-    async def _start_drain(self, queue: str, topic: str) -> None:
+    async def _plan_drains(
+        self, view: VhostView, bindings: Iterable[Binding]
+    ) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
+        """``bindings`` are about to go: for each (queue, topic) that no other binding of the
+        queue needs any more, either a drain record (the subscription still holds messages
+        routed before; they stay the queue's, and only messages past the topic's end *now*
+        are filtered out) or, when it holds none, a place in the second list (unsubscribe at
+        once). Positions are read before the bindings go: a message published meanwhile is
+        concurrent with the unbind, and either outcome is one RabbitMQ could have had."""
+        leaving = list(bindings)
+        drains: dict[tuple[str, str], DrainRecord] = {}
+        drained: list[tuple[str, str]] = []
         admin = self._r.admin
-        try:
-            backlog = await admin.subscription_backlog(topic, subscription_for(queue))
-        except NotFound:
-            return
-        except AdminError as error:
-            raise to_amqp_error(error, f"unbinding queue '{queue}'") from None
-        if backlog == 0:
-            await self._unsubscribe_topic(topic, queue)
-            return
-        end = await self._pulsar(admin.last_message_id(topic), f"unbinding queue '{queue}'")
-        self._drains.start(queue, topic, end)
-        if not self._draining:
-            self._draining = True
-            self._r.nursery.start_soon(self._drain_loop)
+        for queue in {b.queue for b in leaving}:
+            still_needed = self._bound_topics(view, queue, without=leaving)
+            topics = {
+                topic
+                for binding in leaving
+                if binding.queue == queue
+                for topic in self._binding_topics(view, binding)
+            }
+            for topic in sorted(topics - still_needed):
+                what = f"unbinding queue '{queue}'"
+                try:
+                    backlog = await admin.subscription_backlog(topic, subscription_for(queue))
+                except NotFound:
+                    continue
+                except AdminError as error:
+                    raise to_amqp_error(error, what) from None
+                if backlog == 0:
+                    drained.append((queue, topic))
+                    continue
+                end = await self._pulsar(admin.last_message_id(topic), what)
+                drains[(queue, topic)] = DrainRecord(position_of(end))
+        return drains, drained
 
-    async def _drain_loop(self) -> None:
-        """Remove drained subscriptions, checking every ``drain_check_interval`` seconds."""
-        try:
-            while self._drains:
-                await trio.sleep(self._r.drain_check_interval)
-                for (queue, topic), drain in self._drains.items():
-                    try:
-                        backlog = await self._r.admin.subscription_backlog(
-                            topic, subscription_for(queue)
-                        )
-                    except NotFound:
-                        self._drains.finish(queue, topic)
-                        continue
-                    except AdminError:
-                        continue  # Pulsar is busy or away: try again next round
-                    if backlog:
-                        continue
-                    self._drains.finish(queue, topic)
-                    if drain.resumed is None:
-                        await self._unsubscribe_topic(topic, queue)
-        except Exception:
-            log.warning("draining unbound subscriptions failed", exc_info=True)
-        finally:
-            self._draining = False
+    async def _unsubscribe_drained(self, drained: Iterable[tuple[str, str]]) -> None:
+        """After the unbind: drop subscriptions that held nothing, unless a binding made
+        meanwhile needs the topic again."""
+        view = self._view
+        self._drains.refresh(view)
+        for queue, topic in drained:
+            if queue not in view.queues or topic not in self._queue_topics(view, queue):
+                await self._unsubscribe_topic(topic, queue)
 
     # ------------------------------------------------------------------ queues
 
@@ -238,7 +280,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return await self._status(self._view, name)
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
-        consumers = len(self._consumers.get(queue, ()))
+        # Consumers on every replica (registered in the metadata store while they run).
+        consumers = view.consumers.get(queue, 0)
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
 
     async def _message_count(self, view: VhostView, queue: str) -> int:
@@ -276,28 +319,62 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
         self.catalog.queue(view, name, owner)
-        where = resource("queue", name, self.name)
-        if if_unused and self._consumers.get(name):
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
+        if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
+            raise self.catalog.in_use("queue", name)
         count = await self._message_count(view, name)
         if if_empty and count:
-            raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
-        await self._drop_queue(view, name)
+            raise ChannelError(
+                ReplyCode.PRECONDITION_FAILED, f"{resource('queue', name, self.name)} not empty"
+            )
+        try:
+            # if-unused is decided by the store: a consumer may have come on another replica.
+            await self.drop_queue(name, condition=QueueCondition.UNUSED if if_unused else None)
+        except ConditionNotMet:
+            raise self.catalog.in_use("queue", name) from None
         return count
 
-    async def _drop_queue(self, view: VhostView, name: str) -> None:
+    async def drop_queue(self, name: str, *, condition: QueueCondition | None = None) -> bool:
+        """Delete the queue (if ``condition`` holds: ``ConditionNotMet`` otherwise) and its
+        subscriptions; False if it was not there. The subscriptions are recorded for removal
+        in the same write as the delete, so the leader removes them if we cannot."""
+        view = self._view
         topics = self._queue_topics(view, name)
-        self._drains.forget_queue(name)
-        await self.catalog.delete_queue(name)
+        deleted = await self.catalog.delete_queue(
+            name, condition=condition, subscriptions=sorted(self._local(t) for t in topics)
+        )
+        self._drains.refresh(self._view)
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
         await self._close_getter(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
-        for topic in topics:
-            await self._pulsar(
-                self._r.admin.delete_subscription(topic, subscription_for(name), force=True),
-                f"deleting queue '{name}'",
+        if deleted:
+            for topic in topics:
+                await self.remove_subscription(name, topic)
+        return deleted
+
+    async def remove_subscription(self, queue: str, topic: str) -> bool:
+        """Delete the queue's subscription on ``topic`` from Pulsar, then its ``REMOVE``
+        record; False (leaving both to the leader's next round) if Pulsar or ZooKeeper
+        refused."""
+        try:
+            await self._r.admin.delete_subscription(topic, subscription_for(queue), force=True)
+            store = self._r.store
+            local = self._local(topic)
+            stored = await store.read_drain(self.catalog.namespace, queue, local)
+            if stored is not None and stored[0].removing:
+                await store.update_drain(
+                    self.catalog.namespace, queue, local, None, version=stored[1]
+                )
+        except Exception as error:  # the records stay; the leader tries again
+            log.warning(
+                "removing the subscription of queue '%s' on %s failed (the leader will try "
+                "again): %s",
+                queue,
+                topic,
+                error,
             )
+            return False
+        return True
 
     async def purge_queue(self, name: str, *, owner: Owner) -> int:
         view = self._view
@@ -323,14 +400,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
         owner: Owner,
     ) -> None:
         binding, target = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
+        view = self._view
         # Subscriptions first, so a publisher that sees the binding finds them in place.
-        subscribed = self._binding_topics(self._view, binding)
+        subscribed = self._binding_topics(view, binding)
+        drains: dict[str, DrainRecord] = {}
         for topic in subscribed:
-            if self._drains.get(queue, topic) is not None:
+            record = view.drains.get((queue, self._local(topic)))
+            if record is not None and record.end is not None and record.resumed is None:
+                # Bound again while draining: messages from now on are the queue's again;
+                # only the unbound window is skipped (recorded with the binding).
                 last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
-                self._drains.rebound(queue, topic, last)
+                drains[self._local(topic)] = DrainRecord(record.end, position_of(last))
             await self._subscribe_topic(topic, queue)
-        await self.catalog.add_binding(binding)
+        await self.catalog.add_binding(binding, drains=drains or None)
+        self._drains.refresh(self._view)
         if target.type is ExchangeType.TOPIC:
             # Keys registered while we subscribed: the publisher of a new key looks for
             # bindings after registering it, and we look for keys after binding.
@@ -346,11 +429,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         owner: Owner,
     ) -> None:
-        before = self._view
-        removed = await self.catalog.remove_binding(queue, exchange, routing_key, arguments, owner)
-        if removed is not None:
-            topics = self._binding_topics(before, removed)
-            await self._drop_subscriptions(self._view, {removed: topics})
+        binding = self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+        if binding is None:
+            return
+        drains, drained = await self._plan_drains(self._view, [binding])
+        removed = await self.catalog.remove_binding(
+            binding, drains={self._local(t): record for (_, t), record in drains.items()}
+        )
+        if removed:
+            await self._unsubscribe_drained(drained)
 
     # ------------------------------------------------------------------ publishing
 
@@ -445,6 +532,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         while True:
             view = await self._r.store.changed(self.catalog.namespace, version)
             version = view.version
+            self._drains.refresh(view)
             try:
                 await self._reconcile(view)
             except Exception:
@@ -481,34 +569,58 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.catalog.queue(self._view, queue, owner)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
-            raise ChannelError(
-                ReplyCode.ACCESS_REFUSED, f"{resource('queue', queue, self.name)} in exclusive use"
-            )
-        # Messages the Basic.Get consumer holds would never reach this consumer.
-        await self._close_getter(queue)
-        subscription = await self._subscription(
-            queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_size
+            raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
+        # Registered before it consumes: the store refuses (403) a consumer that an exclusive
+        # one on any replica excludes, and counts it for Declare-Ok and auto-delete.
+        store = self._r.store
+        registration = await self.catalog.write(
+            store.add_consumer(self.catalog.namespace, queue, exclusive=exclusive)
         )
+        try:
+            # Messages the Basic.Get consumer holds would never reach this consumer.
+            await self._close_getter(queue)
+            subscription = await self._subscription(
+                queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_size
+            )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._unregister(queue, registration)
+            raise
         self._consumers.setdefault(queue, set()).add(subscription)
+        self._registrations[subscription] = registration
         return subscription
 
     def _consumer_closed(self, subscription: PulsarQueueSubscription) -> None:
+        registration = self._registrations.pop(subscription, None)
         consumers = self._consumers.get(subscription.queue)
-        if consumers is None or subscription not in consumers:
-            return
-        consumers.discard(subscription)
-        if consumers:
-            return
-        del self._consumers[subscription.queue]
+        if consumers is not None and subscription in consumers:
+            consumers.discard(subscription)
+            if not consumers:
+                del self._consumers[subscription.queue]
+        if registration is None:
+            return  # the Basic.Get consumer, or closed before Consume-Ok
         queue = self._view.queues.get(subscription.queue)
-        if queue is not None and queue.auto_delete and not subscription.ended:
-            # An auto-delete queue goes when its last consumer does.
-            self._r.nursery.start_soon(self._auto_delete, queue.name)
+        # An auto-delete queue goes when its last consumer on any replica does (not when the
+        # queue itself went: ``ended``).
+        abandoned = queue is not None and queue.auto_delete and not subscription.ended
+        self._r.nursery.start_soon(self._consumer_gone, subscription.queue, registration, abandoned)
 
-    async def _auto_delete(self, name: str) -> None:
+    async def _unregister(self, queue: str, registration: str) -> None:
         try:
-            if name in self._view.queues and not self._consumers.get(name):
-                await self._drop_queue(self._view, name)
+            await self._r.store.remove_consumer(self.catalog.namespace, queue, registration)
+        except Exception as error:  # it goes with our session at the latest
+            log.warning("unregistering a consumer of queue '%s' failed: %s", queue, error)
+
+    async def _consumer_gone(self, name: str, registration: str, abandoned: bool) -> None:
+        await self._unregister(name, registration)
+        if not abandoned or self._consumers.get(name):
+            return
+        try:
+            # The store checks that no replica has a consumer left (and that the queue ever
+            # had one), atomically with the delete.
+            await self.drop_queue(name, condition=QueueCondition.ABANDONED)
+        except ConditionNotMet:
+            pass  # a consumer remains (or came) somewhere
         except Exception:
             log.warning(
                 "auto-deleting queue '%s' in vhost '%s' failed", name, self.name, exc_info=True
@@ -554,13 +666,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._sweeping_getters = False
 
     async def release(self, owner: Owner) -> None:
-        view = self._view
-        for queue in list(view.queues.values()):
-            if queue.owner == owner.connection_id:
-                try:
-                    await self._drop_queue(self._view, queue.name)
-                except Exception:
-                    log.warning("deleting exclusive queue '%s' failed", queue.name, exc_info=True)
+        for name in self.catalog.owned_by(owner):
+            try:
+                await self.drop_queue(name)
+            except Exception:
+                log.warning("deleting exclusive queue '%s' failed", name, exc_info=True)
 
     async def aclose(self) -> None:
         for subscriptions in list(self._consumers.values()):

@@ -303,6 +303,26 @@ async def test_an_exchange_if_unused_is_kept_while_it_has_a_binding(
     assert not await a.delete_exchange(namespace, "x", if_unused=True)
 
 
+async def test_deleting_an_exchange_writes_the_drains_of_its_bindings(
+    fleet: Fleet, namespace: str
+) -> None:
+    a = await _opened(fleet, namespace)
+    b = await _opened(fleet, namespace)
+    await a.create_exchange(namespace, Exchange("x", ExchangeType.DIRECT))
+    for queue in ("q1", "q2"):
+        await a.create_queue(namespace, Queue(queue))
+        await a.add_binding(namespace, Binding(queue, "x", "k"))
+    # q2 drained an earlier unbind there already: its record is replaced.
+    await a.remove_binding(namespace, Binding("q2", "x", "k"), drains={"x__k": DrainRecord((1, 1))})
+    await a.add_binding(namespace, Binding("q2", "x", "k"))
+    record = DrainRecord((3, 4))
+    drains = {("q1", "x__k"): record, ("q2", "x__k"): record}
+    assert await a.delete_exchange(namespace, "x", drains=drains)
+    assert a.view(namespace).drains == drains
+    view = await wait_for(b, namespace, lambda v: v.drains == drains)
+    assert "x" not in view.exchanges and not view.bindings
+
+
 # ---------------------------------------------------------------------- leadership
 
 

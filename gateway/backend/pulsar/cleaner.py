@@ -1,0 +1,189 @@
+"""The leader's subscription work: the cleaner, and the reconciler as a safety net.
+
+**Cleaner.** Drain records (drains.py) say which subscriptions no binding needs any more. Every
+``interval`` the leader of the namespace looks at each:
+
+- *draining* (``end`` set): once the subscription's backlog is empty, everything routed before
+  the unbind has been consumed. If the queue was bound again meanwhile (``resumed``), the record
+  is simply dropped (the subscription lives on); otherwise it becomes a *removal* record.
+- *removal* (``REMOVE``): written by a queue delete, or by the step above. It is acted on only
+  when it was already there in the previous round: every replica's consumers stop reading a
+  topic as soon as their view has the removal record, and a subscription deleted under a
+  consumer that still reads it would be re-created by that consumer's reconnection. Then the
+  subscription is deleted from Pulsar and the record dropped, unless the queue (re-declared,
+  or bound again) reads the topic again: then only the record goes.
+
+Every change of a record is compare-and-set on the version the cleaner read, so a record that
+an unbind or a rebind rewrote meanwhile is left for the next round.
+
+**Reconciler.** A topic exchange's new routing key and a pattern binding made at the same
+moment on two replicas can miss each other (each replica's view lags the other's write by a
+few milliseconds), leaving the binding without its subscription on the new key's topic. Every
+``reconcile_interval`` the leader makes sure each (pattern binding, matching key) pair has its
+subscription; pairs it has checked are remembered for its whole term, so a steady fleet costs
+nothing but the first pass. Messages written to that topic before the repair are not recovered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.errors import MissingEntity
+from gateway.metadata.store import (
+    REMOVE,
+    DrainRecord,
+    MetadataStore,
+    MetadataUnavailable,
+    VhostView,
+)
+from gateway.model.entities import ExchangeType
+from gateway.model.naming import subscription_for
+from gateway.model.routing import compile_topic
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.errors import AdminError, NotFound
+
+log = logging.getLogger("gateway.leader")
+
+__all__ = ["SubscriptionCleaner", "SubscriptionReconciler"]
+
+
+class SubscriptionCleaner:
+    def __init__(
+        self, vhost: PulsarVirtualHost, store: MetadataStore, admin: PulsarAdmin, namespace: str
+    ) -> None:
+        self._vhost = vhost
+        self._store = store
+        self._admin = admin
+        self._namespace = namespace
+        # Removal records seen in the previous round (acted on in this one).
+        self._removals: set[tuple[str, str]] = set()
+
+    async def run(self, interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.round()
+            except MetadataUnavailable as error:
+                log.info("cleaner of %s: metadata unavailable (%s)", self._namespace, error)
+
+    async def round(self) -> None:
+        """One look at every record."""
+        view = self._store.view(self._namespace)
+        for (queue, local), record in list(view.drains.items()):
+            if record.removing:
+                if (queue, local) in self._removals:
+                    await self._remove(view, queue, local)
+            else:
+                await self._drain(view, queue, local, record)
+        # Those there now (ours of this round included) are acted on next round.
+        after = self._store.view(self._namespace)
+        self._removals = {key for key, record in after.drains.items() if record.removing}
+
+    async def _remove(self, view: VhostView, queue: str, local: str) -> None:
+        topic = self._vhost.topic(local)
+        if self._vhost.needs(view, queue, topic):
+            await self._replace(queue, local, REMOVE, None)  # its queue reads it again
+            return
+        if await self._vhost.remove_subscription(queue, topic):
+            log.info("cleaner: removed the subscription of queue '%s' on %s", queue, topic)
+
+    async def _drain(self, view: VhostView, queue: str, local: str, record: DrainRecord) -> None:
+        topic = self._vhost.topic(local)
+        if queue not in view.queues:
+            # Only a queue delete that raced this record's write leaves one behind.
+            await self._replace(queue, local, record, REMOVE)
+            return
+        try:
+            backlog = await self._admin.subscription_backlog(topic, subscription_for(queue))
+        except NotFound:
+            await self._replace(queue, local, record, None)  # nothing left to drain
+            return
+        except AdminError as error:
+            log.info("cleaner: cannot read the backlog of '%s' on %s: %s", queue, topic, error)
+            return
+        if backlog:
+            return
+        bound = topic in self._vhost.bound_topics(view, queue)
+        if record.resumed is not None or bound:
+            # Bound again: the subscription lives on, and nothing of the unbound window is left.
+            await self._replace(queue, local, record, None)
+        elif await self._replace(queue, local, record, REMOVE):
+            log.info("cleaner: queue '%s' drained %s; its subscription goes next", queue, topic)
+
+    async def _replace(
+        self, queue: str, local: str, expected: DrainRecord, record: DrainRecord | None
+    ) -> bool:
+        """Replace the record (None: drop it) if it is still ``expected``."""
+        stored = await self._store.read_drain(self._namespace, queue, local)
+        if stored is None or stored[0] != expected:
+            return False
+        return await self._store.update_drain(
+            self._namespace, queue, local, record, version=stored[1]
+        )
+
+
+class SubscriptionReconciler:
+    def __init__(
+        self,
+        vhost: PulsarVirtualHost,
+        store: MetadataStore,
+        admin: PulsarAdmin,
+        namespace: str,
+        on_repair: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._vhost = vhost
+        self._store = store
+        self._admin = admin
+        self._namespace = namespace
+        self._verified: set[tuple[str, str]] = set()
+        self._on_repair = on_repair
+
+    async def run(self, interval: float) -> None:
+        while True:
+            try:
+                await self.round()
+            except MetadataUnavailable as error:
+                log.info("reconciler of %s: metadata unavailable (%s)", self._namespace, error)
+            await trio.sleep(interval)
+
+    def expected(self, view: VhostView) -> set[tuple[str, str]]:
+        """(queue, topic) of every topic-exchange pattern binding and key it matches."""
+        pairs: set[tuple[str, str]] = set()
+        for binding in view.bindings:
+            exchange = view.exchanges.get(binding.exchange)
+            if exchange is None or exchange.type is not ExchangeType.TOPIC:
+                continue
+            if compile_topic(binding.routing_key).shape == "literal":
+                continue  # one topic, subscribed before the binding was written
+            for topic in self._vhost.binding_topics(view, binding):
+                pairs.add((binding.queue, topic))
+        return pairs
+
+    async def round(self) -> None:
+        view = self._store.view(self._namespace)
+        expected = self.expected(view)
+        self._verified &= expected
+        for queue, topic in sorted(expected - self._verified):
+            if queue not in self._store.view(self._namespace).queues:
+                continue
+            try:
+                created = await self._admin.create_subscription(
+                    topic, subscription_for(queue), "latest"
+                )
+            except (AdminError, MissingEntity) as error:
+                log.info("reconciler: cannot check '%s' on %s: %s", queue, topic, error)
+                continue
+            if created:
+                log.warning(
+                    "reconciler: queue '%s' was bound to %s without a subscription there "
+                    "(a binding and a new routing key raced); created it",
+                    queue,
+                    topic,
+                )
+                if self._on_repair is not None:
+                    self._on_repair(queue, topic)
+            self._verified.add((queue, topic))

@@ -1,0 +1,183 @@
+"""Singleton work of the fleet, done by one replica per namespace: the leader.
+
+Each replica stands for leader of every namespace (vhost) it has open (``MetadataStore.lead``:
+an ephemeral sequential znode per candidate, the lowest leads). The leader of a namespace runs:
+
+- the **reaper** (below): deletes exclusive queues whose owner record is gone (the owning
+  replica died: its ZooKeeper session expired and took the record with it) and auto-delete
+  queues that had consumers and have none left on any replica (their last consumer died with
+  its replica, or two replicas cancelled their last ones at the same moment and each still saw
+  the other's). Each delete is conditional, checked by the store atomically with it, so a
+  leader acting on a stale view deletes nothing it should not; a candidate must also have been
+  one for a whole ``tick`` (a queue and its owner record reach the views through two
+  listings, and for a moment a view can hold the queue without the owner);
+- the subscription **cleaner** and the **reconciler** (cleaner.py).
+
+Leadership moves when the leader dies (its candidate node goes with its session) or loses
+ZooKeeper (it stops leading at once, and stands again when it is back). A new leader starts
+from what the store holds: it needs nothing from the previous one.
+
+Per namespace rather than one leader for everything: the work is per namespace anyway, it
+spreads over the replicas, and a replica leads only namespaces it has loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import trio
+
+from gateway.backend.pulsar.cleaner import SubscriptionCleaner, SubscriptionReconciler
+from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.errors import ConditionNotMet
+from gateway.metadata.store import MetadataUnavailable, QueueCondition, VhostView
+from gateway.model.vhost import Namespace
+
+log = logging.getLogger("gateway.leader")
+
+__all__ = ["FleetDuties", "NamespaceLeader"]
+
+# How often the reaper looks at the view (and how long a candidate must have been one).
+REAP_TICK = 1.0
+# How often the reconciler looks for bindings that miss a subscription.
+RECONCILE_INTERVAL = 60.0
+
+
+class FleetDuties:
+    """Stands for leader of each namespace this replica opens, for as long as it runs."""
+
+    def __init__(
+        self,
+        resources: PulsarResources,
+        *,
+        tick: float = REAP_TICK,
+        reconcile_interval: float = RECONCILE_INTERVAL,
+    ) -> None:
+        self._r = resources
+        self._tick = tick
+        self._reconcile_interval = reconcile_interval
+
+    async def run(self) -> None:
+        store = self._r.store
+        known = 0
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    opened = await store.opened(known)
+                except MetadataUnavailable:
+                    return  # the store closed: the replica is stopping
+                for namespace in opened[known:]:
+                    nursery.start_soon(self._stand, namespace)
+                known = len(opened)
+
+    async def _stand(self, namespace: str) -> None:
+        try:
+            pulsar_namespace = Namespace.parse(namespace)
+        except ValueError:
+            log.warning("leader: not standing for %r: not a Pulsar namespace", namespace)
+            return
+        try:
+            await self._r.store.lead(namespace, partial(self._lead, namespace, pulsar_namespace))
+        except MetadataUnavailable as error:
+            log.info("leader: no longer standing for %s: %s", namespace, error)
+
+    async def _lead(self, namespace: str, pulsar_namespace: Namespace) -> None:
+        leader = NamespaceLeader(
+            PulsarVirtualHost(namespace, pulsar_namespace, self._r),
+            self._r,
+            namespace,
+            tick=self._tick,
+            reconcile_interval=self._reconcile_interval,
+        )
+        await leader.run()
+
+
+class NamespaceLeader:
+    """What the leader of one namespace does while it leads (cancelled when it stops)."""
+
+    def __init__(
+        self,
+        vhost: PulsarVirtualHost,
+        resources: PulsarResources,
+        namespace: str,
+        *,
+        tick: float = REAP_TICK,
+        reconcile_interval: float = RECONCILE_INTERVAL,
+    ) -> None:
+        self._vhost = vhost
+        self._r = resources
+        self._store = resources.store
+        self._namespace = namespace
+        self._tick = tick
+        self._reconcile_interval = reconcile_interval
+        self.cleaner = SubscriptionCleaner(vhost, self._store, resources.admin, namespace)
+        self.reconciler = SubscriptionReconciler(vhost, self._store, resources.admin, namespace)
+        # Candidates of the previous tick: acted on when still candidates in this one.
+        self._orphaned: set[str] = set()
+        self._abandoned: set[str] = set()
+        # Auto-delete queues seen with consumers this term, and ones found never consumed.
+        self._consumed: set[str] = set()
+        self._unconsumed: set[str] = set()
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reap_loop)
+                nursery.start_soon(self.cleaner.run, self._r.drain_check_interval)
+                nursery.start_soon(self.reconciler.run, self._reconcile_interval)
+        finally:
+            log.info("leader: stopped leading namespace %s", self._namespace)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            try:
+                await self.reap()
+            except MetadataUnavailable as error:
+                log.info("reaper of %s: metadata unavailable (%s)", self._namespace, error)
+            except Exception:
+                log.warning("reaper of %s failed; next tick", self._namespace, exc_info=True)
+            await trio.sleep(self._tick)
+
+    async def reap(self) -> None:
+        """One tick: delete the candidates that were candidates at the previous tick too."""
+        view = self._store.view(self._namespace)
+        orphaned = {
+            q.name for q in view.queues.values() if q.owner is not None and q.name not in view.owned
+        }
+        abandoned = self._abandoned_in(view)
+        for name in sorted(orphaned & self._orphaned):
+            await self._delete(name, QueueCondition.ORPHANED, "its owner's replica is gone")
+        for name in sorted(abandoned & self._abandoned):
+            if not await self._delete(
+                name, QueueCondition.ABANDONED, "its last consumer anywhere is gone"
+            ):
+                self._unconsumed.add(name)
+                self._consumed.discard(name)
+        self._orphaned, self._abandoned = orphaned, abandoned
+
+    def _abandoned_in(self, view: VhostView) -> set[str]:
+        """Auto-delete queues without consumers that had some this term, or that this leader
+        has not asked the store about yet (a new leader does not know their past)."""
+        candidates: set[str] = set()
+        for queue in view.queues.values():
+            if not queue.auto_delete:
+                continue
+            if view.consumers.get(queue.name):
+                self._consumed.add(queue.name)
+                self._unconsumed.discard(queue.name)
+            elif queue.name in self._consumed or queue.name not in self._unconsumed:
+                candidates.add(queue.name)
+        self._consumed &= set(view.queues)
+        self._unconsumed &= set(view.queues)
+        return candidates
+
+    async def _delete(self, name: str, condition: QueueCondition, why: str) -> bool:
+        try:
+            deleted = await self._vhost.drop_queue(name, condition=condition)
+        except ConditionNotMet:
+            return False
+        if deleted:
+            log.info("leader: deleted queue '%s' in %s: %s", name, self._namespace, why)
+        return deleted
