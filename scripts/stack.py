@@ -440,11 +440,13 @@ def _classpath(state: Path) -> list[str]:
     """Maven's list of files for the pom, cached per pom content; resolves (downloads) if needed."""
     key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
     cached = state / f"classpath-{key}.txt"
-    shared = stack_dir() / cached.name
-    if not cached.exists() and shared != cached and shared.exists():
-        # Another profile (the default stack) resolved the same pom: no need to run Maven again.
-        # Its file is replaced atomically, so reading it without its lock is safe.
-        shutil.copyfile(shared, cached)
+    if not cached.exists():
+        # Another profile resolved the same pom: no need to run Maven again. Its file is
+        # replaced atomically, so reading it without that profile's lock is safe.
+        others = (profile.state_dir() / cached.name for profile in PROFILES.values())
+        shared = next((path for path in others if path != cached and path.exists()), None)
+        if shared is not None:
+            shutil.copyfile(shared, cached)
     if cached.exists():
         entries = _read_classpath(cached)
         gone = [entry for entry in entries if not Path(entry).exists()]
