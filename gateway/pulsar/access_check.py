@@ -123,17 +123,22 @@ async def check_admin(admin: PulsarAdmin, access: BrokerAccess, credentials: Cre
         ) from None
 
 
-def first_broker(service_url: str) -> tuple[str, int]:
-    """(host, port) of the first broker of a ``pulsar://`` or ``pulsar+ssl://`` URL."""
+def brokers(service_url: str) -> list[tuple[str, int]]:
+    """(host, port) of each broker of a ``pulsar://`` or ``pulsar+ssl://`` URL
+    (``pulsar://h1:6650,h2:6650``; a missing port is the scheme's default)."""
     parts = urlsplit(service_url)
-    first = parts.netloc.split(",")[0].strip()
-    if first.startswith("["):  # [IPv6]:port
-        host, _, rest = first[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port = first.partition(":")
     default = 6651 if parts.scheme.lower() == "pulsar+ssl" else 6650
-    return host, int(port) if port.isdigit() else default
+    found = []
+    for item in parts.netloc.split(","):
+        item = item.strip()
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, _, port = item.partition(":")
+        if host:
+            found.append((host, int(port) if port.isdigit() else default))
+    return found
 
 
 async def speaks_tls(host: str, port: int) -> bool:
@@ -165,42 +170,55 @@ def _auth_for_connect(credentials: Credentials) -> tuple[str | None, bytes]:
 
 
 async def check_binary(access: BrokerAccess, credentials: Credentials) -> None:
-    """The first broker accepts a binary-protocol connection with the credentials."""
-    host, port = first_broker(access.service_url)
+    """A broker of brokerServiceURL accepts a binary-protocol connection with the credentials.
+
+    Brokers are tried in order until one answers, as pulsar-client would; an answer (accepted
+    or refused) or a failed TLS verification settles it, since every broker of a cluster has
+    the same authentication and, in practice, certificates from the same CA.
+    """
     method, data = _auth_for_connect(credentials)
     context = ssl_context(access, credentials) if access.binary_tls else None
-    try:
-        answer = await probe_connect(
-            host,
-            port,
-            ssl_context=context,
-            auth_method=method,
-            auth_data=data,
-            timeout=PROBE_TIMEOUT,
+    unreachable: list[tuple[str, int, ProbeFailed]] = []
+    for host, port in brokers(access.service_url):
+        try:
+            answer = await probe_connect(
+                host,
+                port,
+                ssl_context=context,
+                auth_method=method,
+                auth_data=data,
+                timeout=PROBE_TIMEOUT,
+            )
+        except ProbeFailed as failure:
+            tls = _ssl_error(failure)
+            if tls is not None:
+                raise BrokerAccessError(
+                    _tls_failure(access, credentials, access.service_url, tls)
+                ) from None
+            unreachable.append((host, port, failure))
+            continue
+        if answer.connected:
+            return
+        detail = f" ({answer.message})" if answer.message else ""
+        if answer.error == "AuthenticationError":
+            raise BrokerAccessError(
+                _refused(access, credentials, f"at {access.service_url}{detail}")
+            )
+        raise BrokerAccessError(
+            f"the Pulsar broker at {access.service_url} refused the connection: "
+            f"{answer.error}{detail}"
         )
-    except ProbeFailed as failure:
-        tls = _ssl_error(failure)
-        if tls is not None:
-            message = _tls_failure(access, credentials, access.service_url, tls)
-        elif not access.binary_tls and await speaks_tls(host, port):
-            message = (
-                f"the Pulsar broker port of {access.service_url} expects TLS: use a "
-                "pulsar+ssl:// brokerServiceURL"
-            )
-        else:
-            message = (
-                f"cannot connect to the Pulsar broker at {access.service_url} ({failure}): "
-                "check brokerServiceURL"
-            )
-        raise BrokerAccessError(message) from None
-    if answer.connected:
-        return
-    detail = f" ({answer.message})" if answer.message else ""
-    if answer.error == "AuthenticationError":
-        where = f"at {access.service_url}{detail}"
-        raise BrokerAccessError(_refused(access, credentials, where))
+    if not unreachable:
+        raise BrokerAccessError(f"brokerServiceURL {access.service_url} names no broker")
+    first_host, first_port, first_failure = unreachable[0]
+    if not access.binary_tls and await speaks_tls(first_host, first_port):
+        raise BrokerAccessError(
+            f"the Pulsar broker port of {access.service_url} expects TLS: use a pulsar+ssl:// "
+            "brokerServiceURL"
+        )
     raise BrokerAccessError(
-        f"the Pulsar broker at {access.service_url} refused the connection: {answer.error}{detail}"
+        f"cannot connect to the Pulsar broker at {access.service_url} ({first_failure}): check "
+        "brokerServiceURL"
     )
 
 

@@ -4,6 +4,7 @@ problem and the key to check, and within seconds (not after pulsar-client's retr
 from __future__ import annotations
 
 import datetime
+import socket
 import time
 from pathlib import Path
 
@@ -230,3 +231,22 @@ async def test_a_client_certificate_the_broker_does_not_trust(
         f"{secured_pulsar.web_url} (certificate unknown): check the client certificate in "
         "brokerClientAuthenticationParameters"
     )
+
+
+async def test_the_binary_check_tries_every_broker_of_the_url(
+    secured_pulsar: SecuredStack,
+) -> None:
+    """As pulsar-client does, a broker that does not answer is skipped for the next one."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = unused.getsockname()[1]  # nothing listens there once closed
+    access = BrokerAccess(
+        f"pulsar+ssl://127.0.0.1:{dead},127.0.0.1:{secured_pulsar.broker_port}",
+        secured_pulsar.web_url,
+        auth_kind="token",
+        trust_certs_file=secured_pulsar.ca_cert,
+    )
+    await check_binary(access, Credentials(token=secured_pulsar.superuser_token))
+    only_dead = BrokerAccess(f"pulsar+ssl://127.0.0.1:{dead}", secured_pulsar.web_url)
+    with pytest.raises(BrokerAccessError, match="cannot connect to the Pulsar broker"):
+        await check_binary(only_dead, Credentials(token=secured_pulsar.superuser_token))

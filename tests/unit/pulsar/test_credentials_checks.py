@@ -13,8 +13,8 @@ import trio
 from gateway.pulsar.access_check import (
     BrokerAccessError,
     _tls_failure,
+    brokers,
     check_admin,
-    first_broker,
 )
 from gateway.pulsar.admin import PulsarAdmin, tls_verification_failure
 from gateway.pulsar.connect_probe import ConnectAnswer, connect_frame, parse_answer
@@ -63,15 +63,15 @@ def test_broker_answers() -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("pulsar://b:6650", ("b", 6650)),
-        ("pulsar+ssl://b1:7000,b2:7000", ("b1", 7000)),
-        ("pulsar+ssl://b", ("b", 6651)),
-        ("pulsar://b", ("b", 6650)),
-        ("pulsar+ssl://[::1]:6651", ("::1", 6651)),
+        ("pulsar://b:6650", [("b", 6650)]),
+        ("pulsar+ssl://b1:7000,b2:7001", [("b1", 7000), ("b2", 7001)]),
+        ("pulsar+ssl://b", [("b", 6651)]),
+        ("pulsar://b1,b2:6660", [("b1", 6650), ("b2", 6660)]),
+        ("pulsar+ssl://[::1]:6651,[fe80::1]", [("::1", 6651), ("fe80::1", 6651)]),
     ],
 )
-def test_first_broker(url: str, expected: tuple[str, int]) -> None:
-    assert first_broker(url) == expected
+def test_brokers(url: str, expected: list[tuple[str, int]]) -> None:
+    assert brokers(url) == expected
 
 
 def verification_error(code: int, message: str) -> ssl.SSLCertVerificationError:
