@@ -173,3 +173,16 @@ def test_a_pkcs12_trust_store(
     )
     config = gateway_config(secured_pulsar, secured_namespace, settings)
     assert run_round_trip(config) == EXPECTED
+
+
+def test_insecure_connection_skips_certificate_verification(
+    secured_pulsar: SecuredStack, secured_namespace: str
+) -> None:
+    """tlsAllowInsecureConnection=true: no trusted CA configured, the broker's certificate is
+    accepted unverified by both clients (the gateway warns about it at start-up)."""
+    settings = token_settings(secured_pulsar, f"token:{secured_pulsar.superuser_token}")
+    settings = settings.replace(f"brokerClientTrustCertsFilePath={secured_pulsar.ca_cert}\n", "")
+    config = gateway_config(
+        secured_pulsar, secured_namespace, settings + "tlsAllowInsecureConnection=true\n"
+    )
+    assert run_round_trip(config) == EXPECTED
