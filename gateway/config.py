@@ -486,7 +486,8 @@ class GatewayConfig:
         metadata=_key(
             Kind.STRING,
             "",
-            "PEM file of the CA certificates trusted for the brokers' TLS certificates.",
+            """PEM file of the CA certificates trusted for the brokers' TLS certificates (binary
+            protocol and admin API). Empty: certifi's CA bundle.""",
             _BC,
         )
     )
@@ -567,7 +568,8 @@ class GatewayConfig:
             "false",
             """Let clients connect whatever client certificate they hold: none is requested,
             so none is used for authentication (EXTERNAL is refused). Python's TLS cannot ask
-            for a certificate and then accept one it cannot verify.""",
+            for a certificate and then accept one it cannot verify. Also accepts a Pulsar
+            broker certificate that cannot be verified (with a warning at start-up).""",
             _TLS,
         )
     )
