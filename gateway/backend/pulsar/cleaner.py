@@ -3,9 +3,12 @@
 **Cleaner.** Drain records (drains.py) say which subscriptions no binding needs any more. Every
 ``interval`` the leader of the namespace looks at each:
 
-- *draining* (``end`` set): once the subscription's backlog is empty, everything routed before
-  the unbind has been consumed. If the queue was bound again meanwhile (``resumed``), the record
-  is simply dropped (the subscription lives on); otherwise it becomes a *removal* record.
+- *draining* (``end`` set): once the subscription's cursor has acknowledged everything up to
+  ``end`` (its mark-delete position, from the topic's internal stats), everything routed before
+  the unbind has been consumed; what the subscription holds after ``end`` is not the queue's
+  (its consumers would only drop it), so nobody needs to read it. If the queue was bound again
+  meanwhile (``resumed``), the record is dropped once the cursor is past ``resumed`` (the
+  subscription lives on); otherwise it becomes a *removal* record.
 - *removal* (``REMOVE``): written by a queue delete, or by the step above. It is acted on only
   when it was already there in the previous round: every replica's consumers stop reading a
   topic as soon as their view has the removal record, and a subscription deleted under a
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from urllib.parse import quote, quote_plus
 
 import trio
 
@@ -38,6 +42,7 @@ from gateway.metadata.store import (
     DrainRecord,
     MetadataStore,
     MetadataUnavailable,
+    Position,
     VhostView,
 )
 from gateway.model.entities import ExchangeType
@@ -45,6 +50,7 @@ from gateway.model.naming import subscription_for
 from gateway.model.routing import compile_topic
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import AdminError, NotFound
+from gateway.pulsar.names import topic_rest_path
 
 log = logging.getLogger("gateway.leader")
 
@@ -98,15 +104,18 @@ class SubscriptionCleaner:
             await self._replace(queue, local, record, REMOVE)
             return
         try:
-            backlog = await self._admin.subscription_backlog(topic, subscription_for(queue))
+            acknowledged = await acknowledged_up_to(self._admin, topic, subscription_for(queue))
         except NotFound:
-            await self._replace(queue, local, record, None)  # nothing left to drain
-            return
+            acknowledged = None
         except AdminError as error:
-            log.info("cleaner: cannot read the backlog of '%s' on %s: %s", queue, topic, error)
+            log.info("cleaner: cannot read the cursor of '%s' on %s: %s", queue, topic, error)
             return
-        if backlog:
+        if acknowledged is None:
+            await self._replace(queue, local, record, None)  # no subscription: nothing to drain
             return
+        target = record.resumed if record.resumed is not None else record.end
+        if target is not None and acknowledged < target:
+            return  # still draining
         bound = topic in self._vhost.bound_topics(view, queue)
         if record.resumed is not None or bound:
             # Bound again: the subscription lives on, and nothing of the unbound window is left.
@@ -124,6 +133,23 @@ class SubscriptionCleaner:
         return await self._store.update_drain(
             self._namespace, queue, local, record, version=stored[1]
         )
+
+
+async def acknowledged_up_to(admin: PulsarAdmin, topic: str, subscription: str) -> Position | None:
+    """The subscription's mark-delete position: every message up to it is acknowledged (None:
+    the topic has no such subscription). NotFound if the topic does not exist."""
+    response = await admin.request("GET", topic_rest_path(topic) + "/internalStats")
+    cursors = response.json().get("cursors") or {}
+    # The broker names cursors URL-encoded ("=" is "%3D").
+    for name in (subscription, quote(subscription, safe=""), quote_plus(subscription)):
+        cursor = cursors.get(name)
+        if cursor is not None:
+            ledger, _, entry = str(cursor.get("markDeletePosition", "")).partition(":")
+            try:
+                return (int(ledger), int(entry))
+            except ValueError:
+                return None
+    return None
 
 
 class SubscriptionReconciler:

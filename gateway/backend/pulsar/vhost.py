@@ -506,7 +506,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def _subscription(
         self, queue: str, *, exclusive: bool, receiver_queue_size: int
     ) -> PulsarQueueSubscription:
-        topics = sorted(self._queue_topics(self._view, queue))
+        view = self._view
+        self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
+        topics = sorted(self._queue_topics(view, queue))
         consumer = await self._pulsar(
             self._r.client.subscribe(
                 topics,
@@ -529,6 +531,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         it: a binding made elsewhere adds its topics to our consumers of the queue, an unbind
         removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel)."""
         version = self._view.version
+        self._drains.refresh(self._view)
         while True:
             view = await self._r.store.changed(self.catalog.namespace, version)
             version = view.version

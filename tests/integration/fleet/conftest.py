@@ -39,10 +39,21 @@ def namespace(pulsar_stack: Any) -> Iterator[str]:
 class Fleet:
     """Starts gateway processes on one namespace; ``close()`` kills whatever is left."""
 
-    def __init__(self, directory: Path, stack: Any, namespace: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        stack: Any,
+        namespace: str,
+        *,
+        zookeeper: str | None = None,
+        extra_config: str = "",
+    ) -> None:
         self._directory = directory
         self._stack = stack
         self.namespace = namespace
+        # The replicas' configurationStoreServers (the stack's, or a chroot of it).
+        self.zookeeper: str = zookeeper or stack.zookeeper
+        self._extra_config = extra_config
         self.processes: list[GatewayProcess] = []
 
     def start(
@@ -54,9 +65,10 @@ class Fleet:
             self._directory,
             port=port,
             namespace=self.namespace,
-            zookeeper=zookeeper or self._stack.zookeeper,
+            zookeeper=zookeeper or self.zookeeper,
             web_url=self._stack.web_url,
             broker_url=self._stack.broker_url,
+            extra=self._extra_config,
         )
         process = GatewayProcess(name, config, port, args)
         self.processes.append(process)

@@ -27,9 +27,17 @@ def free_port() -> int:
 
 
 def write_config(
-    directory: Path, *, port: int, namespace: str, zookeeper: str, web_url: str, broker_url: str
+    directory: Path,
+    *,
+    port: int,
+    namespace: str,
+    zookeeper: str,
+    web_url: str,
+    broker_url: str,
+    extra: str = "",
 ) -> Path:
-    """A configuration whose vhost ``/`` is ``public/<namespace>``, listening on ``port``."""
+    """A configuration whose vhost ``/`` is ``public/<namespace>``, listening on ``port``
+    (``extra``: more ``key=value`` lines)."""
     path = directory / f"gateway-{port}.conf"
     path.write_text(
         f"brokerServiceURL={broker_url}\n"
@@ -38,7 +46,7 @@ def write_config(
         f"amqpDefaultNamespace={namespace}\n"
         f"amqpListeners=amqp://127.0.0.1:{port}\n"
         # Several gateways on one host: the HTTP endpoint's fixed default port would collide.
-        "httpServerPort=0\n"
+        "httpServerPort=0\n" + extra
     )
     return path
 
