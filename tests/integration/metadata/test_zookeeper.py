@@ -12,10 +12,11 @@ import logging
 import threading
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import trio
+import trio.testing
 from kazoo.client import KazooClient
 
 from gateway.amqp.fieldtable import Field
@@ -356,3 +357,59 @@ async def test_a_new_session_claims_its_records_again_unless_their_queue_went(
     assert "reaped" not in view.queues
     await wait_for(a, namespace, lambda v: "reaped" not in v.queues and v.owned == {"kept"})
     assert any("claiming 3 owner and consumer" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_leader_that_loses_zookeeper_stops_and_the_other_takes_over(
+    zk_fleet: ZooKeeperFleet, proxy: TcpProxy, namespace: str
+) -> None:
+    cut_off = await zk_fleet.replica(hosts=proxy.address, session_timeout=4)
+    steady = await zk_fleet.replica()
+    await cut_off.open(namespace)
+    await steady.open(namespace)
+    leading: set[str] = set()
+    changed = trio.Event()
+
+    async def serve(store: ZooKeeperMetadataStore) -> None:
+        nonlocal changed
+        leading.add(store.replica_id)
+        changed.set()
+        changed = trio.Event()
+        try:
+            await trio.sleep_forever()
+        finally:
+            leading.discard(store.replica_id)
+            changed.set()
+            changed = trio.Event()
+
+    async def until(condition: Callable[[], bool], timeout: float = DEADLINE) -> None:
+        with trio.fail_after(timeout):
+            while not condition():
+                await changed.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cut_off.lead, namespace, lambda: serve(cut_off))
+        await until(lambda: leading == {cut_off.replica_id})
+        nursery.start_soon(steady.lead, namespace, lambda: serve(steady))
+        await trio.testing.wait_all_tasks_blocked()
+        assert leading == {cut_off.replica_id}  # the second candidate waits its turn
+
+        proxy.cut()
+        # It stops leading as soon as it cannot reach ZooKeeper (it may have lost the
+        # session), and the other leads once the session has expired.
+        await until(lambda: cut_off.replica_id not in leading)
+        await until(lambda: leading == {steady.replica_id}, timeout=60)
+        assert await steady.leader_of(namespace) == steady.replica_id
+
+        proxy.restore()
+        await cut_off.wait_connected()
+        # Back with a new session, it stands again, behind the leader.
+        with trio.fail_after(DEADLINE):
+            while True:
+                candidates = await steady._children(  # a look at the candidates
+                    zk_fleet.stores[0].layout.leader(namespace), "list candidates"
+                )
+                if len(candidates) == 2:
+                    break
+                await trio.sleep(0.05)  # polling a condition with a deadline
+        assert leading == {steady.replica_id}
+        nursery.cancel_scope.cancel()
