@@ -22,7 +22,7 @@ drained or recorded subscriptions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import trio
@@ -37,7 +37,7 @@ from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.metadata.errors import ConditionNotMet
-from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
+from gateway.metadata.store import REMOVE, DrainRecord, Position, QueueCondition, VhostView
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -74,6 +74,31 @@ GET_WAIT = 0.25
 SUBSCRIBE_ATTEMPTS = 5
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
 GETTER_IDLE = 1.0
+# How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
+# milliseconds; without ZooKeeper the record goes with the session anyway).
+GONE_WAIT = 10.0
+
+
+class RegisteredSubscription:
+    """What ``consume`` returns: the queue's Pulsar subscription, whose ``close`` also waits
+    until the consumer is unregistered from the metadata store (and an auto-delete queue it
+    left without consumers anywhere is deleted). Cancel-Ok therefore comes after both: a
+    client that cancels and then deletes if-unused, consumes exclusively or declares finds
+    the consumer gone, as with RabbitMQ."""
+
+    __slots__ = ("_settled", "receive", "subscription")
+
+    def __init__(
+        self, subscription: PulsarQueueSubscription, settled: Callable[[], Awaitable[None]]
+    ) -> None:
+        self.subscription = subscription
+        # The delivery path calls the subscription's own method: no extra call per message.
+        self.receive = subscription.receive
+        self._settled = settled
+
+    async def close(self) -> None:
+        await self.subscription.close()
+        await self._settled()
 
 
 class PulsarVirtualHost(CatalogVirtualHost):
@@ -83,8 +108,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._r = resources
         self.catalog = Catalog(name, str(namespace), resources.store)
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
-        # Each consumer's registration in the metadata store (its id there).
+        # Each consumer's registration in the metadata store (its id there), and, once the
+        # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
+        self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
         self._topic_prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
@@ -182,10 +209,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
         getter = self._getters.get(queue)
         if getter is not None:
             await getter.remove_topic(topic)
-        await self._pulsar(
-            self._r.admin.delete_subscription(topic, subscription_for(queue), force=True),
-            f"unsubscribing queue '{queue}' from {topic}",
-        )
+        await self.remove_subscription(queue, topic)
+
+    def _alone(self, view: VhostView, queue: str) -> bool:
+        """Whether no other replica has a consumer of ``queue`` (as far as ``view`` knows).
+        Only then is a subscription deleted at once: a consumer elsewhere still reading it
+        would be disconnected, and its reconnection would create it again, with no record
+        left to remove it. Otherwise the leader deletes it a round later (cleaner.py)."""
+        return view.consumers.get(queue, 0) <= len(self._consumers.get(queue, ()))
 
     # ------------------------------------------------------------------ exchanges
 
@@ -201,17 +232,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             if_unused=if_unused,
             drains={(q, self._local(t)): record for (q, t), record in drains.items()},
         )
-        await self._unsubscribe_drained(drained)
+        await self._unsubscribe_drained(view, drained)
 
     async def _plan_drains(
         self, view: VhostView, bindings: Iterable[Binding]
     ) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
         """``bindings`` are about to go: for each (queue, topic) that no other binding of the
-        queue needs any more, either a drain record (the subscription still holds messages
-        routed before; they stay the queue's, and only messages past the topic's end *now*
-        are filtered out) or, when it holds none, a place in the second list (unsubscribe at
-        once). Positions are read before the bindings go: a message published meanwhile is
-        concurrent with the unbind, and either outcome is one RabbitMQ could have had."""
+        queue needs any more, a drain record (the subscription still holds messages routed
+        before; they stay the queue's, and only messages past the topic's end *now* are
+        filtered out) or, when it holds none, a ``REMOVE`` record, also listed second (to
+        unsubscribe at once; the record is there in case we die first). Positions are read
+        before the bindings go: a message published meanwhile is concurrent with the unbind,
+        and either outcome is one RabbitMQ could have had."""
         leaving = list(bindings)
         drains: dict[tuple[str, str], DrainRecord] = {}
         drained: list[tuple[str, str]] = []
@@ -233,19 +265,23 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 except AdminError as error:
                     raise to_amqp_error(error, what) from None
                 if backlog == 0:
+                    drains[(queue, topic)] = REMOVE
                     drained.append((queue, topic))
                     continue
                 end = await self._pulsar(admin.last_message_id(topic), what)
                 drains[(queue, topic)] = DrainRecord(position_of(end))
         return drains, drained
 
-    async def _unsubscribe_drained(self, drained: Iterable[tuple[str, str]]) -> None:
+    async def _unsubscribe_drained(
+        self, before: VhostView, drained: Iterable[tuple[str, str]]
+    ) -> None:
         """After the unbind: drop subscriptions that held nothing, unless a binding made
-        meanwhile needs the topic again."""
+        meanwhile needs the topic again or another replica may still read it (then the
+        leader does, from their REMOVE records)."""
         view = self._view
         self._drains.refresh(view)
         for queue, topic in drained:
-            if queue not in view.queues or topic not in self._queue_topics(view, queue):
+            if not self.needs(view, queue, topic) and self._alone(before, queue):
                 await self._unsubscribe_topic(topic, queue)
 
     # ------------------------------------------------------------------ queues
@@ -338,7 +374,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         subscriptions; False if it was not there. The subscriptions are recorded for removal
         in the same write as the delete, so the leader removes them if we cannot."""
         view = self._view
-        topics = self._queue_topics(view, name)
+        alone = self._alone(view, name)
+        # Its subscriptions, and those an earlier queue of the same name left to remove.
+        topics = self._queue_topics(view, name) | {
+            self.topic(local)
+            for (queue, local), record in view.drains.items()
+            if queue == name and record.removing
+        }
         deleted = await self.catalog.delete_queue(
             name, condition=condition, subscriptions=sorted(self._local(t) for t in topics)
         )
@@ -347,7 +389,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._close_getter(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
-        if deleted:
+        if deleted and alone:
             for topic in topics:
                 await self.remove_subscription(name, topic)
         return deleted
@@ -432,12 +474,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         binding = self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
         if binding is None:
             return
-        drains, drained = await self._plan_drains(self._view, [binding])
+        view = self._view
+        drains, drained = await self._plan_drains(view, [binding])
         removed = await self.catalog.remove_binding(
             binding, drains={self._local(t): record for (_, t), record in drains.items()}
         )
         if removed:
-            await self._unsubscribe_drained(drained)
+            await self._unsubscribe_drained(view, drained)
 
     # ------------------------------------------------------------------ publishing
 
@@ -566,9 +609,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         for topic in current - wanted:
             await subscription.remove_topic(topic)
 
-    async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner
-    ) -> PulsarQueueSubscription:
+    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> RegisteredSubscription:
         self.catalog.queue(self._view, queue, owner)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
@@ -591,7 +632,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise
         self._consumers.setdefault(queue, set()).add(subscription)
         self._registrations[subscription] = registration
-        return subscription
+        return RegisteredSubscription(subscription, lambda: self._settled(subscription))
+
+    async def _settled(self, subscription: PulsarQueueSubscription) -> None:
+        """Until the closed consumer's unregistration (and auto-delete) is done."""
+        leaving = self._leaving.get(subscription)
+        if leaving is not None:
+            with trio.move_on_after(GONE_WAIT):
+                await leaving.wait()
 
     def _consumer_closed(self, subscription: PulsarQueueSubscription) -> None:
         registration = self._registrations.pop(subscription, None)
@@ -606,7 +654,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # An auto-delete queue goes when its last consumer on any replica does (not when the
         # queue itself went: ``ended``).
         abandoned = queue is not None and queue.auto_delete and not subscription.ended
-        self._r.nursery.start_soon(self._consumer_gone, subscription.queue, registration, abandoned)
+        done = self._leaving[subscription] = trio.Event()
+        self._r.nursery.start_soon(self._consumer_gone, subscription, registration, abandoned, done)
 
     async def _unregister(self, queue: str, registration: str) -> None:
         try:
@@ -614,11 +663,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
         except Exception as error:  # it goes with our session at the latest
             log.warning("unregistering a consumer of queue '%s' failed: %s", queue, error)
 
-    async def _consumer_gone(self, name: str, registration: str, abandoned: bool) -> None:
-        await self._unregister(name, registration)
-        if not abandoned or self._consumers.get(name):
-            return
+    async def _consumer_gone(
+        self,
+        subscription: PulsarQueueSubscription,
+        registration: str,
+        abandoned: bool,
+        done: trio.Event,
+    ) -> None:
+        name = subscription.queue
         try:
+            await self._unregister(name, registration)
+            if not abandoned or self._consumers.get(name):
+                return
             # The store checks that no replica has a consumer left (and that the queue ever
             # had one), atomically with the delete.
             await self.drop_queue(name, condition=QueueCondition.ABANDONED)
@@ -628,6 +684,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             log.warning(
                 "auto-deleting queue '%s' in vhost '%s' failed", name, self.name, exc_info=True
             )
+        finally:
+            done.set()
+            self._leaving.pop(subscription, None)
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         self.catalog.queue(self._view, queue, owner)
