@@ -888,6 +888,9 @@ class ZooKeeperMetadataStore:
                 with trio.move_on_after(1.0):
                     await self.wait_connected(False)
                 continue
+            if me is None:
+                log.info("metadata: namespace %s was deleted; not standing for leader", namespace)
+                return
             try:
                 await self._candidacy(namespace, path, me, task)
             finally:
@@ -896,8 +899,9 @@ class ZooKeeperMetadataStore:
                         with contextlib.suppress(MetadataUnavailable):
                             await self._delete_if_there(f"{path}/{me}", "stand down")
 
-    async def _stand(self, namespace: str, path: str) -> str:
-        """Create this session's candidate node; its name."""
+    async def _stand(self, namespace: str, path: str) -> str | None:
+        """Create this session's candidate node; its name (None: the namespace is gone, and
+        is not created again for an election)."""
         what = f"stand for leader of {namespace!r}"
         data = json.dumps({"v": 1, "replica": self._replica_id}).encode()
 
@@ -914,7 +918,11 @@ class ZooKeeperMetadataStore:
                     what,
                 )
             except NoNodeError:
-                await self._ensure_paths(namespace, self._layout.skeleton(namespace), what)
+                # The folder is missing (a namespace written by an older version), or the
+                # whole namespace was deleted: create the folder only under an existing node.
+                failure = await self._transact(what, [_Create(path)], _nothing)
+                if failure is not None and isinstance(failure[1], NoNodeError):
+                    return None
         raise self._too_many_races(what)
 
     async def _candidacy(

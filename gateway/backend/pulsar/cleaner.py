@@ -75,6 +75,10 @@ class SubscriptionCleaner:
                 await self.round()
             except MetadataUnavailable as error:
                 log.info("cleaner of %s: metadata unavailable (%s)", self._namespace, error)
+            except KeyError:
+                return  # the namespace was closed here: nothing left to do
+            except Exception:
+                log.warning("cleaner of %s failed; next round", self._namespace, exc_info=True)
 
     async def round(self) -> None:
         """One look at every record."""
@@ -174,6 +178,10 @@ class SubscriptionReconciler:
                 await self.round()
             except MetadataUnavailable as error:
                 log.info("reconciler of %s: metadata unavailable (%s)", self._namespace, error)
+            except KeyError:
+                return  # the namespace was closed here: nothing left to do
+            except Exception:
+                log.warning("reconciler of %s failed; next round", self._namespace, exc_info=True)
             await trio.sleep(interval)
 
     def expected(self, view: VhostView) -> set[tuple[str, str]]:

@@ -82,6 +82,9 @@ class FleetDuties:
             await self._r.store.lead(namespace, partial(self._lead, namespace, pulsar_namespace))
         except MetadataUnavailable as error:
             log.info("leader: no longer standing for %s: %s", namespace, error)
+        except Exception:
+            # A fault of the leader's work must not take the replica (and its clients) down.
+            log.exception("leader: standing for %s failed; not standing any more", namespace)
 
     async def _lead(self, namespace: str, pulsar_namespace: Namespace) -> None:
         leader = NamespaceLeader(
@@ -136,6 +139,8 @@ class NamespaceLeader:
                 await self.reap()
             except MetadataUnavailable as error:
                 log.info("reaper of %s: metadata unavailable (%s)", self._namespace, error)
+            except KeyError:
+                return  # the namespace was closed here: nothing left to do
             except Exception:
                 log.warning("reaper of %s failed; next tick", self._namespace, exc_info=True)
             await trio.sleep(self._tick)
