@@ -101,6 +101,46 @@ class Catalog:
         check_exclusive_access(queue, owner.connection_id, self.vhost)
         return queue
 
+    # A replica learns of another's change through a ZooKeeper watch, milliseconds later: a
+    # name missing from the view is looked up in the store (after a sync) before the answer
+    # is 404, so that a queue declared on one replica can be used on another at once. Only a
+    # miss costs a round trip. Without ZooKeeper the view's answer stands.
+
+    async def _synced(self, lookup: Awaitable[T]) -> T | None:
+        try:
+            return await lookup
+        except MetadataUnavailable:
+            return None
+
+    async def find_queue(self, name: str, owner: Owner) -> Queue:
+        """The queue (404, after asking the store on a miss) if ``owner`` may use it (405)."""
+        queue = self.view.queues.get(name)
+        if queue is None:
+            queue = await self._synced(self._store.sync_queue(self.namespace, name))
+            if queue is None:
+                raise not_found("queue", name, self.vhost)
+        check_exclusive_access(queue, owner.connection_id, self.vhost)
+        return queue
+
+    async def has_queue(self, name: str) -> bool:
+        """Whether the queue exists (asking the store on a miss)."""
+        return name in self.view.queues or (
+            await self._synced(self._store.sync_queue(self.namespace, name)) is not None
+        )
+
+    async def find_exchange(self, name: str) -> Exchange | None:
+        """The exchange, or None (after asking the store on a miss)."""
+        exchange = self.exchange(self.view, name)
+        if exchange is None:
+            exchange = await self._synced(self._store.sync_exchange(self.namespace, name))
+        return exchange
+
+    async def require_fresh_exchange(self, name: str) -> Exchange:
+        exchange = await self.find_exchange(name)
+        if exchange is None:
+            raise not_found("exchange", name, self.vhost)
+        return exchange
+
     def router(self, view: VhostView, exchange: Exchange) -> Router:
         cached = self._routers.get(exchange.name)
         if cached is not None and cached[0] == view.version:
@@ -111,7 +151,10 @@ class Catalog:
 
     def publish_target(self, view: VhostView, name: str) -> Exchange:
         """The exchange a Basic.Publish names: 404 if missing, 403 if internal."""
-        exchange = self.require_exchange(view, name)
+        return self.check_publishable(self.require_exchange(view, name))
+
+    def check_publishable(self, exchange: Exchange) -> Exchange:
+        """403 for an internal exchange."""
         if exchange.internal:
             raise ChannelError(
                 ReplyCode.ACCESS_REFUSED,
@@ -141,6 +184,8 @@ class Catalog:
         arguments: Mapping[str, Any],
     ) -> None:
         existing = self.exchange(self.view, name)
+        if existing is None and passive:
+            existing = await self.find_exchange(name)
         check_exchange_declare(name, passive=passive, exists=existing is not None)
         if passive:
             if existing is None:
@@ -153,13 +198,13 @@ class Catalog:
             existing = await self.write(self._store.create_exchange(self.namespace, requested))
         check_equivalent(existing, requested, vhost=self.vhost)
 
-    def exchange_bindings(self, name: str, *, if_unused: bool) -> list[Binding] | None:
+    async def exchange_bindings(self, name: str, *, if_unused: bool) -> list[Binding] | None:
         """The bindings an Exchange.Delete of ``name`` would take with it (None: there is no
         such exchange, the delete is a no-op), after RabbitMQ's checks."""
         check_exchange_delete(name, self.vhost)
-        view = self.view
-        if name not in view.exchanges:
+        if name not in self.view.exchanges and await self.find_exchange(name) is None:
             return None
+        view = self.view
         bindings = [b for b in view.bindings if b.exchange == name]
         if if_unused and bindings:
             raise self.in_use("exchange", name)
@@ -174,7 +219,7 @@ class Catalog:
     ) -> list[Binding]:
         """Delete it (idempotent); returns the bindings that went with it. ``if_unused`` is
         checked by the store too: a binding made on another replica counts."""
-        bindings = self.exchange_bindings(name, if_unused=if_unused)
+        bindings = await self.exchange_bindings(name, if_unused=if_unused)
         if bindings is None:
             return []
         try:
@@ -205,7 +250,7 @@ class Catalog:
         queue becomes visible (so its storage exists before anyone can route to it)."""
         view = self.view
         if passive:
-            return self.queue(view, name, owner), False
+            return await self.find_queue(name, owner), False
         requested = declared_queue(
             name,
             durable=durable,
@@ -251,7 +296,7 @@ class Catalog:
 
     # ------------------------------------------------------------------ bindings
 
-    def binding(
+    async def binding(
         self,
         queue: str,
         exchange: str,
@@ -261,9 +306,8 @@ class Catalog:
     ) -> tuple[Binding, Exchange]:
         """The binding a Queue.Bind asks for, after every check RabbitMQ makes."""
         check_bind(exchange)
-        view = self.view
-        self.queue(view, queue, owner)
-        target = self.require_exchange(view, exchange)
+        await self.find_queue(queue, owner)
+        target = await self.require_fresh_exchange(exchange)
         validate_binding(target.type, arguments)
         return Binding(queue, exchange, routing_key, arguments), target
 
@@ -276,7 +320,7 @@ class Catalog:
     ) -> None:
         await self.write(self._store.add_binding(self.namespace, binding, drains=drains))
 
-    def unbinding(
+    async def unbinding(
         self,
         queue: str,
         exchange: str,
@@ -285,13 +329,22 @@ class Catalog:
         owner: Owner,
     ) -> Binding | None:
         """The binding a Queue.Unbind removes, after RabbitMQ's checks; None when it is not
-        there (Queue.Unbind is idempotent)."""
+        there (Queue.Unbind is idempotent). One this replica has not seen yet, made on
+        another, is returned when its queue and exchange exist: the store decides."""
         check_bind(exchange)
+        binding = Binding(queue, exchange, routing_key, arguments)
         view = self.view
         if queue in view.queues:
             self.queue(view, queue, owner)
-        binding = Binding(queue, exchange, routing_key, arguments)
-        return binding if binding in view.bindings else None
+            if binding in view.bindings:
+                return binding
+        elif not await self.has_queue(queue):
+            return None
+        else:
+            await self.find_queue(queue, owner)  # 405 for another connection's queue
+        if await self.find_exchange(exchange) is None:
+            return None
+        return binding
 
     async def remove_binding(
         self, binding: Binding, *, drains: Mapping[str, DrainRecord] | None = None

@@ -196,7 +196,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         *,
         owner: Owner,
     ) -> None:
-        binding, _exchange = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
+        binding, _exchange = await self.catalog.binding(
+            queue, exchange, routing_key, arguments, owner
+        )
         await self.catalog.add_binding(binding)
 
     async def unbind_queue(
@@ -209,7 +211,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         owner: Owner,
     ) -> None:
         # In memory a routed message is in the queue's deque already: nothing to drain.
-        binding = self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+        binding = await self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
         if binding is not None:
             await self.catalog.remove_binding(binding)
 

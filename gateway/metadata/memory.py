@@ -180,6 +180,14 @@ class MemoryMetadataStore:
             await state.event.wait()
         return state.view()
 
+    async def sync_queue(self, namespace: str, name: str) -> Queue | None:
+        await trio.lowlevel.checkpoint()  # every view is current already
+        return self._namespace(namespace).queues.get(name)
+
+    async def sync_exchange(self, namespace: str, name: str) -> Exchange | None:
+        await trio.lowlevel.checkpoint()
+        return self._namespace(namespace).exchanges.get(name)
+
     async def opened(self, known: int = 0) -> list[str]:
         if len(self._opened) > known:
             await trio.lowlevel.checkpoint()

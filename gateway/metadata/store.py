@@ -116,6 +116,16 @@ class MetadataStore(Protocol):
         """Wait until the view's version is above ``since_version``; return it."""
         ...
 
+    async def sync_queue(self, namespace: str, name: str) -> Queue | None:
+        """The queue as ZooKeeper has it now, after a sync (None: not there); the view is
+        brought up to date with it. For a name the view lacks: a queue declared on another
+        replica a moment ago is found before the watch tells this one."""
+        ...
+
+    async def sync_exchange(self, namespace: str, name: str) -> Exchange | None:
+        """Likewise for an exchange."""
+        ...
+
     async def opened(self, known: int = 0) -> list[str]:
         """The namespaces this replica has opened, once there are more than ``known``."""
         ...

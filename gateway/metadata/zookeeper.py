@@ -465,6 +465,30 @@ class ZooKeeperMetadataStore:
                 self._opened_changed = trio.Event()
             return state.mirror.snapshot()
 
+    async def sync_queue(self, namespace: str, name: str) -> Queue | None:
+        found = await self._sync_entity(namespace, Folder.QUEUES, name, f"look up queue {name!r}")
+        assert found is None or isinstance(found, Queue)
+        return found
+
+    async def sync_exchange(self, namespace: str, name: str) -> Exchange | None:
+        what = f"look up exchange {name!r}"
+        found = await self._sync_entity(namespace, Folder.EXCHANGES, name, what)
+        assert found is None or isinstance(found, Exchange)
+        return found
+
+    async def _sync_entity(
+        self, namespace: str, folder: Folder, name: str, what: str
+    ) -> Exchange | Queue | None:
+        """Read the node after a sync: the server we talk to may lag behind the one another
+        replica wrote through, and sync makes it catch up first. The read is issued right
+        after the sync on the same session, so it is answered after the sync completed (the
+        sync's own answer is not awaited: kazoo reorders it)."""
+        await self._prepare(what)
+        child = encode_name(name)
+        path = self._layout.node(namespace, folder, child)
+        self._client.sync_async(path)
+        return await self._read_entity(namespace, folder, child, path, what)
+
     async def opened(self, known: int = 0) -> list[str]:
         if len(self._opened) > known:
             await trio.lowlevel.checkpoint()

@@ -221,8 +221,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
     # ------------------------------------------------------------------ exchanges
 
     async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        bindings = await self.catalog.exchange_bindings(name, if_unused=if_unused)
         view = self._view
-        bindings = self.catalog.exchange_bindings(name, if_unused=if_unused)
         if not bindings:
             await self.catalog.delete_exchange(name, if_unused=if_unused)
             return
@@ -351,10 +351,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
     ) -> int:
-        view = self._view
-        if name not in view.queues:
+        if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
-        self.catalog.queue(view, name, owner)
+        await self.catalog.find_queue(name, owner)
+        view = self._view
         if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
             raise self.catalog.in_use("queue", name)
         count = await self._message_count(view, name)
@@ -419,8 +419,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return True
 
     async def purge_queue(self, name: str, *, owner: Owner) -> int:
+        await self.catalog.find_queue(name, owner)
         view = self._view
-        self.catalog.queue(view, name, owner)
         count = await self._message_count(view, name)
         await self._close_getter(name)
         admin = self._r.admin
@@ -441,7 +441,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         owner: Owner,
     ) -> None:
-        binding, target = self.catalog.binding(queue, exchange, routing_key, arguments, owner)
+        binding, target = await self.catalog.binding(queue, exchange, routing_key, arguments, owner)
         view = self._view
         # Subscriptions first, so a publisher that sees the binding finds them in place.
         subscribed = self._binding_topics(view, binding)
@@ -471,7 +471,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         owner: Owner,
     ) -> None:
-        binding = self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+        binding = await self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
         if binding is None:
             return
         view = self._view
@@ -486,7 +486,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def publish(self, message: Message) -> PublishOutcome:
         view = self._view
-        exchange = self.catalog.publish_target(view, message.exchange)
+        exchange = self.catalog.exchange(view, message.exchange)
+        if exchange is None:  # declared elsewhere a moment ago? (or 404)
+            exchange = await self.catalog.require_fresh_exchange(message.exchange)
+            view = self._view
+        self.catalog.check_publishable(exchange)
         key = message.routing_key
         if exchange.type is ExchangeType.TOPIC and (exchange.name, key) not in self._prepared_keys:
             await self._prepare_topic_key(exchange, key)
@@ -610,7 +614,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> RegisteredSubscription:
-        self.catalog.queue(self._view, queue, owner)
+        await self.catalog.find_queue(queue, owner)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -689,7 +693,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._leaving.pop(subscription, None)
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
-        self.catalog.queue(self._view, queue, owner)
+        await self.catalog.find_queue(queue, owner)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:
             # One small consumer per queue serves the Basic.Gets of a burst: none is created

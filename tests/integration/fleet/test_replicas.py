@@ -340,3 +340,22 @@ def test_traffic_goes_on_while_a_replica_has_lost_zookeeper(
         assert consumer.error is None, repr(consumer.error)
     finally:
         consumer.stop()
+
+
+def test_what_one_replica_declares_is_usable_at_once_on_another(fleet: Fleet) -> None:
+    # No wait for the watch: a replica that misses a name asks ZooKeeper before it says 404.
+    r1, r2 = fleet.replicas(2)
+    on_1, on_2 = connect(r1.port).channel(), connect(r2.port)
+    for round_ in range(10):
+        queue, exchange = f"fresh-{round_}", f"fresh-x-{round_}"
+        on_1.exchange_declare(exchange, "direct")
+        on_1.queue_declare(queue)
+        channel = on_2.channel()
+        channel.confirm_delivery()
+        assert channel.queue_declare(queue, passive=True).method.consumer_count == 0
+        channel.exchange_declare(exchange, passive=True)
+        channel.queue_bind(queue, exchange, "k")
+        channel.basic_publish(exchange, "k", f"m-{round_}".encode(), mandatory=True)
+        assert get_bodies(channel, queue, 1, timeout=30) == [f"m-{round_}".encode()]
+        channel.basic_consume(queue, print)
+        channel.close()

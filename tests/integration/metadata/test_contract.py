@@ -348,3 +348,25 @@ async def test_write_is_in_the_writers_view_when_it_returns(fleet: Fleet, namesp
         assert Binding(name, "amq.fanout", "") in store.view(namespace).bindings
         assert await store.delete_queue(namespace, name)
         assert name not in store.view(namespace).queues
+
+
+async def test_sync_finds_what_another_replica_wrote_before_the_watch_does(
+    fleet: Fleet, namespace: str
+) -> None:
+    a = await _opened(fleet, namespace)
+    b = await _opened(fleet, namespace)
+    for round_ in range(10):  # the watch may win now and then; the sync always finds it
+        queue = Queue(f"q{round_}", durable=True)
+        exchange = Exchange(f"x{round_}", ExchangeType.FANOUT)
+        await a.create_queue(namespace, queue)
+        await a.create_exchange(namespace, exchange)
+        assert await b.sync_queue(namespace, queue.name) == queue
+        assert await b.sync_exchange(namespace, exchange.name) == exchange
+        view = b.view(namespace)
+        assert view.queues[queue.name] == queue and view.exchanges[exchange.name] == exchange
+    assert await b.sync_queue(namespace, "nope") is None
+    assert await b.sync_exchange(namespace, "nope") is None
+    # And a deletion made elsewhere leaves the view at once.
+    await a.delete_queue(namespace, "q0")
+    assert await b.sync_queue(namespace, "q0") is None
+    assert "q0" not in b.view(namespace).queues
