@@ -211,6 +211,10 @@ class SubscriptionReconciler:
             except (AdminError, MissingEntity) as error:
                 log.info("reconciler: cannot check '%s' on %s: %s", queue, topic, error)
                 continue
+            if created and queue not in self._store.view(self._namespace).queues:
+                # Deleted while we created it: nothing would ever remove this one.
+                await self._vhost.remove_subscription(queue, topic)
+                continue
             if created:
                 log.warning(
                     "reconciler: queue '%s' was bound to %s without a subscription there "

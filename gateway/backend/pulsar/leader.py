@@ -32,8 +32,9 @@ from gateway.backend.pulsar.cleaner import SubscriptionCleaner, SubscriptionReco
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.errors import ConditionNotMet
-from gateway.metadata.store import MetadataUnavailable, QueueCondition, VhostView
+from gateway.metadata.store import MetadataStore, MetadataUnavailable, QueueCondition, VhostView
 from gateway.model.vhost import Namespace
+from gateway.pulsar.admin import PulsarAdmin
 
 log = logging.getLogger("gateway.leader")
 
@@ -89,9 +90,11 @@ class FleetDuties:
     async def _lead(self, namespace: str, pulsar_namespace: Namespace) -> None:
         leader = NamespaceLeader(
             PulsarVirtualHost(namespace, pulsar_namespace, self._r),
-            self._r,
+            self._r.store,
+            self._r.admin,
             namespace,
             tick=self._tick,
+            drain_interval=self._r.drain_check_interval,
             reconcile_interval=self._reconcile_interval,
         )
         await leader.run()
@@ -103,20 +106,22 @@ class NamespaceLeader:
     def __init__(
         self,
         vhost: PulsarVirtualHost,
-        resources: PulsarResources,
+        store: MetadataStore,
+        admin: PulsarAdmin,
         namespace: str,
         *,
         tick: float = REAP_TICK,
+        drain_interval: float = 5.0,
         reconcile_interval: float = RECONCILE_INTERVAL,
     ) -> None:
         self._vhost = vhost
-        self._r = resources
-        self._store = resources.store
+        self._store = store
         self._namespace = namespace
         self._tick = tick
+        self._drain_interval = drain_interval
         self._reconcile_interval = reconcile_interval
-        self.cleaner = SubscriptionCleaner(vhost, self._store, resources.admin, namespace)
-        self.reconciler = SubscriptionReconciler(vhost, self._store, resources.admin, namespace)
+        self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
+        self.reconciler = SubscriptionReconciler(vhost, store, admin, namespace)
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
         self._abandoned: set[str] = set()
@@ -128,7 +133,7 @@ class NamespaceLeader:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reap_loop)
-                nursery.start_soon(self.cleaner.run, self._r.drain_check_interval)
+                nursery.start_soon(self.cleaner.run, self._drain_interval)
                 nursery.start_soon(self.reconciler.run, self._reconcile_interval)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)
