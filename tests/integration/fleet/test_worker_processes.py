@@ -77,7 +77,8 @@ def test_three_workers_share_one_port_and_stop_with_320(fleet: Fleet) -> None:
         gateway.signal(signal.SIGTERM)
         codes = [_closed_by_broker(connection, timeout=20) for connection in connections]
         assert codes == [320] * len(connections)
-        assert gateway.wait_exit(timeout=30) == 0
+        code = gateway.wait_exit(timeout=30)
+        assert code == 0, "\n".join(gateway.output()[-40:])
     finally:
         for connection in connections:
             if connection.is_open:
