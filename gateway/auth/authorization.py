@@ -311,9 +311,11 @@ class AuthorizingVirtualHost:
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
         return await self.inner.publish(message)
 
-    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> QueueSubscription:
+    async def consume(
+        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+    ) -> QueueSubscription:
         self._check(Access.READ, "queue", queue)
-        return await self.inner.consume(queue, exclusive=exclusive, owner=owner)
+        return await self.inner.consume(queue, exclusive=exclusive, owner=owner, prefetch=prefetch)
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
         self._check(Access.READ, "queue", queue)

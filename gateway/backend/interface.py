@@ -190,8 +190,13 @@ class VirtualHost(Protocol):
         """
         ...
 
-    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> QueueSubscription:
-        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa."""
+    async def consume(
+        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+    ) -> QueueSubscription:
+        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa.
+
+        ``prefetch`` is the most unacknowledged deliveries the client will take (0: no
+        limit); a backend may size what it reads ahead by it."""
         ...
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:

@@ -225,7 +225,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
             self._messages(name).push(message)
         return PublishOutcome(routed=bool(names))
 
-    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> MemorySubscription:
+    async def consume(
+        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+    ) -> MemorySubscription:
         self.catalog.queue(self.catalog.view, queue, owner)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):

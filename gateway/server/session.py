@@ -106,6 +106,11 @@ class ChannelState:
     def consumers_unacked(self) -> int:
         return sum(c.unacked for c in self.consumers.values())
 
+    def prefetch_window(self) -> int:
+        """The most unacknowledged deliveries a consumer started now can hold (0: no limit)."""
+        limits = [limit for limit in (self.consumer_prefetch, self.channel_prefetch) if limit]
+        return min(limits, default=0)
+
     def has_credit(self, consumer: Consumer) -> bool:
         if not self.flow_active:
             return False
@@ -364,7 +369,10 @@ class AMQPSession:
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         subscription = await self._vhost.consume(
-            queue, exclusive=method.exclusive, owner=self._link.owner
+            queue,
+            exclusive=method.exclusive,
+            owner=self._link.owner,
+            prefetch=0 if method.no_ack else state.prefetch_window(),
         )
         consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
         state.consumers[tag] = consumer

@@ -20,7 +20,19 @@ class PulsarResources:
     store: MetadataStore
     # For background work that outlives a request (auto-delete, the producer sweeper).
     nursery: trio.Nursery
-    # Messages each Pulsar consumer prefetches per topic; AMQP's prefetch is enforced above.
-    receiver_queue_size: int = 100
+    # The most messages a Pulsar consumer reads ahead per topic (pulsar-client's default);
+    # consumers with an AMQP prefetch read ahead only that many (receiver_queue_for).
+    max_receiver_queue: int = 1000
+
+    def receiver_queue_for(self, prefetch: int) -> int:
+        """Read-ahead of a consumer whose client takes at most ``prefetch`` unacknowledged
+        deliveries (0: no limit). A larger read-ahead takes messages from the queue's other
+        consumers, on this replica or another, only to hold them here: a work queue with
+        prefetch 1 must be shared fairly, as on RabbitMQ. A smaller one costs throughput
+        (one flow request per half queue)."""
+        if prefetch <= 0:
+            return self.max_receiver_queue
+        return min(prefetch, self.max_receiver_queue)
+
     # How often subscriptions left behind by an unbind are checked for being drained.
     drain_check_interval: float = 5.0

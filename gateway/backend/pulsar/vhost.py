@@ -613,7 +613,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         for topic in current - wanted:
             await subscription.remove_topic(topic)
 
-    async def consume(self, queue: str, *, exclusive: bool, owner: Owner) -> RegisteredSubscription:
+    async def consume(
+        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+    ) -> RegisteredSubscription:
         await self.catalog.find_queue(queue, owner)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
@@ -628,7 +630,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             # Messages the Basic.Get consumer holds would never reach this consumer.
             await self._close_getter(queue)
             subscription = await self._subscription(
-                queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_size
+                queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_for(prefetch)
             )
         except BaseException:
             with trio.CancelScope(shield=True):

@@ -360,6 +360,48 @@ def test_recover_without_requeue_is_540(running: Running) -> None:
 # ---------------------------------------------------------------------------------- prefetch
 
 
+def test_prefetch_one_shares_a_queue_fairly_with_a_stuck_worker(running: Running) -> None:
+    """RabbitMQ's work-queue pattern: with prefetch 1, a worker that holds its message does
+    not hold others back; the busy worker gets everything else. (Pulsar consumers read ahead
+    at most the prefetch per topic, so the stuck worker keeps at most a couple, not a
+    receiver queue's worth.)"""
+    total = 40
+    stuck_connection, busy_connection = running.connect(), running.connect()
+    queue = unique("fair")
+    stuck_connection.channel().queue_declare(queue)
+    stuck = stuck_connection.channel()
+    stuck.basic_qos(prefetch_count=1)
+    held = Recorder()
+    stuck.basic_consume(queue, held)  # never acks
+    busy = busy_connection.channel()
+    busy.basic_qos(prefetch_count=1)
+    done: list[bytes] = []
+
+    def work(ch: BlockingChannel, method: pika.spec.Basic.Deliver, _p: object, body: bytes) -> None:
+        done.append(body)
+        ch.basic_ack(method.delivery_tag)
+
+    busy.basic_consume(queue, work)
+    publisher = busy_connection.channel()
+    publisher.confirm_delivery()
+    for n in range(total):
+        publisher.basic_publish("", queue, f"m{n}".encode())
+    wait_for(lambda: len(held.deliveries) == 1, stuck_connection, what="the stuck worker's one")
+    # At most the stuck worker's one delivery and a message read ahead for it stay behind.
+    wait_for(
+        lambda: len(done) >= total - 3,
+        busy_connection,
+        what=lambda: f"{len(done)} of {total} done by the busy worker",
+    )
+    observe(stuck_connection)
+    assert len(held.deliveries) == 1
+    stuck_connection.close()  # its message goes back, and to the busy worker
+    wait_for(lambda: len(done) == total, busy_connection, what=f"all {total} done")
+    assert sorted(done) == sorted(bodies(total))
+    busy_connection.channel().queue_delete(queue)
+    busy_connection.close()
+
+
 def test_prefetch_is_per_consumer(running: Running) -> None:
     connection = running.connect()
     setup = connection.channel()
