@@ -24,15 +24,18 @@ class PulsarResources:
     # consumers with an AMQP prefetch read ahead only that many (receiver_queue_for).
     max_receiver_queue: int = 1000
 
-    def receiver_queue_for(self, prefetch: int) -> int:
-        """Read-ahead of a consumer whose client takes at most ``prefetch`` unacknowledged
-        deliveries (0: no limit). A larger read-ahead takes messages from the queue's other
-        consumers, on this replica or another, only to hold them here: a work queue with
-        prefetch 1 must be shared fairly, as on RabbitMQ. A smaller one costs throughput
-        (one flow request per half queue)."""
-        if prefetch <= 0:
-            return self.max_receiver_queue
-        return min(prefetch, self.max_receiver_queue)
+    def receiver_queue_for(self, prefetch: int, topics: int = 1) -> int:
+        """Per-topic read-ahead of a consumer whose client takes at most ``prefetch``
+        unacknowledged deliveries (0: no limit), reading ``topics`` topics.
+
+        A larger read-ahead takes messages from the queue's other consumers, on this replica
+        or another, only to hold them here: a work queue with prefetch 1 must be shared
+        fairly, as on RabbitMQ. A smaller one costs throughput (one flow request per half
+        queue). The topics of one queue share ``max_receiver_queue`` between them, so that a
+        queue bound to many keys does not buffer thousands of messages per consumer.
+        """
+        wanted = self.max_receiver_queue if prefetch <= 0 else prefetch
+        return max(1, min(wanted, self.max_receiver_queue // max(1, topics)))
 
     # How often subscriptions left behind by an unbind are checked for being drained.
     drain_check_interval: float = 5.0

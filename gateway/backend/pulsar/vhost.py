@@ -551,16 +551,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return admits
 
     async def _subscription(
-        self, queue: str, *, exclusive: bool, receiver_queue_size: int
+        self, queue: str, *, exclusive: bool, prefetch: int = 0, read_ahead: int | None = None
     ) -> PulsarQueueSubscription:
+        """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
+        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._queue_topics(view, queue))
+        if read_ahead is None:
+            read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         consumer = await self._pulsar(
             self._r.client.subscribe(
                 topics,
                 subscription_for(queue),
-                ConsumerOptions(receiver_queue_size=receiver_queue_size),
+                ConsumerOptions(receiver_queue_size=read_ahead),
             ),
             f"consuming from '{queue}'",
         )
@@ -629,9 +633,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         try:
             # Messages the Basic.Get consumer holds would never reach this consumer.
             await self._close_getter(queue)
-            subscription = await self._subscription(
-                queue, exclusive=exclusive, receiver_queue_size=self._r.receiver_queue_for(prefetch)
-            )
+            subscription = await self._subscription(queue, exclusive=exclusive, prefetch=prefetch)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._unregister(queue, registration)
@@ -700,7 +702,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if getter is None or getter.closed:
             # One small consumer per queue serves the Basic.Gets of a burst: none is created
             # per call, and it goes when idle so it does not hold messages back from others.
-            getter = await self._subscription(queue, exclusive=False, receiver_queue_size=1)
+            getter = await self._subscription(queue, exclusive=False, read_ahead=1)
             self._getters[queue] = getter
             if not self._sweeping_getters:
                 self._sweeping_getters = True

@@ -212,7 +212,7 @@ def test_basic_get(running: Running) -> None:
 
 @pulsar_xfail(
     "Get-Ok's message_count is what the Basic.Get Pulsar consumer happens to have buffered "
-    "(gateway/backend/pulsar/vhost.py get: getter.consumer.buffered, receiver_queue_size=1), "
+    "(gateway/backend/pulsar/vhost.py get: getter.consumer.buffered, read_ahead=1), "
     "not the messages left in the queue as RabbitMQ reports"
 )
 def test_basic_get_reports_the_messages_left(running: Running) -> None:
