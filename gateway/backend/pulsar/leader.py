@@ -125,6 +125,8 @@ class NamespaceLeader:
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
         self._abandoned: set[str] = set()
+        # The view version of the last tick that found nothing to do (-1: none yet).
+        self._quiet_version = -1
         # Auto-delete queues seen with consumers this term, and ones found never consumed.
         self._consumed: set[str] = set()
         self._unconsumed: set[str] = set()
@@ -153,6 +155,10 @@ class NamespaceLeader:
     async def reap(self) -> None:
         """One tick: delete the candidates that were candidates at the previous tick too."""
         view = self._store.view(self._namespace)
+        if view.version == self._quiet_version:
+            # Nothing changed since a tick that found no candidate: looking at every queue
+            # again each second would stall the replica's event loop in a large vhost.
+            return
         orphaned = {
             q.name for q in view.queues.values() if q.owner is not None and q.name not in view.owned
         }
@@ -166,6 +172,7 @@ class NamespaceLeader:
                 self._unconsumed.add(name)
                 self._consumed.discard(name)
         self._orphaned, self._abandoned = orphaned, abandoned
+        self._quiet_version = view.version if not (orphaned or abandoned) else -1
 
     def _abandoned_in(self, view: VhostView) -> set[str]:
         """Auto-delete queues without consumers that had some this term, or that this leader
