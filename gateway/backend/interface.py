@@ -84,11 +84,11 @@ class Stored(Protocol):
     """The durability of one published message, for its publisher confirm."""
 
     def done(self) -> bool:
-        """True once ``wait`` would return (or raise) without blocking."""
+        """True once ``durable`` would return (or raise) without blocking."""
         ...
 
-    async def wait(self) -> object:
-        """Return (anything) when every copy is durable; raise if any failed."""
+    async def durable(self) -> None:
+        """Return when every copy is durable; raise if any failed."""
         ...
 
 
@@ -98,7 +98,7 @@ class AlreadyStored:
     def done(self) -> bool:
         return True
 
-    async def wait(self) -> None:
+    async def durable(self) -> None:
         return None
 
 

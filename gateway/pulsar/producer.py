@@ -155,13 +155,21 @@ class SendHandle:
         A cancellation point always; a schedule point only if it has to wait (awaiting a run
         of handles that are already done should not cost a scheduling round each).
         """
+        await self.durable()
+        return self.result()
+
+    async def durable(self) -> None:
+        """``wait`` without the message id (reading it from pulsar-client costs four calls
+        into C++, and a publisher confirm does not need it)."""
         if self._state == self._PENDING:
             if self._event is None:
                 self._event = trio.Event()
             await self._event.wait()
         else:
             await trio.lowlevel.checkpoint_if_cancelled()
-        return self.result()
+        if self._state == self._FAILED:
+            assert self._error is not None
+            raise self._error
 
     def add_done_callback(self, callback: Callable[[SendHandle], None]) -> None:
         """Call ``callback(handle)`` on the trio thread when done (now, if already done).

@@ -50,7 +50,7 @@ class ConfirmQueue:
                 await self._arrived.wait()
             seq, stored = self._waiting[0]
             try:
-                await stored.wait()
+                await stored.durable()
             except Exception as error:
                 log.warning("publish %d not stored: %s", seq, error)
                 self._waiting.popleft()

@@ -18,7 +18,7 @@ class Pending:
     def done(self) -> bool:
         return self._event.is_set()
 
-    async def wait(self) -> None:
+    async def durable(self) -> None:
         await self._event.wait()
         if self._error is not None:
             raise self._error
