@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.metadata.mirror import make_view  # noqa: E402
+from gateway.metadata.store import VhostView  # noqa: E402
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from gateway.model.entities import Binding, Exchange, ExchangeType, Queue  # noqa: E402
 
@@ -71,12 +72,14 @@ def queue_name(index: int) -> str:
 # ---------------------------------------------------------------------------- per-entity
 
 
-async def seed(hosts: str, prefix: str, n: int) -> float:
+async def seed(hosts: str, prefix: str, n: int, namespace: str = BIG) -> float:
+    """Seconds to create ``n`` durable queues, each bound to the direct exchange ``EXCHANGE``
+    with its own name as the key, in ``namespace`` (bench_fleet.py seeds a real vhost)."""
     async with ZooKeeperMetadataStore(hosts, prefix=prefix, request_timeout=60) as store:
         queues = [Queue(queue_name(i), durable=True) for i in range(n)]
         started = time.perf_counter()
         await store.bulk_create(
-            BIG,
+            namespace,
             exchanges=[Exchange(EXCHANGE, ExchangeType.DIRECT, durable=True)],
             queues=queues,
             bindings=[Binding(q.name, EXCHANGE, q.name) for q in queues],
@@ -84,10 +87,10 @@ async def seed(hosts: str, prefix: str, n: int) -> float:
         return time.perf_counter() - started
 
 
-async def load_once(hosts: str, prefix: str) -> tuple[float, int, int]:
+async def load_once(hosts: str, prefix: str, namespace: str = BIG) -> tuple[float, int, int]:
     async with ZooKeeperMetadataStore(hosts, prefix=prefix, open_timeout=600) as store:
         started = time.perf_counter()
-        view = await store.open(BIG)
+        view = await store.open(namespace)
         elapsed = time.perf_counter() - started
         return elapsed, len(view.queues), len(view.bindings)
 
@@ -139,6 +142,9 @@ async def propagation(
             assert word == "rebuild"
             word, rss = (await lines.next()).split()
             assert word == "rss"
+    except BaseException:
+        process.kill()  # it would wait for writes that will not come
+        raise
     finally:
         with trio.CancelScope(shield=True):
             await process.wait()
@@ -196,6 +202,11 @@ def old_document(n: int) -> bytes:
 
 def load_old_document(client: KazooClient, path: str) -> int:
     data, _ = client.get(path)
+    return len(decode_old_document(data).queues)
+
+
+def decode_old_document(data: bytes) -> VhostView:
+    """The view a replica of the single-document design builds from the document."""
     document: dict[str, Any] = json.loads(data)
     queues = [
         Queue(name, q["durable"], q["exclusive"], q["autoDelete"])
@@ -206,8 +217,7 @@ def load_old_document(client: KazooClient, path: str) -> int:
     for name, e in document["exchanges"].items():
         exchanges.append(Exchange(name, ExchangeType(e["type"]), e["durable"], e["autoDelete"]))
         bindings += [Binding(b["queue"], name, b["key"]) for b in e["bindings"]]
-    view = make_view(1, exchanges, queues, bindings, ())
-    return len(view.queues)
+    return make_view(1, exchanges, queues, bindings, ())
 
 
 def fits(client: KazooClient, path: str, n: int) -> bool:
