@@ -188,6 +188,16 @@ class MemoryMetadataStore:
         await trio.lowlevel.checkpoint()
         return self._namespace(namespace).exchanges.get(name)
 
+    async def sync_topic_keys(self, namespace: str, exchange: str) -> frozenset[str]:
+        await trio.lowlevel.checkpoint()
+        keys = self._namespace(namespace).topic_keys
+        return frozenset(key.routing_key for key in keys if key.exchange == exchange)
+
+    async def sync_bindings_of(self, namespace: str, exchange: str) -> frozenset[tuple[str, str]]:
+        await trio.lowlevel.checkpoint()
+        bindings = self._namespace(namespace).bindings.values()
+        return frozenset((b.queue, b.routing_key) for b in bindings if b.exchange == exchange)
+
     async def opened(self, known: int = 0) -> list[str]:
         if len(self._opened) > known:
             await trio.lowlevel.checkpoint()

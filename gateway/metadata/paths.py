@@ -138,9 +138,11 @@ def bucket_of(child: str) -> str:
 
 
 def bucket_for(folder: Folder, child: str) -> str:
-    """The bucket of ``child`` in ``folder``: by the whole name, or, in the folders of records
-    about a queue, by the queue's (encoded) name, which never contains ``,``."""
-    if folder.by_queue:
+    """The bucket of ``child`` in ``folder``: by the whole name, or by its first part (an
+    encoded name, which never contains ``,``): in the folders of records about a queue, by
+    the queue's name; for topic keys, by the exchange's, so that one listing gives every key
+    of an exchange (a new pattern binding reads them from ZooKeeper, see sync_topic_keys)."""
+    if folder.by_queue or folder is Folder.TOPIC_KEYS:
         return bucket_of(child.split(SEPARATOR, 1)[0])
     return bucket_of(child)
 

@@ -126,6 +126,21 @@ class MetadataStore(Protocol):
         """Likewise for an exchange."""
         ...
 
+    async def sync_topic_keys(self, namespace: str, exchange: str) -> frozenset[str]:
+        """The routing keys with a topic of ``exchange``, as ZooKeeper has them now (after a
+        sync), including those registered by other replicas that this one's watches have
+        not reported yet; the view learns them.
+
+        With ``sync_bindings_of`` this closes the race of a pattern binding on one replica
+        and the first message of a new key on another: each reads the other's kind of
+        record after writing its own, so whichever write comes second sees the first."""
+        ...
+
+    async def sync_bindings_of(self, namespace: str, exchange: str) -> frozenset[tuple[str, str]]:
+        """The (queue, routing key) of every binding of ``exchange``, as ZooKeeper has them
+        now (after a sync). Arguments are left out: it is for topic exchanges."""
+        ...
+
     async def opened(self, known: int = 0) -> list[str]:
         """The namespaces this replica has opened, once there are more than ``known``."""
         ...

@@ -106,6 +106,7 @@ from gateway.metadata.paths import (
     Layout,
     bucket_for,
     decode_binding_id,
+    decode_topic_key,
     encode_name,
 )
 from gateway.metadata.store import (
@@ -475,6 +476,55 @@ class ZooKeeperMetadataStore:
         found = await self._sync_entity(namespace, Folder.EXCHANGES, name, what)
         assert found is None or isinstance(found, Exchange)
         return found
+
+    async def sync_topic_keys(self, namespace: str, exchange: str) -> frozenset[str]:
+        what = f"list the routing keys of exchange {exchange!r}"
+        await self._prepare(what)
+        encoded = encode_name(exchange)
+        prefix = encoded + SEPARATOR
+        # All of an exchange's keys are in its bucket (paths.bucket_for).
+        bucket = bucket_for(Folder.TOPIC_KEYS, prefix)
+        path = self._layout.bucket(namespace, Folder.TOPIC_KEYS, bucket)
+        self._client.sync_async(path)  # the listing below is answered after it (same session)
+
+        def learn(child: str, key: TopicKey) -> None:
+            self._own(namespace, lambda m: m.learned(Folder.TOPIC_KEYS, child, key))
+
+        def apply(result: Any) -> frozenset[str]:
+            try:
+                children = self._value(result, what)
+            except NoNodeError:
+                return frozenset()
+            keys: set[str] = set()
+            for child in children:
+                if child.startswith(prefix):
+                    key = TopicKey(exchange, decode_topic_key(child)[1])
+                    keys.add(key.routing_key)
+                    learn(child, key)
+            return frozenset(keys)
+
+        return await self._ask(lambda: self._client.get_children_async(path), apply, what)
+
+    async def sync_bindings_of(self, namespace: str, exchange: str) -> frozenset[tuple[str, str]]:
+        what = f"list the bindings of exchange {exchange!r}"
+        await self._prepare(what)
+        # The exchange node's children are refs named by the binding ids of its bindings.
+        path = self._layout.node(namespace, Folder.EXCHANGES, encode_name(exchange))
+        self._client.sync_async(path)
+
+        def apply(result: Any) -> frozenset[tuple[str, str]]:
+            try:
+                children = self._value(result, what)
+            except NoNodeError:
+                return frozenset()
+            found: set[tuple[str, str]] = set()
+            for child in children:
+                with contextlib.suppress(ValueError):  # not ours: ignored, as everywhere
+                    parsed = decode_binding_id(child)
+                    found.add((parsed.queue, parsed.routing_key))
+            return frozenset(found)
+
+        return await self._ask(lambda: self._client.get_children_async(path), apply, what)
 
     async def _sync_entity(
         self, namespace: str, folder: Folder, name: str, what: str

@@ -93,3 +93,27 @@ def test_a_queue_declared_on_one_replica_is_usable_on_the_other(
         getter,
         lambda: getter.basic_get("declared-on-a", auto_ack=True)[2] == b"hello",
     )
+
+
+def test_a_new_key_published_on_one_replica_reaches_a_pattern_bound_a_moment_before_on_the_other(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    """The race of a pattern binding on replica A and a new routing key's first message on
+    replica B, round after round with no pause between Bind-Ok and the publish: every
+    confirmed message reaches its queue (the two sides read each other's records from
+    ZooKeeper after writing their own; watches alone lose some)."""
+    a, b = replicas
+    binder, publisher = channel_on(a), channel_on(b)
+    binder.exchange_declare("events", "topic")
+    publisher.confirm_delivery()
+    for round_ in range(25):
+        queue = f"q{round_}"
+        binder.queue_declare(queue)
+        binder.queue_bind(queue, "events", f"k{round_}.*")
+        publisher.basic_publish("events", f"k{round_}.new", f"m{round_}".encode())
+        body: bytes | None = None
+        deadline = time.monotonic() + 10
+        while body is None:
+            assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
+            _, _, body = binder.basic_get(queue, auto_ack=True)
+        assert body == f"m{round_}".encode()

@@ -456,10 +456,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await self._subscribe_topic(topic, queue)
         await self.catalog.add_binding(binding, drains=drains or None)
         self._drains.refresh(self._view)
-        if target.type is ExchangeType.TOPIC:
-            # Keys registered while we subscribed: the publisher of a new key looks for
-            # bindings after registering it, and we look for keys after binding.
-            for topic in set(self._binding_topics(self._view, binding)) - set(subscribed):
+        if target.type is ExchangeType.TOPIC and compile_topic(routing_key).shape != "literal":
+            # Keys registered meanwhile, on any replica: read from ZooKeeper after our write,
+            # not from the view (see _prepare_topic_key, the other half of this handshake).
+            store = self._r.store
+            keys = await self.catalog.write(store.sync_topic_keys(self.catalog.namespace, exchange))
+            fresh = binding_topics(self.namespace, target, binding, keys)
+            for topic in set(fresh) - set(subscribed):
                 await self._subscribe_topic(topic, queue)
 
     async def unbind_queue(
@@ -492,10 +495,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         key = message.routing_key
+        bound_elsewhere = False
         if exchange.type is ExchangeType.TOPIC and (exchange.name, key) not in self._prepared_keys:
-            await self._prepare_topic_key(exchange, key)
+            bound_elsewhere = await self._prepare_topic_key(exchange, key)
             view = self._view
-        routed = bool(self.catalog.routes(view, exchange, message))
+        routed = bound_elsewhere or bool(self.catalog.routes(view, exchange, message))
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
         # subscription wants anyway.
@@ -506,18 +510,30 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise to_amqp_error(error, f"publishing to {topic}") from None
         return PublishOutcome(routed=routed, stored=stored)
 
-    async def _prepare_topic_key(self, exchange: Exchange, key: str) -> None:
+    async def _prepare_topic_key(self, exchange: Exchange, key: str) -> bool:
         """A topic exchange's key gets its own topic: before its first message, every pattern
-        binding that matches the key must have its subscription there."""
-        await self.catalog.write(
-            self._r.store.register_topic_key(self.catalog.namespace, exchange.name, key)
-        )
-        view = self._view
+        binding that matches the key must have its subscription there. Returns whether a
+        binding matches the key (the view may not know it yet).
+
+        The key is registered first, then the exchange's bindings are read from ZooKeeper,
+        not from the view: a binding made on another replica just before may not be in the
+        view yet, and that replica, when it listed the keys after its write, did not see
+        this one (bind_queue does the mirror image). Whichever write is second sees the
+        first, so the subscription exists before the message is written."""
+        store, namespace = self._r.store, self.catalog.namespace
+        await self.catalog.write(store.register_topic_key(namespace, exchange.name, key))
+        bindings = await self.catalog.write(store.sync_bindings_of(namespace, exchange.name))
         topic = topic_for(self.namespace, exchange.name, key)
-        for binding in self.catalog.router(view, exchange).patterns_matching(key):
-            if compile_topic(binding.routing_key).shape != "literal":
-                await self._subscribe_topic(topic, binding.queue)
+        matched = False
+        for queue, pattern in sorted(bindings):
+            compiled = compile_topic(pattern)
+            if not compiled.matches(key):
+                continue
+            matched = True
+            if compiled.shape != "literal":  # a literal key's topic is subscribed at bind
+                await self._subscribe_topic(topic, queue)
         self._prepared_keys.add((exchange.name, key))
+        return matched
 
     # ------------------------------------------------------------------ consuming
 

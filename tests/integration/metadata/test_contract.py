@@ -338,6 +338,31 @@ async def test_delete_racing_binds_leaves_no_orphan(fleet: Fleet, namespace: str
     assert view.bindings == frozenset()
 
 
+async def test_topic_keys_and_bindings_written_elsewhere_are_read_at_once(
+    fleet: Fleet, namespace: str
+) -> None:
+    """The handshake of a pattern binding on one replica and a new key's first message on
+    another (vhost.py): each reads the other's records straight after writing its own."""
+    a = await _opened(fleet, namespace)
+    b = await _opened(fleet, namespace)
+    await a.create_exchange(namespace, Exchange("events", ExchangeType.TOPIC))
+    await a.create_exchange(namespace, Exchange("other", ExchangeType.TOPIC))
+    for round_ in range(10):  # the watch may win now and then; the sync always finds it
+        queue = f"q{round_}"
+        await a.create_queue(namespace, Queue(queue))
+        await a.add_binding(namespace, Binding(queue, "events", f"k{round_}.*"))
+        assert (queue, f"k{round_}.*") in await b.sync_bindings_of(namespace, "events")
+        await b.register_topic_key(namespace, "events", f"k{round_}.new")
+        await b.register_topic_key(namespace, "other", f"k{round_}.new")
+        keys = await a.sync_topic_keys(namespace, "events")
+        assert f"k{round_}.new" in keys
+        assert f"k{round_}.new" in a.view(namespace).topic_keys["events"]
+    assert await a.sync_topic_keys(namespace, "events") == {f"k{n}.new" for n in range(10)}
+    assert await b.sync_bindings_of(namespace, "other") == frozenset()
+    assert await b.sync_topic_keys(namespace, "nope") == frozenset()
+    assert await b.sync_bindings_of(namespace, "nope") == frozenset()
+
+
 async def test_write_is_in_the_writers_view_when_it_returns(fleet: Fleet, namespace: str) -> None:
     store = await _opened(fleet, namespace)
     for index in range(20):
