@@ -307,9 +307,9 @@ class AuthorizingVirtualHost:
 
     # ------------------------------------------------------------------ messages
 
-    async def publish(self, message: Message) -> PublishOutcome:
+    async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
-        return await self.inner.publish(message)
+        return await self.inner.publish(message, mandatory=mandatory)
 
     async def consume(
         self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0

@@ -183,10 +183,13 @@ class VirtualHost(Protocol):
         owner: Owner,
     ) -> None: ...
 
-    async def publish(self, message: Message) -> PublishOutcome:
+    async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         """Route and store; returns once routed (and back-pressure allows the next one).
 
-        Must be cancellation-safe: a cancelled publish has sent nothing, so it can be retried.
+        ``mandatory``: the client is told if the message is unroutable, so a backend whose
+        view of the bindings may lag (another replica bound a moment ago) should make sure
+        before saying so. Must be cancellation-safe: a cancelled publish has sent nothing, so
+        it can be retried.
         """
         ...
 

@@ -217,7 +217,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ messages
 
-    async def publish(self, message: Message) -> PublishOutcome:
+    async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
         names = self.catalog.routes(view, exchange, message)

@@ -298,7 +298,7 @@ class AMQPSession:
             return
         message = Message(event.exchange, event.routing_key, event.header, event.body)
         try:
-            outcome = await self._publish_or_block(message)
+            outcome = await self._publish_or_block(message, event.mandatory)
         except AMQPError as error:
             raise error.with_method(*_BASIC_PUBLISH) from None
         if not outcome.routed and event.mandatory:
@@ -315,13 +315,13 @@ class AMQPSession:
         if state.confirms is not None:
             state.confirms.add(outcome.stored)
 
-    async def _publish_or_block(self, message: Message) -> PublishOutcome:
+    async def _publish_or_block(self, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish; while the backend holds the publish back, the reader waits here, so the
         client's socket is not read (the back-pressure itself), and clients that advertise
         ``connection.blocked`` are told why (stall_watch.py)."""
         self._stalls.publish_started(self._link.nursery)
         try:
-            return await self._vhost.publish(message)
+            return await self._vhost.publish(message, mandatory=mandatory)
         finally:
             await self._stalls.publish_finished()
 

@@ -117,3 +117,36 @@ def test_a_new_key_published_on_one_replica_reaches_a_pattern_bound_a_moment_bef
             assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
             _, _, body = binder.basic_get(queue, auto_ack=True)
         assert body == f"m{round_}".encode()
+
+
+@pytest.mark.parametrize("kind", ["direct", "topic", "fanout", "default"])
+def test_a_mandatory_publish_right_after_a_bind_on_the_other_replica_is_not_returned(
+    replicas: tuple[GatewayInThread, GatewayInThread], kind: str
+) -> None:
+    """Bind-Ok on replica A, then at once a mandatory publish on replica B: routed, as on
+    RabbitMQ, even before B's watch reports the binding (B asks ZooKeeper before it returns
+    a message as unroutable)."""
+    a, b = replicas
+    binder, publisher = channel_on(a), channel_on(b)
+    exchange = "" if kind == "default" else f"x-{kind}"
+    if exchange:
+        binder.exchange_declare(exchange, kind)
+        round_trip_on = channel_on(b)
+        round_trip_on.exchange_declare(exchange, kind, passive=True)  # known on B
+    returned: list[bytes] = []
+    publisher.add_on_return_callback(lambda _ch, _m, _p, body: returned.append(body))
+    publisher.confirm_delivery()
+    for round_ in range(10):
+        queue = f"{kind}-q{round_}"
+        key = queue if kind == "default" else f"k{round_}"
+        binder.queue_declare(queue)
+        if exchange:
+            binder.queue_bind(queue, exchange, key)
+        publisher.basic_publish(exchange, key, f"m{round_}".encode(), mandatory=True)
+        assert returned == [], f"round {round_}: returned as unroutable"
+        _, _, body = binder.basic_get(queue, auto_ack=True)
+        deadline = time.monotonic() + 10
+        while body is None:
+            assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
+            _, _, body = binder.basic_get(queue, auto_ack=True)
+        assert body == f"m{round_}".encode()

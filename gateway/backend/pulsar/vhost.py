@@ -487,7 +487,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, message: Message) -> PublishOutcome:
+    async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         view = self._view
         exchange = self.catalog.exchange(view, message.exchange)
         if exchange is None:  # declared elsewhere a moment ago? (or 404)
@@ -500,6 +500,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
             bound_elsewhere = await self._prepare_topic_key(exchange, key)
             view = self._view
         routed = bound_elsewhere or bool(self.catalog.routes(view, exchange, message))
+        if not routed and mandatory:
+            # About to tell the client "unroutable": a binding made on another replica a
+            # moment ago may not be in the view yet (the rare, slow path of a mandatory miss).
+            routed = await self._bound_in_zookeeper(exchange, key)
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
         # subscription wants anyway.
@@ -509,6 +513,24 @@ class PulsarVirtualHost(CatalogVirtualHost):
         except PulsarClientError as error:
             raise to_amqp_error(error, f"publishing to {topic}") from None
         return PublishOutcome(routed=routed, stored=stored)
+
+    async def _bound_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
+        """Whether a binding of ``exchange`` that ZooKeeper has now routes ``key``. Headers
+        bindings match on arguments, which this read leaves out: for them the view decides."""
+        if exchange.type is ExchangeType.HEADERS:
+            return False
+        store = self._r.store
+        if exchange.name == DEFAULT_EXCHANGE:  # bound to every queue by its name
+            found = await self.catalog.write(store.sync_queue(self.catalog.namespace, key))
+            return found is not None
+        bindings = await self.catalog.write(
+            store.sync_bindings_of(self.catalog.namespace, exchange.name)
+        )
+        if exchange.type is ExchangeType.FANOUT:
+            return bool(bindings)
+        if exchange.type is ExchangeType.TOPIC:
+            return any(compile_topic(pattern).matches(key) for _, pattern in bindings)
+        return any(pattern == key for _, pattern in bindings)
 
     async def _prepare_topic_key(self, exchange: Exchange, key: str) -> bool:
         """A topic exchange's key gets its own topic: before its first message, every pattern

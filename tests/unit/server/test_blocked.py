@@ -24,9 +24,9 @@ class GatedVirtualHost(MemoryVirtualHost):
         super().__init__(name, namespace, store)
         self.gate = trio.Event()
 
-    async def publish(self, message: Message) -> PublishOutcome:
+    async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         await self.gate.wait()
-        return await super().publish(message)
+        return await super().publish(message, mandatory=mandatory)
 
 
 class GatedBackend(MemoryBackend):
