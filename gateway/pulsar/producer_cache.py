@@ -98,6 +98,17 @@ class ProducerCache:
         self, topic: str, payload: bytes, properties: Mapping[str, str] | None = None
     ) -> SendHandle:
         """``get(topic)`` then ``submit``; retries once if the producer closed under us."""
+        entry = self._entries.get(topic)
+        if type(entry) is TrioProducer and not entry.closed:
+            # The hot path, without get()'s extra coroutine and checkpoint (submit() has its
+            # own). Should the sweeper close this idle producer while submit() waits for a
+            # slot, submit() raises ClosedError and the path below makes a new one.
+            try:
+                return await entry.submit(payload, properties)
+            except ClosedError:
+                if self._closed:
+                    raise
+                self._discard(topic, entry)
         for attempt in (1, 2):
             producer = await self.get(topic)
             try:
