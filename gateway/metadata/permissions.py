@@ -53,6 +53,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
 
+from gateway.metadata.kazoo_session import start_client, stop_client
 from gateway.metadata.paths import Layout, decode_name, encode_name
 from gateway.metadata.store import MetadataUnavailable
 
@@ -418,17 +419,9 @@ class ZooKeeperPermissionStore(_Versioned):
             if self._closed:
                 raise MetadataUnavailable("the permission store is closed")
             self._token = trio.lowlevel.current_trio_token()
-            self._client.add_listener(self._state_listener)
-            try:
-                await trio.to_thread.run_sync(
-                    self._client.start, self._connect_timeout, abandon_on_cancel=True
-                )
-            except Exception as error:
-                self._client.remove_listener(self._state_listener)
-                raise MetadataUnavailable(
-                    f"cannot connect to ZooKeeper at {self._hosts} within "
-                    f"{self._connect_timeout:g} s: {error}"
-                ) from error
+            await start_client(
+                self._client, self._state_listener, self._hosts, self._connect_timeout
+            )
             self._started = True
             self._signal_connection()
 
@@ -444,10 +437,7 @@ class ZooKeeperPermissionStore(_Versioned):
         self._wakeup.set()
         self._signal_connection()
         if self._started:
-            self._client.remove_listener(self._state_listener)
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._client.stop)
-                await trio.to_thread.run_sync(self._client.close)
+            await stop_client(self._client, self._state_listener)
 
     async def __aenter__(self) -> ZooKeeperPermissionStore:
         await self.connect()

@@ -97,6 +97,7 @@ from gateway.metadata.codec import (
     topic_key_from_child,
 )
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
+from gateway.metadata.kazoo_session import start_client, stop_client
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, MultiRead
 from gateway.metadata.paths import (
@@ -397,17 +398,9 @@ class ZooKeeperMetadataStore:
             if self._closed:
                 raise MetadataUnavailable("the metadata store is closed")
             self._token = trio.lowlevel.current_trio_token()
-            self._client.add_listener(self._state_listener)
-            try:
-                await trio.to_thread.run_sync(
-                    self._client.start, self._connect_timeout, abandon_on_cancel=True
-                )
-            except Exception as error:
-                self._client.remove_listener(self._state_listener)
-                raise MetadataUnavailable(
-                    f"cannot connect to ZooKeeper at {self._hosts} within "
-                    f"{self._connect_timeout:g} s: {error}"
-                ) from error
+            await start_client(
+                self._client, self._state_listener, self._hosts, self._connect_timeout
+            )
             self._started = True
             self._connection_changed.set()
             self._connection_changed = trio.Event()
@@ -420,10 +413,7 @@ class ZooKeeperMetadataStore:
         for state in self._namespaces.values():
             self._wake(state)
         if self._started:
-            self._client.remove_listener(self._state_listener)
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._client.stop)
-                await trio.to_thread.run_sync(self._client.close)
+            await stop_client(self._client, self._state_listener)
 
     async def __aenter__(self) -> ZooKeeperMetadataStore:
         await self.connect()
@@ -479,50 +469,44 @@ class ZooKeeperMetadataStore:
 
     async def sync_topic_keys(self, namespace: str, exchange: str) -> frozenset[str]:
         what = f"list the routing keys of exchange {exchange!r}"
-        await self._prepare(what)
-        encoded = encode_name(exchange)
-        prefix = encoded + SEPARATOR
+        prefix = encode_name(exchange) + SEPARATOR
         # All of an exchange's keys are in its bucket (paths.bucket_for).
         bucket = bucket_for(Folder.TOPIC_KEYS, prefix)
         path = self._layout.bucket(namespace, Folder.TOPIC_KEYS, bucket)
-        self._client.sync_async(path)  # the listing below is answered after it (same session)
 
         def learn(child: str, key: TopicKey) -> None:
             self._own(namespace, lambda m: m.learned(Folder.TOPIC_KEYS, child, key))
 
-        def apply(result: Any) -> frozenset[str]:
-            try:
-                children = self._value(result, what)
-            except NoNodeError:
-                return frozenset()
-            keys: set[str] = set()
-            for child in children:
-                if child.startswith(prefix):
-                    key = TopicKey(exchange, decode_topic_key(child)[1])
-                    keys.add(key.routing_key)
-                    learn(child, key)
-            return frozenset(keys)
-
-        return await self._ask(lambda: self._client.get_children_async(path), apply, what)
+        keys: set[str] = set()
+        for child in await self._synced_children(path, what):
+            if child.startswith(prefix):
+                key = TopicKey(exchange, decode_topic_key(child)[1])
+                keys.add(key.routing_key)
+                learn(child, key)
+        return frozenset(keys)
 
     async def sync_bindings_of(self, namespace: str, exchange: str) -> frozenset[tuple[str, str]]:
         what = f"list the bindings of exchange {exchange!r}"
-        await self._prepare(what)
         # The exchange node's children are refs named by the binding ids of its bindings.
         path = self._layout.node(namespace, Folder.EXCHANGES, encode_name(exchange))
-        self._client.sync_async(path)
+        found: set[tuple[str, str]] = set()
+        for child in await self._synced_children(path, what):
+            with contextlib.suppress(ValueError):  # not ours: ignored, as everywhere
+                parsed = decode_binding_id(child)
+                found.add((parsed.queue, parsed.routing_key))
+        return frozenset(found)
 
-        def apply(result: Any) -> frozenset[tuple[str, str]]:
+    async def _synced_children(self, path: str, what: str) -> list[str]:
+        """The children of ``path`` after a sync (none if it does not exist): what another
+        replica wrote before now, whether or not this one's watches have reported it."""
+        await self._prepare(what)
+        self._client.sync_async(path)  # the listing below is answered after it (same session)
+
+        def apply(result: Any) -> list[str]:
             try:
-                children = self._value(result, what)
+                return list(self._value(result, what))
             except NoNodeError:
-                return frozenset()
-            found: set[tuple[str, str]] = set()
-            for child in children:
-                with contextlib.suppress(ValueError):  # not ours: ignored, as everywhere
-                    parsed = decode_binding_id(child)
-                    found.add((parsed.queue, parsed.routing_key))
-            return frozenset(found)
+                return []
 
         return await self._ask(lambda: self._client.get_children_async(path), apply, what)
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, TypeVar
 
 from gateway.amqp.fieldtable import Field, field_to_plain
 from gateway.amqp.properties import MessageProperties, encode_properties
 from gateway.backend.interface import Message
+
+K = TypeVar("K", bytes, str)
+V = TypeVar("V")
 
 RAW_PROPERTIES: Final = "amqp-properties"
 EXCHANGE: Final = "amqp-exchange"
@@ -70,10 +73,7 @@ def to_pulsar(message: Message) -> dict[str, str]:
     described = _described.get(header)
     if described is None:
         described = _describe(message)
-        if len(header) <= _CACHED_HEADER_MAX:
-            if len(_described) >= _CACHED_HEADERS:
-                _described.clear()  # a crude bound: a workload of unique headers gains nothing
-            _described[header] = described
+        _remember(_described, header, described)
     properties.update(described)
     return properties
 
@@ -84,6 +84,14 @@ _described: dict[bytes, dict[str, str]] = {}
 _raw_headers: dict[str, bytes] = {}
 _CACHED_HEADERS: Final = 1024
 _CACHED_HEADER_MAX: Final = 512
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> None:
+    """Keep ``key -> value`` in one of the header caches (small headers only)."""
+    if len(key) <= _CACHED_HEADER_MAX:
+        if len(cache) >= _CACHED_HEADERS:
+            cache.clear()  # a crude bound: a workload of unique headers gains nothing
+        cache[key] = value
 
 
 def _describe(message: Message) -> dict[str, str]:
@@ -110,10 +118,7 @@ def from_pulsar(
         header = _raw_headers.get(raw)
         if header is None:
             header = base64.b64decode(raw)
-            if len(raw) <= _CACHED_HEADER_MAX:
-                if len(_raw_headers) >= _CACHED_HEADERS:
-                    _raw_headers.clear()
-                _raw_headers[raw] = header
+            _remember(_raw_headers, raw, header)
         return Message(exchange, routing_key, header, payload)
     if EXCHANGE in properties:
         return Message(exchange, routing_key, _EMPTY_PROPERTIES, payload)
