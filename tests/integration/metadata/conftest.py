@@ -16,6 +16,7 @@ from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.conftest import StackEndpoints
+from tests.integration.metadata.proxy import TcpProxy
 
 DEADLINE = 10.0  # seconds for anything to propagate between replicas
 
@@ -131,3 +132,25 @@ async def wait_for(
         while not predicate(view):
             view = await store.changed(namespace, view.version)
         return view
+
+
+@pytest.fixture
+def raw(zk_hosts: str) -> Iterator[KazooClient]:
+    """A plain kazoo client, to look at (or tamper with) the znodes directly."""
+    client = KazooClient(zk_hosts)
+    client.start(timeout=30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.fixture
+async def proxy(zk_hosts: str) -> AsyncIterator[TcpProxy]:
+    host, port = zk_hosts.rsplit(":", 1)
+    tcp_proxy = TcpProxy(host, int(port))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(tcp_proxy.run)
+        yield tcp_proxy
+        nursery.cancel_scope.cancel()

@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -21,28 +21,6 @@ from tests.integration.metadata.conftest import DEADLINE
 from tests.integration.metadata.proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def raw(zk_hosts: str) -> Iterator[KazooClient]:
-    """A plain kazoo client, to look at (or tamper with) the znodes directly."""
-    client = KazooClient(zk_hosts)
-    client.start(timeout=30)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
-
-
-@pytest.fixture
-async def proxy(zk_hosts: str) -> AsyncIterator[TcpProxy]:
-    host, port = zk_hosts.rsplit(":", 1)
-    tcp_proxy = TcpProxy(host, int(port))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(tcp_proxy.run)
-        yield tcp_proxy
-        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture
