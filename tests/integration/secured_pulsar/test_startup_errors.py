@@ -26,6 +26,7 @@ from tests.integration.secured_pulsar.support import (
     gateway_config,
     token_settings,
 )
+from tests.support.pki import Authority
 
 pytestmark = pytest.mark.integration
 
@@ -46,23 +47,7 @@ async def startup_error(config: GatewayConfig) -> str:
 
 def other_ca(folder: Path) -> Path:
     """A CA certificate that did not sign the broker's certificate."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Some other CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    path = folder / "other-ca.crt"
-    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    return path
+    return Authority(folder, "Some other CA").cert_path
 
 
 async def test_a_wrong_token_is_named(secured_pulsar: SecuredStack) -> None:
