@@ -175,9 +175,25 @@ def _layout(flags: int) -> tuple[int, ...]:
 def validate_properties(raw: bytes) -> None:
     """Check that ``raw`` (flags + property list) is well formed; raise FieldDecodeError.
 
-    Runs on every publish, so it only walks lengths; ``decode_properties`` cannot fail on
-    what this accepts (checked by tests/unit/amqp/test_fuzz.py).
+    Runs on every publish, so it only walks lengths, and remembers the small headers it
+    accepted (applications send the same few again and again); ``decode_properties`` cannot
+    fail on what this accepts (checked by tests/unit/amqp/test_fuzz.py).
     """
+    if raw in _valid_headers:
+        return
+    _check_properties(raw)
+    if len(raw) <= _VALID_HEADER_MAX:
+        if len(_valid_headers) >= _VALID_HEADERS:
+            _valid_headers.clear()  # a crude bound: unique headers gain nothing from it
+        _valid_headers.add(raw)
+
+
+_valid_headers: set[bytes] = set()
+_VALID_HEADERS = 1024
+_VALID_HEADER_MAX = 256
+
+
+def _check_properties(raw: bytes) -> None:
     end = len(raw)
     if end >= 2 and not raw[1] & 1:
         offset = 2

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result
+from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
 
@@ -188,6 +188,7 @@ class TrioConsumer:
     def _on_message(self, native_consumer: Any, native_msg: Any) -> None:
         """pulsar-client's message listener: never raises, never blocks for long."""
         try:
+            keep_thread_state()
             if self._closed:
                 return  # left unacknowledged: the broker redelivers it after the close
             with self._lock:

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, is_ok, result_name
+from gateway.pulsar.bridge import (
+    NativeCall,
+    TrioWaker,
+    ignore_result,
+    is_ok,
+    keep_thread_state,
+    result_name,
+)
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
 
@@ -103,6 +110,7 @@ class SendHandle:
     # C++ thread (io thread), or the trio thread when send_async fails synchronously.
     def _native_done(self, result: Any, native_id: Any) -> None:
         try:
+            keep_thread_state()
             self._result = result
             self._native_id = native_id
             producer = self._producer
