@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from gateway.amqp.errors import ChannelError, ReplyCode
+from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
@@ -75,6 +75,10 @@ GET_WAIT = 0.25
 SUBSCRIBE_ATTEMPTS = 5
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
 GETTER_IDLE = 1.0
+# Get-Ok's message_count: counted by the broker on the first Basic.Get of a burst, then
+# counted down by each Get; counted again when older than this (others publish and consume
+# meanwhile) or when a Get finds a message the count said was not there.
+GET_COUNT_FRESH = 1.0
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
 # milliseconds; without ZooKeeper the record goes with the session anyway).
 GONE_WAIT = 10.0
@@ -126,6 +130,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._purged: dict[tuple[str, str], Position] = {}
         self._getter_used: dict[str, float] = {}
         self._sweeping_getters = False
+        # Per queue: (messages left at the last Basic.Get, when the broker last counted them).
+        self._left_after_get: dict[str, tuple[int, float]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -761,14 +767,37 @@ class PulsarVirtualHost(CatalogVirtualHost):
             with trio.move_on_after(GET_WAIT):
                 delivery = await getter.receive()
         if delivery is None:
+            self._left_after_get.pop(queue, None)
             return None
-        return delivery, getter.consumer.buffered
+        return delivery, await self._messages_left(queue, fallback=getter.consumer.buffered)
+
+    async def _messages_left(self, queue: str, *, fallback: int) -> int:
+        """Get-Ok's message_count: the messages ready in ``queue`` after the one just taken.
+
+        Counting asks the broker (two admin calls per topic of the queue), so a burst of Gets
+        counts once and then counts down. The message just taken is outstanding, so a fresh
+        count leaves it out. Should counting fail, the message is not lost over it: the
+        answer is then what the Get consumer has buffered (a lower bound)."""
+        now = trio.current_time()
+        known = self._left_after_get.get(queue)
+        if known is not None and known[0] > 0 and now - known[1] < GET_COUNT_FRESH:
+            left = known[0] - 1
+            self._left_after_get[queue] = (left, known[1])
+            return left
+        try:
+            left = await self._message_count(self._view, queue)
+        except AMQPError as error:
+            log.warning("Get-Ok message_count for '%s' not counted: %s", queue, error)
+            return fallback
+        self._left_after_get[queue] = (left, now)
+        return left
 
     async def _close_getter(self, queue: str) -> None:
         """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
         at once, and it closes when the messages it handed out are settled."""
         getter = self._getters.pop(queue, None)
         self._getter_used.pop(queue, None)
+        self._left_after_get.pop(queue, None)
         if getter is not None:
             getter.retire(lambda: self._r.nursery.start_soon(getter.close))
 

@@ -46,22 +46,6 @@ class Running:
 PULSAR_ONLY = pytest.param("pulsar", marks=pytest.mark.integration)
 
 
-def pulsar_xfail(reason: str) -> pytest.MarkDecorator:
-    """Run on both backends, the Pulsar one expected to fail (strictly) for ``reason``:
-    behaviour RabbitMQ has, the memory backend has, and the Pulsar backend lacks."""
-    return pytest.mark.parametrize(
-        "running",
-        [
-            "memory",
-            pytest.param(
-                "pulsar",
-                marks=[pytest.mark.integration, pytest.mark.xfail(strict=True, reason=reason)],
-            ),
-        ],
-        indirect=True,
-    )
-
-
 @pytest.fixture(scope="module", params=["memory", PULSAR_ONLY])
 def running(request: pytest.FixtureRequest) -> Iterator[Running]:
     if request.param == "memory":

@@ -13,7 +13,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running, pulsar_xfail
+from tests.integration.model.conftest import Running
 from tests.support.clients import (
     channel_closed,
     collect,
@@ -210,11 +210,6 @@ def test_basic_get(running: Running) -> None:
     connection.close()
 
 
-@pulsar_xfail(
-    "Get-Ok's message_count is what the Basic.Get Pulsar consumer happens to have buffered "
-    "(gateway/backend/pulsar/vhost.py get: getter.consumer.buffered, read_ahead=1), "
-    "not the messages left in the queue as RabbitMQ reports"
-)
 def test_basic_get_reports_the_messages_left(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
@@ -222,6 +217,28 @@ def test_basic_get_reports_the_messages_left(running: Running) -> None:
     assert wait_for_count(channel, queue, 5) == 5
     counts = [channel.basic_get(queue, auto_ack=True)[0].message_count for _ in range(5)]
     assert counts == [4, 3, 2, 1, 0]
+    connection.close()
+
+
+def test_basic_get_counts_what_others_hold_and_what_arrives(running: Running) -> None:
+    connection = running.connect()
+    channel = connection.channel()
+    queue = filled_queue(channel, 4)
+    assert wait_for_count(channel, queue, 4) == 4
+    # Unacknowledged Gets are not ready: 3 left, then 2 (the first is still held).
+    first = channel.basic_get(queue)[0]
+    second = channel.basic_get(queue)[0]
+    assert (first.message_count, second.message_count) == (3, 2)
+    channel.basic_reject(first.delivery_tag, requeue=True)
+    channel.basic_ack(second.delivery_tag)
+    # Emptied, then three more published: the first Get after them counts them again.
+    while channel.basic_get(queue, auto_ack=True)[0] is not None:
+        pass
+    for n in range(3):
+        channel.basic_publish("", queue, f"late{n}".encode())
+    assert wait_for_count(channel, queue, 3) == 3
+    counts = [channel.basic_get(queue, auto_ack=True)[0].message_count for _ in range(3)]
+    assert counts == [2, 1, 0]
     connection.close()
 
 
