@@ -30,8 +30,10 @@ with ``struct.unpack_from`` straight out of the receive buffer, and the acks of 
 written with one ``write``. Its CPU time is measured per phase and printed as µs/message, so a
 reader can see how far it is from being the bottleneck.
 
-The throughput phases run ``--repeat`` times (default 3); the table shows the best of each
-(background noise only ever makes numbers worse) and every repetition is printed below it.
+The throughput phases run ``--repeat`` times (default 3), the raw client's and the gateway's
+repetitions alternating; the table shows the best of each (background noise only ever makes
+numbers worse), then the gateway/raw ratio of each round (a raw repetition and the gateway's
+right after it) with the median, and every repetition.
 
 Also printed per phase: CPU seconds used by the gateway process, the Pulsar JVM, this process,
 and everything else on the machine (from /proc), so that results on a busy machine can be
@@ -734,6 +736,89 @@ def no_profiler(_phase: str) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
+class AmqpRunner:
+    """The AMQP phases against one server, a repetition at a time (so that they can alternate
+    with the raw client's): warm-up, then per round publish-confirmed, consume and both at
+    once, then the latency trickle."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        args: argparse.Namespace,
+        pids: dict[str, int],
+        profiler: Profiler = no_profiler,
+    ) -> None:
+        self.host, self.port, self.args, self.pids = host, port, args, pids
+        self.profiler = profiler
+        self.rates = Rates()
+        self.queue = f"bench-{uuid.uuid4().hex[:8]}"
+
+    async def warm_up(self) -> None:
+        args = self.args
+        client = await AmqpClient.open(self.host, self.port)
+        try:
+            await client.call(
+                commands.Queue.Declare(queue=self.queue, durable=True), commands.Queue.DeclareOk
+            )
+            await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+            if args.warmup:
+                await amqp_publish_confirmed(
+                    client, self.queue, args.warmup, args.size, args.window, args.phase_timeout
+                )
+                await amqp_consume(
+                    client, self.queue, args.warmup, args.prefetch, args.phase_timeout
+                )
+        finally:
+            await client.close()
+
+    async def round(self, rep: int) -> None:
+        args, rates, queue = self.args, self.rates, self.queue
+        # the first repetition is the profiled one (py-spy slows it down a little)
+        profile = self.profiler if rep == 0 else no_profiler
+        # a fresh connection: delivery tags and confirm counts start at 1 again
+        client = await AmqpClient.open(self.host, self.port)
+        try:
+            await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+            with profile("publish"), CpuMeter(self.pids) as meter:
+                seconds = await amqp_publish_confirmed(
+                    client, queue, args.count, args.size, args.window, args.phase_timeout
+                )
+            rates.record("publish", args.count / seconds, meter)
+            with profile("consume"), CpuMeter(self.pids) as meter:
+                seconds = await amqp_consume(
+                    client, queue, args.count, args.prefetch, args.phase_timeout
+                )
+            rates.record("consume", args.count / seconds, meter)
+        finally:
+            await client.close()
+        if args.both:
+            with profile("both"), CpuMeter(self.pids) as meter:
+                pub_seconds, cons_seconds = await amqp_both(self.host, self.port, queue, args)
+            rates.record("both publish", args.count / pub_seconds, meter)
+            rates.record("both consume", args.count / cons_seconds, meter)
+
+    async def finish(self) -> Rates:
+        """Delete the queue, run the latency trickle; the rates of every round."""
+        args = self.args
+        client = await AmqpClient.open(self.host, self.port)
+        try:
+            await client.call(commands.Queue.Delete(queue=self.queue), commands.Queue.DeleteOk)
+        finally:
+            await client.close()
+        if args.latency_count:
+            self.rates.latency = await amqp_latency(
+                self.host,
+                self.port,
+                f"{self.queue}-lat",
+                args.latency_count,
+                args.latency_rate,
+                args.size,
+                20,
+            )
+        return self.rates
+
+
 async def run_amqp(
     host: str,
     port: int,
@@ -741,50 +826,12 @@ async def run_amqp(
     pids: dict[str, int],
     profiler: Profiler = no_profiler,
 ) -> Rates:
-    """Warm-up, publish-confirmed phase, consume phase, both at once, latency trickle."""
-    rates = Rates()
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    client = await AmqpClient.open(host, port)
-    try:
-        await client.call(
-            commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk
-        )
-        await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
-        if args.warmup:
-            await amqp_publish_confirmed(
-                client, queue, args.warmup, args.size, args.window, args.phase_timeout
-            )
-            await amqp_consume(client, queue, args.warmup, args.prefetch, args.phase_timeout)
-        for rep in range(args.repeat):
-            # the first repetition is the profiled one (py-spy slows it down a little)
-            profile = profiler if rep == 0 else no_profiler
-            # a fresh connection: delivery tags and confirm counts start at 1 again
-            await client.close()
-            client = await AmqpClient.open(host, port)
-            await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
-            with profile("publish"), CpuMeter(pids) as meter:
-                seconds = await amqp_publish_confirmed(
-                    client, queue, args.count, args.size, args.window, args.phase_timeout
-                )
-            rates.record("publish", args.count / seconds, meter)
-            with profile("consume"), CpuMeter(pids) as meter:
-                seconds = await amqp_consume(
-                    client, queue, args.count, args.prefetch, args.phase_timeout
-                )
-            rates.record("consume", args.count / seconds, meter)
-            if args.both:
-                with profile("both"), CpuMeter(pids) as meter:
-                    pub_seconds, cons_seconds = await amqp_both(host, port, queue, args)
-                rates.record("both publish", args.count / pub_seconds, meter)
-                rates.record("both consume", args.count / cons_seconds, meter)
-        await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
-    finally:
-        await client.close()
-    if args.latency_count:
-        rates.latency = await amqp_latency(
-            host, port, f"{queue}-lat", args.latency_count, args.latency_rate, args.size, 20
-        )
-    return rates
+    """Every AMQP phase against one server (RabbitMQ's column)."""
+    runner = AmqpRunner(host, port, args, pids, profiler)
+    await runner.warm_up()
+    for rep in range(args.repeat):
+        await runner.round(rep)
+    return await runner.finish()
 
 
 async def aio_pika_rates(url: str, args: argparse.Namespace, pids: dict[str, int]) -> Rates:
@@ -999,63 +1046,98 @@ def raw_latency(
     return Latency(deliver, confirm)
 
 
-def run_raw(
-    broker_url: str, namespace: str, args: argparse.Namespace, pids: dict[str, int]
-) -> Rates:
-    import pulsar
+class RawRunner:
+    """The raw pulsar-client phases, a repetition at a time (see AmqpRunner)."""
 
-    rates = Rates()
-    client = pulsar.Client(broker_url, logger=_quiet_pulsar_logger())
-    try:
+    def __init__(
+        self, broker_url: str, namespace: str, args: argparse.Namespace, pids: dict[str, int]
+    ) -> None:
+        import pulsar
+
+        self.namespace, self.args, self.pids = namespace, args, pids
+        self.rates = Rates()
+        self.client = pulsar.Client(broker_url, logger=_quiet_pulsar_logger())
+
+    def warm_up(self) -> None:
+        args = self.args
         if args.warmup:
-            warm = f"persistent://public/{namespace}/raw-warmup"
-            producer = raw_producer(client, warm)
+            warm = f"persistent://public/{self.namespace}/raw-warmup"
+            producer = raw_producer(self.client, warm)
             raw_publish(producer, args.warmup, args.size, args.phase_timeout)
             producer.close()
-            raw_consume(client, warm, "bench", args.warmup, args.phase_timeout)
-        for rep in range(args.repeat):
-            local = f"raw-tput-{rep}"
-            topic = f"persistent://public/{namespace}/{local}"
-            producer = raw_producer(client, topic)
-            with CpuMeter(pids) as meter:
-                seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
-            producer.close()
-            rates.record("publish", args.count / seconds, meter)
-            producer = raw_producer(client, f"{topic}-kept")
-            seconds = raw_publish(
-                producer, args.count, args.size, args.phase_timeout, keep_thread_state=True
-            )
-            producer.close()
-            rates.record("publish kept", args.count / seconds, None)
-            with CpuMeter(pids) as meter:
-                seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
-            rates.record("consume", args.count / seconds, meter)
-            rates.backlog = (rates.backlog or 0) + (
-                subscription_backlog(args.web_url, f"public/{namespace}/{local}") or 0
-            )
-            if args.both:
-                with CpuMeter(pids) as meter:
-                    pub_seconds, cons_seconds = raw_both(
-                        client,
-                        f"persistent://public/{namespace}/raw-both-{rep}",
-                        args.count,
-                        args.size,
-                        args.phase_timeout,
-                    )
-                rates.record("both publish", args.count / pub_seconds, meter)
-                rates.record("both consume", args.count / cons_seconds, meter)
-        if args.latency_count:
-            rates.latency = raw_latency(
-                client,
-                f"persistent://public/{namespace}/raw-lat",
-                args.latency_count,
-                args.latency_rate,
-                args.size,
-                20,
-            )
-    finally:
-        client.close()
-    return rates
+            raw_consume(self.client, warm, "bench", args.warmup, args.phase_timeout)
+
+    def round(self, rep: int) -> None:
+        args, rates, client = self.args, self.rates, self.client
+        local = f"raw-tput-{rep}"
+        topic = f"persistent://public/{self.namespace}/{local}"
+        producer = raw_producer(client, topic)
+        with CpuMeter(self.pids) as meter:
+            seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
+        producer.close()
+        rates.record("publish", args.count / seconds, meter)
+        producer = raw_producer(client, f"{topic}-kept")
+        seconds = raw_publish(
+            producer, args.count, args.size, args.phase_timeout, keep_thread_state=True
+        )
+        producer.close()
+        rates.record("publish kept", args.count / seconds, None)
+        with CpuMeter(self.pids) as meter:
+            seconds = raw_consume(client, topic, "bench", args.count, args.phase_timeout)
+        rates.record("consume", args.count / seconds, meter)
+        rates.backlog = (rates.backlog or 0) + (
+            subscription_backlog(args.web_url, f"public/{self.namespace}/{local}") or 0
+        )
+        if args.both:
+            with CpuMeter(self.pids) as meter:
+                pub_seconds, cons_seconds = raw_both(
+                    client,
+                    f"persistent://public/{self.namespace}/raw-both-{rep}",
+                    args.count,
+                    args.size,
+                    args.phase_timeout,
+                )
+            rates.record("both publish", args.count / pub_seconds, meter)
+            rates.record("both consume", args.count / cons_seconds, meter)
+
+    def finish(self) -> Rates:
+        args = self.args
+        try:
+            if args.latency_count:
+                self.rates.latency = raw_latency(
+                    self.client,
+                    f"persistent://public/{self.namespace}/raw-lat",
+                    args.latency_count,
+                    args.latency_rate,
+                    args.size,
+                    20,
+                )
+        finally:
+            self.client.close()
+        return self.rates
+
+
+async def run_pulsar_pair(
+    raw: RawRunner | None, gateway: AmqpRunner | None, repeat: int
+) -> dict[str, Rates]:
+    """The raw client's and the gateway's repetitions alternate (raw, gateway, raw, ...), so
+    that each pair sees the same machine: a 2-core VM's speed drifts by tens of percent within
+    minutes, and the per-round ratios are what the comparison rests on."""
+    results: dict[str, Rates] = {}
+    if raw is not None:
+        raw.warm_up()
+    if gateway is not None:
+        await gateway.warm_up()
+    for rep in range(repeat):
+        if raw is not None:
+            raw.round(rep)  # blocks the event loop, which has nothing else to do meanwhile
+        if gateway is not None:
+            await gateway.round(rep)
+    if raw is not None:
+        results["raw"] = raw.finish()
+    if gateway is not None:
+        results["gateway"] = await gateway.finish()
+    return results
 
 
 def _quiet_pulsar_logger() -> Any:
@@ -1272,6 +1354,22 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
         + " | ".join(r.client_us_per_msg(args.count) for _, r in cols)
         + " |"
     )
+    if raw and gw:
+        print()
+        print("gateway/raw of each round (the two ran back to back), and their median:")
+        for label, raw_phase, gw_phase in (
+            ("publish", "publish", "publish"),
+            ("publish vs raw with thread states kept", "publish kept", "publish"),
+            ("consume", "consume", "consume"),
+            ("both publish", "both publish", "both publish"),
+        ):
+            pairs = list(
+                zip(raw.samples.get(raw_phase, []), gw.samples.get(gw_phase, []), strict=False)
+            )
+            if pairs:
+                ratios = [g / r for (r, _), (g, _) in pairs]
+                listed = ", ".join(f"{x:.2f}" for x in ratios)
+                print(f"  {label}: {listed}  (median {statistics.median(ratios):.2f})")
     print()
     print("every repetition (msg/s), and the CPU seconds of the best one:")
     for name, r in cols:
@@ -1354,32 +1452,35 @@ def main(argv: list[str] | None = None) -> int:
         pulsar_pid = find_pid("PulsarStandaloneStarter")
         with fresh_namespace(stack.WEB_URL, stack.ZOOKEEPER) as namespace:
             print(f"namespace public/{namespace} on {stack.BROKER_URL}")
-            if not args.no_raw:
-                pids = {"pulsar": pulsar_pid} if pulsar_pid else {}
-                print("raw pulsar-client ...", flush=True)
-                results["raw"] = run_raw(stack.BROKER_URL, namespace, args, pids)
-            if not args.no_gateway:
-                print("gateway ...", flush=True)
-                with gateway_process(
-                    stack.BROKER_URL,
-                    stack.WEB_URL,
-                    stack.ZOOKEEPER,
-                    namespace,
-                    switch_interval=args.switch_interval,
-                ) as gw:
+            with contextlib.ExitStack() as running:
+                gateway: AmqpRunner | None = None
+                summaries: dict[str, str] = {}
+                if not args.no_gateway:
+                    gw = running.enter_context(
+                        gateway_process(
+                            stack.BROKER_URL,
+                            stack.WEB_URL,
+                            stack.ZOOKEEPER,
+                            namespace,
+                            switch_interval=args.switch_interval,
+                        )
+                    )
                     pids = {"gateway": gw.pid}
                     if pulsar_pid:
                         pids["pulsar"] = pulsar_pid
-                    summaries: dict[str, str] = {}
                     profiler: Profiler = no_profiler
                     if args.profile is not None and spy is not None:
                         args.profile.mkdir(parents=True, exist_ok=True)
                         profiler = py_spy_profiler(spy, gw.pid, args.profile, summaries)
-                    results["gateway"] = asyncio.run(
-                        run_amqp("127.0.0.1", gw.port, args, pids, profiler)
-                    )
-                    for phase, summary in summaries.items():
-                        notes.append(f"gateway profile, {phase} phase:\n{summary}")
+                    gateway = AmqpRunner("127.0.0.1", gw.port, args, pids, profiler)
+                raw: RawRunner | None = None
+                if not args.no_raw:
+                    pids = {"pulsar": pulsar_pid} if pulsar_pid else {}
+                    raw = RawRunner(stack.BROKER_URL, namespace, args, pids)
+                print("raw pulsar-client and gateway, alternating repetitions ...", flush=True)
+                results.update(asyncio.run(run_pulsar_pair(raw, gateway, args.repeat)))
+                for phase, summary in summaries.items():
+                    notes.append(f"gateway profile, {phase} phase:\n{summary}")
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()
         if reason:

@@ -106,13 +106,14 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_owner", "_topic", "native", "native_consumer")
+    __slots__ = ("_id", "_owner", "_topic", "native", "native_consumer")
 
     def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
         self.native = native  # _pulsar.Message
         self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
         self._owner = owner
         self._topic: str | None = None
+        self._id: MessageId | None = None
 
     @property
     def payload(self) -> bytes:
@@ -120,11 +121,15 @@ class ReceivedMessage:
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self.native.properties())
+        return self.native.properties()  # type: ignore[no-any-return]  # a new dict each call
 
     @property
     def message_id(self) -> MessageId:
-        return MessageId.from_native(self.native.message_id())
+        # Five calls into pulsar-client, and asked for more than once per delivery (the
+        # redelivery key, drain and purge filters): read once.
+        if self._id is None:
+            self._id = MessageId.from_native(self.native.message_id())
+        return self._id
 
     @property
     def topic(self) -> str:

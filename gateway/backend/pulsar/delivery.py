@@ -27,9 +27,27 @@ log = logging.getLogger("gateway.pulsar.delivery")
 Admits = Callable[[Message, ReceivedMessage], bool]
 
 
+def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
+    """``naming.decode_local_name`` of a full topic name, remembered: it is asked for every
+    message received, of the same few topics."""
+    try:
+        return _decoded_topics[topic]
+    except KeyError:
+        pass
+    decoded = decode_local_name(topic.rsplit("/", 1)[-1])
+    if len(_decoded_topics) >= _DECODED_TOPICS:
+        _decoded_topics.clear()  # a crude bound: the working set comes back at once
+    _decoded_topics[topic] = decoded
+    return decoded
+
+
+_decoded_topics: dict[str, tuple[str, str | None] | None] = {}
+_DECODED_TOPICS = 4096
+
+
 def message_of(received: ReceivedMessage) -> Message:
-    local_name = received.topic.rsplit("/", 1)[-1]
-    decoded = decode_local_name(local_name) or ("", local_name)
+    topic = received.topic
+    decoded = exchange_and_key(topic) or ("", topic.rsplit("/", 1)[-1])
     return from_pulsar(received.payload, received.properties, decoded[0], decoded[1] or "")
 
 

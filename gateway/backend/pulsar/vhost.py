@@ -31,7 +31,12 @@ from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
-from gateway.backend.pulsar.delivery import Admits, PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.delivery import (
+    Admits,
+    PulsarDelivery,
+    PulsarQueueSubscription,
+    exchange_and_key,
+)
 from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
@@ -46,7 +51,7 @@ from gateway.model.entities import (
     ExchangeType,
     resource,
 )
-from gateway.model.naming import decode_local_name, subscription_for, topic_for
+from gateway.model.naming import subscription_for, topic_for
 from gateway.model.routing import (
     binding_topics,
     compile_topic,
@@ -588,7 +593,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 and not self._redeliveries.seen(received)
             ):
                 return False  # prefetched before a purge (an unacked one survives it)
-            decoded = decode_local_name(topic.rsplit("/", 1)[-1])
+            decoded = exchange_and_key(topic)
             if decoded is None or decoded[1] is not None:
                 return True  # keyed topics (direct, topic, default) carry only routed messages
             view = self._view
