@@ -9,8 +9,6 @@ from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 
 import trio
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_config import tls_settings_for
@@ -18,7 +16,6 @@ from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
-from gateway.metadata.paths import Layout, decode_name
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
@@ -228,42 +225,6 @@ class Readiness:
         )
 
 
-async def stored_namespaces(hosts: str, layout: Layout, *, timeout: float = 15.0) -> list[str]:
-    """The namespaces (``tenant/ns``) that have a node under ``<prefix>/vhosts``.
-
-    ``ZooKeeperMetadataStore`` has no public way to list the namespaces it does not hold open
-    (asked for: a ``list_namespaces()`` on the store), so this lists them with a short-lived
-    kazoo client of its own, by the store's own ``Layout`` and name encoding. It costs one
-    ZooKeeper session for a moment at start-up. Names that are not canonically encoded (put
-    there by hand) are skipped with a warning, as the store does.
-    """
-
-    def list_children() -> list[str]:
-        zk = KazooClient(hosts=hosts)
-        zk.start(timeout)
-        try:
-            return list(zk.get_children(layout.vhosts))
-        except NoNodeError:
-            return []  # nothing was ever declared on this ZooKeeper
-        finally:
-            zk.stop()
-            zk.close()
-
-    try:
-        children = await trio.to_thread.run_sync(list_children, abandon_on_cancel=True)
-    except Exception as error:
-        raise StartupError(
-            f"cannot list the vhosts in ZooKeeper at {hosts} ({layout.vhosts}): {error}"
-        ) from None
-    namespaces = []
-    for child in sorted(children):
-        try:
-            namespaces.append(decode_name(child))
-        except ValueError:
-            log.warning("ignoring %s/%s: not a namespace node of ours", layout.vhosts, child)
-    return namespaces
-
-
 async def _live_in_pulsar(admin: PulsarAdmin, namespaces: list[str]) -> set[str]:
     """Those of ``namespaces`` that exist in Pulsar, one admin call per tenant.
 
@@ -293,10 +254,10 @@ async def load_every_vhost(runtime: GatewayRuntime, *, concurrency: int = 8) -> 
     accepts connections"). Raises ``StartupError`` when one cannot be loaded."""
     started = time.perf_counter()
     store = runtime.store
-    if not isinstance(store, ZooKeeperMetadataStore):
-        # The in-memory store (tests) lives in this process: there is nothing to load.
-        return Readiness(0, 0, 0, 0, time.perf_counter() - started)
-    stored = await stored_namespaces(runtime.config.configurationStoreServers, store.layout)
+    try:
+        stored = await store.list_namespaces()
+    except MetadataUnavailable as error:
+        raise StartupError(f"cannot list the vhosts in the metadata store: {error}") from None
     live = await _live_in_pulsar(runtime.admin, stored)
     skipped = tuple(namespace for namespace in stored if namespace not in live)
     if skipped:

@@ -205,6 +205,16 @@ class MemoryMetadataStore:
             await self._opened_changed.wait()
         return list(self._opened)
 
+    async def list_namespaces(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        # A namespace that was only read (``sync_*``, ``changed``) has a state here but no
+        # node in ZooKeeper: only opened or written ones count, as there.
+        return sorted(
+            name
+            for name, state in self._shared.namespaces.items()
+            if state.opened or state.version > 0
+        )
+
     # ------------------------------------------------------------------ exchanges
 
     async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:

@@ -145,6 +145,12 @@ class MetadataStore(Protocol):
         """The namespaces this replica has opened, once there are more than ``known``."""
         ...
 
+    async def list_namespaces(self) -> list[str]:
+        """Every namespace the store holds metadata for (opened or written by any replica,
+        whether or not this one has it open), sorted, as the store has them now (after a
+        sync): what a replica opens at start-up."""
+        ...
+
     async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:
         """Create unless it exists; return what the store holds (the winner of a race)."""
         ...

@@ -107,6 +107,7 @@ from gateway.metadata.paths import (
     Layout,
     bucket_for,
     decode_binding_id,
+    decode_name,
     decode_topic_key,
     encode_name,
 )
@@ -531,6 +532,16 @@ class ZooKeeperMetadataStore:
                 raise MetadataUnavailable("the metadata store is closed")
             await self._opened_changed.wait()
         return list(self._opened)
+
+    async def list_namespaces(self) -> list[str]:
+        path = self._layout.vhosts
+        namespaces = []
+        for child in await self._synced_children(path, "list the namespaces"):
+            try:
+                namespaces.append(decode_name(child))
+            except ValueError:  # put there by hand: ignored, as everywhere
+                log.warning("metadata: ignoring znode %r in %s: not a name we write", child, path)
+        return sorted(namespaces)
 
     def view(self, namespace: str) -> VhostView:
         state = self._namespaces.get(namespace)

@@ -57,6 +57,20 @@ async def test_view_of_an_unopened_namespace_is_refused(fleet: Fleet, namespace:
         store.view(namespace)
 
 
+async def test_list_namespaces_has_every_replicas_namespaces(fleet: Fleet, namespace: str) -> None:
+    writer = await fleet.replica()
+    reader = await fleet.replica()
+    assert await reader.list_namespaces() == []
+    odd = f"{namespace}-ünï,cødé"  # escaped in a znode name
+    await writer.open(namespace)
+    await writer.open(odd)
+    # Only looked up, never opened nor written: the store holds nothing of it.
+    assert await writer.sync_queue(f"{namespace}-looked-up", "q") is None
+    # The reader opened none of them: it lists what the store holds, not its own.
+    assert await reader.list_namespaces() == [namespace, odd]
+    assert await writer.list_namespaces() == [namespace, odd]
+
+
 async def test_exchange_create_get_delete(fleet: Fleet, namespace: str) -> None:
     store = await _opened(fleet, namespace)
     exchange = Exchange("orders", ExchangeType.TOPIC, durable=True, arguments=ARGUMENTS)
