@@ -3,17 +3,13 @@ name, and the settings both of the gateway's clients get from them. No network."
 
 from __future__ import annotations
 
-import datetime
 import ssl
 from pathlib import Path
 
 import certifi
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
-from cryptography.x509.oid import NameOID
 
 from gateway.app import broker_access
 from gateway.config import config_from_text
@@ -32,37 +28,16 @@ from gateway.pulsar.credentials import (
     trust_store_as_pem_file,
     trust_store_pem,
 )
+from tests.support.pki import Authority, Pki, make_pki
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJnYXRld2F5In0.c2lnbmF0dXJl"
 TLS_URLS = ("pulsar+ssl://broker:6651", "https://broker:8443")
 
 
-def pem_pair(folder: Path, name: str = "client") -> tuple[Path, Path]:
-    """A self-signed certificate and its PKCS#8 key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / f"{name}.crt", folder / f"{name}.key"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A CA with a client certificate (alice) and others, as PEM files in ``tmp_path``."""
+    return make_pki(tmp_path)
 
 
 # ------------------------------------------------------------------------------ token
@@ -154,14 +129,14 @@ def test_tls_files() -> None:
         tls_files_from_params('{"tlsCertFile": "data:;base64,AAAA", "tlsKeyFile": "/k"}')
 
 
-def test_tls_credentials_are_loaded_and_checked(tmp_path: Path) -> None:
-    cert, key = pem_pair(tmp_path)
+def test_tls_credentials_are_loaded_and_checked(tmp_path: Path, pki: Pki) -> None:
+    cert, key = pki.alice.cert_path, pki.alice.key_path
     access = BrokerAccess(
         *TLS_URLS, auth_kind="tls", auth_params=f"tlsCertFile:{cert},tlsKeyFile:{key}"
     )
     assert load_credentials(access) == Credentials(cert_file=str(cert), key_file=str(key))
 
-    _, other_key = pem_pair(tmp_path, "other")
+    other_key = pki.server.key_path
     mismatched = BrokerAccess(
         *TLS_URLS, auth_kind="tls", auth_params=f"tlsCertFile:{cert},tlsKeyFile:{other_key}"
     )
@@ -178,8 +153,8 @@ def test_tls_credentials_are_loaded_and_checked(tmp_path: Path) -> None:
         load_credentials(missing)
 
 
-def test_tls_authentication_needs_tls_urls(tmp_path: Path) -> None:
-    cert, key = pem_pair(tmp_path)
+def test_tls_authentication_needs_tls_urls(pki: Pki) -> None:
+    cert, key = pki.alice.cert_path, pki.alice.key_path
     params = f"tlsCertFile:{cert},tlsKeyFile:{key}"
     for urls in [
         ("pulsar://broker:6650", "https://broker:8443"),
@@ -204,8 +179,8 @@ def test_no_authentication() -> None:
 # ------------------------------------------------------------------------------ the clients
 
 
-def test_trust_file(tmp_path: Path) -> None:
-    ca, _ = pem_pair(tmp_path, "ca")
+def test_trust_file(tmp_path: Path, pki: Pki) -> None:
+    ca = pki.ca.cert_path
     assert trust_file(BrokerAccess(*TLS_URLS, trust_certs_file=str(ca))) == str(ca)
     assert trust_file(BrokerAccess(*TLS_URLS, trust_certs_file=f"file://{ca}")) == str(ca)
     # pulsar-client falls back to certifi's bundle; the admin client must trust the same.
@@ -217,9 +192,8 @@ def test_trust_file(tmp_path: Path) -> None:
     assert str(error.value).startswith(f"cannot load brokerClientTrustCertsFilePath {not_pem}: ")
 
 
-def test_admin_tls_follows_the_binary_client(tmp_path: Path) -> None:
-    ca, _ = pem_pair(tmp_path, "ca")
-    cert, key = pem_pair(tmp_path)
+def test_admin_tls_follows_the_binary_client(pki: Pki) -> None:
+    ca, cert, key = pki.ca.cert_path, pki.alice.cert_path, pki.alice.key_path
     plain = BrokerAccess("pulsar://b:6650", "http://b:8080", trust_certs_file=str(ca))
     assert admin_ssl_context(plain, Credentials()) is None
 
@@ -228,8 +202,9 @@ def test_admin_tls_follows_the_binary_client(tmp_path: Path) -> None:
     # As Pulsar's clients: the chain is always verified, the host name only when asked.
     assert default.verify_mode == ssl.CERT_REQUIRED
     assert default.check_hostname is False
+    # It trusts the configured CA, and only it.
     subjects = [dict(item[0] for item in c["subject"]) for c in default.get_ca_certs()]
-    assert subjects == [{"commonName": "ca"}]
+    assert [subject["commonName"] for subject in subjects] == ["Starlight test CA"]
 
     strict = BrokerAccess(*TLS_URLS, trust_certs_file=str(ca), verify_hostname=True)
     assert (context := admin_ssl_context(strict, Credentials())) is not None
@@ -247,9 +222,8 @@ def test_admin_tls_follows_the_binary_client(tmp_path: Path) -> None:
     assert with_cert is not None
 
 
-def test_client_options(tmp_path: Path) -> None:
-    ca, _ = pem_pair(tmp_path, "ca")
-    cert, key = pem_pair(tmp_path)
+def test_client_options(pki: Pki) -> None:
+    ca, cert, key = pki.ca.cert_path, pki.alice.cert_path, pki.alice.key_path
     base = ClientOptions(operation_timeout_seconds=7, io_threads=2)
     access = BrokerAccess(
         *TLS_URLS, trust_certs_file=str(ca), verify_hostname=True, allow_insecure=False
@@ -316,9 +290,8 @@ def test_the_gateways_own_parameters_win() -> None:
 
 
 def test_pkcs12_trust_store_becomes_pem(tmp_path: Path) -> None:
-    ca, _ = pem_pair(tmp_path, "ca")
-    other, _ = pem_pair(tmp_path, "other-ca")
-    cas = [x509.load_pem_x509_certificate(path.read_bytes()) for path in (ca, other)]
+    ca, other = Authority(tmp_path), Authority(tmp_path, "Other CA")
+    cas = [ca.certificate, other.certificate]
     store = tmp_path / "trust.p12"
     store.write_bytes(
         pkcs12.serialize_key_and_certificates(
@@ -326,7 +299,7 @@ def test_pkcs12_trust_store_becomes_pem(tmp_path: Path) -> None:
         )
     )
     pem = trust_store_pem(str(store), "secret")
-    assert pem == ca.read_bytes() + other.read_bytes()
+    assert pem == ca.cert_path.read_bytes() + other.cert_path.read_bytes()
 
     with trust_store_as_pem_file(str(store), "secret") as path:
         assert Path(path).read_bytes() == pem
@@ -344,11 +317,10 @@ def test_pkcs12_trust_store_becomes_pem(tmp_path: Path) -> None:
     with pytest.raises(CredentialsError, match="No such file or directory"):
         trust_store_pem(str(tmp_path / "missing.p12"), "")
     empty = tmp_path / "empty.p12"
-    _, key_file = pem_pair(tmp_path, "key-only")
-    key = serialization.load_pem_private_key(key_file.read_bytes(), None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
     empty.write_bytes(
-        pkcs12.serialize_key_and_certificates(b"k", key, None, None, serialization.NoEncryption())
+        pkcs12.serialize_key_and_certificates(
+            b"k", ca.key, None, None, serialization.NoEncryption()
+        )
     )
     with pytest.raises(CredentialsError, match="holds no certificates"):
         trust_store_pem(str(empty), "")
