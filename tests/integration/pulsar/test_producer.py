@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +15,7 @@ from gateway.pulsar.client import PulsarClient
 from gateway.pulsar.errors import ClosedError, SendError
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.producer import ProducerOptions, SendHandle
+from tests.conftest import StackEndpoints
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +127,44 @@ async def test_event_timestamp_and_keys_reach_the_consumer(
     assert message.event_timestamp == 1234
     assert message.native.partition_key() == "k"
     assert message.publish_timestamp > 0
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["plain", "kept"])
+async def test_send_callback_threads_keep_their_thread_state_once_asked(
+    pulsar_stack: StackEndpoints, topic: Topic, keep: bool
+) -> None:
+    """What keep_thread_state is for, on the real pulsar-client: without it every send
+    callback runs in a fresh Python thread state (thread-local data is gone by the next one);
+    with it, the C++ thread's state, and its thread-local data, live on."""
+    import pulsar
+
+    from gateway.pulsar.bridge import keep_thread_state
+
+    local = threading.local()
+    seen: list[int] = []
+    done = threading.Event()
+
+    def callback(_result: object, _message_id: object) -> None:
+        if keep:
+            keep_thread_state()
+        local.calls = getattr(local, "calls", 0) + 1
+        seen.append(local.calls)
+        if len(seen) == 50:
+            done.set()
+
+    def send_50() -> bool:  # the plain, blocking pulsar-client API, off the trio thread
+        client = pulsar.Client(pulsar_stack.broker_url)
+        try:
+            producer = client.create_producer(topic("thread-state"), batching_enabled=False)
+            for n in range(50):
+                producer.send_async(f"m{n}".encode(), callback)
+            producer.flush()
+            return done.wait(30)
+        finally:
+            client.close()
+
+    assert await trio.to_thread.run_sync(send_50)
+    if keep:
+        assert max(seen) > 1  # the same thread's data, carried from call to call
+    else:
+        assert set(seen) == {1}  # pybind11 built a new thread state for every call

@@ -362,3 +362,24 @@ async def test_stop_receiving_nacks_the_buffer_and_stays_paused() -> None:
     assert consumer.stop_receiving() == 3
     assert native.paused and [m.n for m in native.nacked] == [0, 1, 2]
     assert consumer.stop_receiving() == 0
+
+
+def test_keep_thread_state_takes_one_reference_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.pulsar import bridge
+
+    taken: list[int] = []
+    monkeypatch.setattr(bridge, "_ensure_gil_state", lambda: taken.append(threading.get_ident()))
+    monkeypatch.setattr(bridge, "_kept", threading.local())
+    started = threading.Barrier(2)  # both threads alive at once: distinct thread idents
+
+    def callbacks() -> None:
+        started.wait(timeout=10)
+        for _ in range(3):
+            bridge.keep_thread_state()
+
+    threads = [threading.Thread(target=callbacks) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert sorted(taken) == sorted(thread.ident for thread in threads if thread.ident)
