@@ -538,19 +538,6 @@ class ServerConnection:
             if immediate:
                 raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
             channel.start_content(exchange, routing_key, mandatory, immediate)
-            # The content header and body are usually right behind, in the same read: take
-            # them now instead of one round of the frame loop each (~10% of a publish). The
-            # same Channel methods check them; anything unusual is left to the loop.
-            reader = self._reader
-            header = reader.take_frame(FRAME_HEADER, number)
-            if header is not None:
-                message = channel.on_header(header)
-                if message is None:
-                    body = reader.take_frame(FRAME_BODY, number)
-                    if body is not None:
-                        message = channel.on_body(body)
-                if message is not None:
-                    events.append(message)
             return
         if index == ACK:
             tag, multiple = decode_ack(payload)

@@ -124,29 +124,6 @@ class FrameReader:
         self._pos = end + 1
         return frame_type, channel, payload
 
-    def take_frame(self, frame_type: int, channel: int) -> bytes | None:
-        """The payload of the next frame if it is complete, of ``frame_type`` and on
-        ``channel``; otherwise None, and nothing is consumed (``next_frame`` then deals with
-        whatever it is, errors included). For the content right behind a Basic.Publish."""
-        buf = self._buf
-        pos = self._pos
-        if len(buf) - pos < FRAME_HEADER_SIZE:
-            return None
-        found_type, found_channel, size = _FRAME_HEADER.unpack_from(buf, pos)
-        if found_type != frame_type or found_channel != channel or size > self.max_payload:
-            return None
-        start = pos + FRAME_HEADER_SIZE
-        end = start + size
-        if len(buf) <= end or buf[end] != FRAME_END:
-            return None
-        if type(buf) is bytes:
-            payload = buf[start:end]
-        else:
-            with memoryview(buf) as view:
-                payload = view[start:end].tobytes()
-        self._pos = end + 1
-        return payload
-
 
 # ------------------------------------------------------------------------------ writing
 
