@@ -106,7 +106,7 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_id", "_owner", "_topic", "native", "native_consumer")
+    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer")
 
     def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
         self.native = native  # _pulsar.Message
@@ -114,6 +114,7 @@ class ReceivedMessage:
         self._owner = owner
         self._topic: str | None = None
         self._id: MessageId | None = None
+        self._id_bytes: bytes | None = None
 
     @property
     def payload(self) -> bytes:
@@ -130,6 +131,14 @@ class ReceivedMessage:
         if self._id is None:
             self._id = MessageId.from_native(self.native.message_id())
         return self._id
+
+    @property
+    def id_bytes(self) -> bytes:
+        """The message id serialized by pulsar-client: an identity for it within its topic,
+        at two calls into C++ rather than ``message_id``'s five."""
+        if self._id_bytes is None:
+            self._id_bytes = bytes(self.native.message_id().serialize())
+        return self._id_bytes
 
     @property
     def topic(self) -> str:

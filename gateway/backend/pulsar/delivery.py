@@ -14,7 +14,7 @@ import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.messages import from_pulsar
-from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -52,7 +52,7 @@ def message_of(received: ReceivedMessage) -> Message:
 
 
 class PulsarDelivery:
-    __slots__ = ("_received", "_settled", "_subscription", "message", "redelivered")
+    __slots__ = ("_key", "_received", "_settled", "_subscription", "message", "redelivered")
 
     def __init__(
         self, subscription: PulsarQueueSubscription, received: ReceivedMessage, message: Message
@@ -61,7 +61,7 @@ class PulsarDelivery:
         self._received = received
         self._settled = False
         self.message = message
-        self.redelivered = subscription.redeliveries.delivered(received)
+        self._key, self.redelivered = subscription.redeliveries.delivered(received)
         subscription.outstanding += 1
 
     @property
@@ -72,8 +72,8 @@ class PulsarDelivery:
         if self._settled:
             return
         self._settled = True
-        if requeued:
-            self._subscription.redeliveries.requeued(self._received)
+        if not requeued:
+            self._subscription.redeliveries.settled(self._key)
         self._subscription.delivery_settled()
 
     async def ack(self) -> None:
@@ -153,7 +153,7 @@ class PulsarQueueSubscription:
         message = message_of(received)
         if not self._admits(message, received):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
-            self.redeliveries.forget(received)
+            self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)
             return None
         return PulsarDelivery(self, received, message)

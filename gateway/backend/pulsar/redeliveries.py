@@ -1,14 +1,15 @@
-"""Which messages this replica gave back unacknowledged: AMQP's ``redelivered``.
+"""Which messages this replica has handed out and not seen settled: AMQP's ``redelivered``.
 
 Pulsar counts a redelivery only when a consumer negatively acknowledges a message and the
 broker resends it, and pulsar-client sends negative acknowledgements after a delay: a consumer
 that requeues its messages and closes at once (channel or connection closed, consumer
-cancelled) gets them redelivered uncounted. RabbitMQ marks every message that was delivered
-before as redelivered, so the gateway remembers the messages it requeued until they come back.
+cancelled) gets them redelivered uncounted, and so does a consumer whose broker connection
+was re-established (the broker sends everything unacknowledged again). RabbitMQ marks every
+message that was delivered before as redelivered, so the gateway remembers what it delivered
+until it is acknowledged.
 
-Only requeued messages are remembered, not every delivery: a message id costs five calls into
-pulsar-client, and most deliveries are acknowledged and never come back, so the hot path reads
-one redelivery count and, while nothing is waiting to come back, nothing else.
+Messages are known by their topic and serialized message id: one call into pulsar-client
+(a ``MessageId`` read field by field costs four).
 """
 
 from __future__ import annotations
@@ -18,54 +19,40 @@ from typing import Final
 
 from gateway.pulsar.consumer import ReceivedMessage
 
-# The set is bounded: a message requeued here and delivered by another replica would otherwise
+# The set is bounded: a message delivered here and settled on another replica would otherwise
 # stay forever. The oldest are forgotten first (their redelivery then goes unmarked).
 MAX_TRACKED: Final = 100_000
 
-Key = tuple[str, int, int, int]
+Key = tuple[str, bytes]
 
 
 def key_of(received: ReceivedMessage) -> Key:
-    message_id = received.message_id
-    return (received.topic, message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+    return (received.topic, received.id_bytes)
 
 
 class Redeliveries:
     def __init__(self, limit: int = MAX_TRACKED) -> None:
-        self._requeued: OrderedDict[Key, None] = OrderedDict()
+        self._outstanding: OrderedDict[Key, None] = OrderedDict()
         self._limit = limit
 
     def __len__(self) -> int:
-        return len(self._requeued)
+        return len(self._outstanding)
 
-    def delivered(self, received: ReceivedMessage) -> bool:
-        """The message is being delivered: whether it had been delivered before (Pulsar
-        counted a redelivery, or this replica gave it back). It is forgotten here: should it
-        be given back again, ``requeued`` records it again."""
-        counted = received.redelivery_count > 0
-        if not self._requeued:
-            return counted
+    def delivered(self, received: ReceivedMessage) -> tuple[Key, bool]:
+        """Record a delivery: its key (for ``settled``), and whether the message had been
+        delivered before."""
         key = key_of(received)
-        if key in self._requeued:  # (also when counted: a nacked message was requeued too)
-            del self._requeued[key]
-            return True
-        return counted
+        before = key in self._outstanding or received.redelivery_count > 0
+        self._outstanding[key] = None
+        self._outstanding.move_to_end(key)
+        while len(self._outstanding) > self._limit:
+            self._outstanding.popitem(last=False)
+        return key, before
 
     def seen(self, received: ReceivedMessage) -> bool:
-        """Whether the message was delivered before (without forgetting it)."""
-        if received.redelivery_count > 0:
-            return True
-        return bool(self._requeued) and key_of(received) in self._requeued
+        """Whether the message was delivered before (without recording anything)."""
+        return key_of(received) in self._outstanding or received.redelivery_count > 0
 
-    def requeued(self, received: ReceivedMessage) -> None:
-        """Delivered and given back unacknowledged: it comes back marked redelivered."""
-        key = key_of(received)
-        self._requeued[key] = None
-        self._requeued.move_to_end(key)
-        while len(self._requeued) > self._limit:
-            self._requeued.popitem(last=False)
-
-    def forget(self, received: ReceivedMessage) -> None:
-        """Done with the message without delivering it (filtered out)."""
-        if self._requeued:
-            self._requeued.pop(key_of(received), None)
+    def settled(self, key: Key) -> None:
+        """Acknowledged (or dropped): it will not come back."""
+        self._outstanding.pop(key, None)

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import amqp
+import httpx
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from gateway.model.naming import topic_for
+from tests.integration.model.conftest import PULSAR_ONLY, Running
 from tests.support.clients import (
     channel_closed,
     collect,
@@ -545,3 +547,30 @@ def test_unacked_messages_are_requeued(running: Running, how: str) -> None:
 def test_requeued_messages_are_marked_redelivered(running: Running, how: str) -> None:
     taken = requeue_unacked(running, how)
     assert [d.redelivered for d in taken] == [True, True, True]
+
+
+@pytest.mark.parametrize("running", [PULSAR_ONLY], indirect=True)
+def test_messages_pulsar_sends_again_after_a_reconnection_are_marked_redelivered(
+    running: Running,
+) -> None:
+    """The topic is unloaded under a consumer holding unacknowledged messages: pulsar-client
+    reconnects and the broker sends them again, uncounted. The client, which still holds the
+    first copies, must see the second ones flagged, as RabbitMQ flags anything delivered
+    before."""
+    connection = running.connect()
+    queue = filled_queue(connection.channel(), 3)
+    _channel, recorder, _tag = consume_unacked(connection, queue, 3)
+    assert [d.redelivered for d in recorder.deliveries] == [False] * 3
+    assert running.namespace is not None
+    local = topic_for(running.namespace, "", queue).rsplit("/", 1)[-1]
+    with httpx.Client(base_url=running.web_url, timeout=30) as admin:
+        unloaded = admin.put(
+            f"/admin/v2/persistent/{running.namespace.tenant}/"
+            f"{running.namespace.namespace}/{local}/unload"
+        )
+    assert unloaded.status_code == 204, unloaded.text
+    wait_for(lambda: len(recorder.deliveries) >= 6, connection, timeout=30, what="3 more")
+    again = recorder.deliveries[3:]
+    assert sorted(d.body for d in again) == bodies(3)
+    assert all(d.redelivered for d in again), again
+    connection.close()
