@@ -126,8 +126,8 @@ class ReceivedMessage:
 
     @property
     def message_id(self) -> MessageId:
-        # Five calls into pulsar-client, and asked for more than once per delivery (the
-        # redelivery key, drain and purge filters): read once.
+        # Five calls into pulsar-client, and asked for more than once for a message that a
+        # drain or purge filter looks at: read once.
         if self._id is None:
             self._id = MessageId.from_native(self.native.message_id())
         return self._id
