@@ -30,7 +30,7 @@ nothing but the first pass. Messages written to that topic before the repair are
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote, quote_plus
 
 import trio
@@ -54,7 +54,33 @@ from gateway.pulsar.names import topic_rest_path
 
 log = logging.getLogger("gateway.leader")
 
-__all__ = ["SubscriptionCleaner", "SubscriptionReconciler"]
+__all__ = ["SubscriptionCleaner", "SubscriptionReconciler", "repeat_rounds"]
+
+
+async def repeat_rounds(
+    job: str,
+    namespace: str,
+    one_round: Callable[[], Awaitable[None]],
+    interval: float,
+    *,
+    wait_first: bool = False,
+) -> None:
+    """Run ``one_round`` every ``interval`` seconds until the namespace is closed here (the
+    round raises KeyError). A round that fails is logged and the next one runs as planned:
+    the leader's jobs work from what the store holds now, so a missed round costs nothing."""
+    while True:
+        if wait_first:
+            await trio.sleep(interval)
+        try:
+            await one_round()
+        except MetadataUnavailable as error:
+            log.info("%s of %s: metadata unavailable (%s)", job, namespace, error)
+        except KeyError:
+            return  # the namespace was closed here: nothing left to do
+        except Exception:
+            log.warning("%s of %s failed; next round", job, namespace, exc_info=True)
+        if not wait_first:
+            await trio.sleep(interval)
 
 
 class SubscriptionCleaner:
@@ -69,16 +95,7 @@ class SubscriptionCleaner:
         self._removals: set[tuple[str, str]] = set()
 
     async def run(self, interval: float) -> None:
-        while True:
-            await trio.sleep(interval)
-            try:
-                await self.round()
-            except MetadataUnavailable as error:
-                log.info("cleaner of %s: metadata unavailable (%s)", self._namespace, error)
-            except KeyError:
-                return  # the namespace was closed here: nothing left to do
-            except Exception:
-                log.warning("cleaner of %s failed; next round", self._namespace, exc_info=True)
+        await repeat_rounds("cleaner", self._namespace, self.round, interval, wait_first=True)
 
     async def round(self) -> None:
         """One look at every record."""
@@ -173,16 +190,7 @@ class SubscriptionReconciler:
         self._on_repair = on_repair
 
     async def run(self, interval: float) -> None:
-        while True:
-            try:
-                await self.round()
-            except MetadataUnavailable as error:
-                log.info("reconciler of %s: metadata unavailable (%s)", self._namespace, error)
-            except KeyError:
-                return  # the namespace was closed here: nothing left to do
-            except Exception:
-                log.warning("reconciler of %s failed; next round", self._namespace, exc_info=True)
-            await trio.sleep(interval)
+        await repeat_rounds("reconciler", self._namespace, self.round, interval)
 
     def expected(self, view: VhostView) -> set[tuple[str, str]]:
         """(queue, topic) of every topic-exchange pattern binding and key it matches."""

@@ -28,7 +28,11 @@ from functools import partial
 
 import trio
 
-from gateway.backend.pulsar.cleaner import SubscriptionCleaner, SubscriptionReconciler
+from gateway.backend.pulsar.cleaner import (
+    SubscriptionCleaner,
+    SubscriptionReconciler,
+    repeat_rounds,
+)
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.errors import ConditionNotMet
@@ -141,16 +145,7 @@ class NamespaceLeader:
             log.info("leader: stopped leading namespace %s", self._namespace)
 
     async def _reap_loop(self) -> None:
-        while True:
-            try:
-                await self.reap()
-            except MetadataUnavailable as error:
-                log.info("reaper of %s: metadata unavailable (%s)", self._namespace, error)
-            except KeyError:
-                return  # the namespace was closed here: nothing left to do
-            except Exception:
-                log.warning("reaper of %s failed; next tick", self._namespace, exc_info=True)
-            await trio.sleep(self._tick)
+        await repeat_rounds("reaper", self._namespace, self.reap, self._tick)
 
     async def reap(self) -> None:
         """One tick: delete the candidates that were candidates at the previous tick too."""
