@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from gateway.pulsar.admin import PulsarAdmin, tls_verification_failure
+from gateway.pulsar.admin import PulsarAdmin, cause_of_kind, tls_verification_failure
 from gateway.pulsar.connect_probe import ProbeFailed, probe_connect
 from gateway.pulsar.credentials import TRUST_KEY, BrokerAccess, Credentials, ssl_context
 from gateway.pulsar.errors import AdminError, Unauthorized
@@ -92,17 +92,7 @@ def _tls_failure(
 
 
 def _ssl_error(error: BaseException) -> ssl.SSLError | None:
-    verification = tls_verification_failure(error)
-    if verification is not None:
-        return verification
-    current: BaseException | None = error
-    seen: set[int] = set()
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    return tls_verification_failure(error) or cause_of_kind(error, ssl.SSLError)
 
 
 async def check_admin(admin: PulsarAdmin, access: BrokerAccess, credentials: Credentials) -> None:

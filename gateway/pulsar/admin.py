@@ -19,7 +19,7 @@ import re
 import ssl
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import trio
@@ -54,17 +54,25 @@ def _ssl_verify(tls: TLSOption) -> ssl.SSLContext | bool:
     return tls
 
 
-def tls_verification_failure(error: BaseException) -> ssl.SSLCertVerificationError | None:
-    """The certificate verification error behind ``error`` (httpx wraps httpcore's error, which
-    wraps the async backend's, which wraps the ``ssl`` one), if there is one."""
+E = TypeVar("E", bound=BaseException)
+
+
+def cause_of_kind(error: BaseException, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``error``'s chain of causes (``error`` included)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def tls_verification_failure(error: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification error behind ``error`` (httpx wraps httpcore's error, which
+    wraps the async backend's, which wraps the ``ssl`` one), if there is one."""
+    return cause_of_kind(error, ssl.SSLCertVerificationError)
 
 
 def _reason(response: httpx.Response) -> str:
