@@ -30,19 +30,29 @@ def stack_config(web_url: str, broker_url: str, zookeeper: str, namespace: str) 
 
 @contextmanager
 def fresh_namespace(stack: Any) -> Iterator[str]:
-    """Create ``public/t-<random>`` on the local stack; afterwards delete it, with everything in
-    it and the gateway's metadata of it in ZooKeeper (so later replicas do not load it)."""
+    """``namespace_of_its_own`` on the local stack, in tenant ``public``."""
+    with (
+        httpx.Client(base_url=stack.web_url, timeout=30) as admin,
+        namespace_of_its_own(admin, stack.zookeeper, "public") as name,
+    ):
+        yield name
+
+
+@contextmanager
+def namespace_of_its_own(admin: httpx.Client, zookeeper: str, tenant: str) -> Iterator[str]:
+    """Create ``<tenant>/t-<random>`` through ``admin``; afterwards delete it, with everything
+    in it and the gateway's metadata of it in ZooKeeper (so later replicas do not load it)."""
     name = f"t-{uuid.uuid4().hex[:12]}"
-    with httpx.Client(base_url=stack.web_url, timeout=30) as admin:
-        admin.put(f"/admin/v2/namespaces/public/{name}").raise_for_status()
-        try:
-            yield name
-        finally:
-            admin.delete(f"/admin/v2/namespaces/public/{name}", params={"force": "true"})
-            trio.run(_forget_metadata, stack.zookeeper, f"public/{name}")
+    admin.put(f"/admin/v2/namespaces/{tenant}/{name}").raise_for_status()
+    try:
+        yield name
+    finally:
+        admin.delete(f"/admin/v2/namespaces/{tenant}/{name}", params={"force": "true"})
+        trio.run(forget_metadata, zookeeper, f"{tenant}/{name}")
 
 
-async def _forget_metadata(zookeeper: str, namespace: str) -> None:
+async def forget_metadata(zookeeper: str, namespace: str) -> None:
+    """Drop the gateway's metadata of a deleted namespace (later replicas would load it)."""
     async with ZooKeeperMetadataStore(zookeeper) as store:
         await store.delete_namespace(namespace)
 

@@ -2,38 +2,24 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.integration.fleet.clients import wait_subscription_consumers
 from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
 
-log = logging.getLogger(__name__)
-
-
-async def _forget_metadata(zookeeper: str, namespace: str) -> None:
-    async with ZooKeeperMetadataStore(zookeeper) as store:
-        await store.delete_namespace(namespace)
-
 
 @pytest.fixture
 def namespace(pulsar_stack: Any) -> Iterator[str]:
-    """``public/<name>``'s short name, the vhost ``/`` of every gateway a test starts; its
-    metadata is removed from ZooKeeper afterwards (fresh_namespace only drops the Pulsar
-    namespace), so that later gateways do not find it."""
+    """``public/<name>``'s short name, the vhost ``/`` of every gateway a test starts
+    (fresh_namespace removes its metadata from ZooKeeper afterwards, so that later gateways
+    do not find it)."""
     with fresh_namespace(pulsar_stack) as name:
         yield name
-    try:
-        trio.run(_forget_metadata, pulsar_stack.zookeeper, f"public/{name}")
-    except Exception as error:  # best effort: the namespace may never have been opened
-        log.warning("could not remove the metadata of public/%s: %s", name, error)
 
 
 class Fleet:

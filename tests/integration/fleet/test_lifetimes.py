@@ -22,7 +22,6 @@ import pika
 import pika.exceptions
 import pytest
 import trio
-from kazoo.client import KazooClient
 
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.naming import encode_local_name, subscription_for
@@ -30,6 +29,7 @@ from tests.integration.fleet.clients import observe_window, wait_until
 from tests.integration.fleet.conftest import Fleet
 from tests.integration.fleet.processes import GatewayProcess
 from tests.support.clients import connect
+from tests.support.zookeeper import kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +43,10 @@ LOCKED = "405 RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '
 def chroot(pulsar_stack: Any) -> Iterator[str]:
     """``configurationStoreServers`` for a ZooKeeper namespace of this test's own."""
     path = f"/fleet-test-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(pulsar_stack.zookeeper)
-    client.start(timeout=30)
-    try:
+    with kazoo_client(pulsar_stack.zookeeper) as client:
         client.ensure_path(path)
         yield pulsar_stack.zookeeper + path
         client.delete(path, recursive=True)
-    finally:
-        client.stop()
-        client.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from gateway.metadata.store import MetadataStore, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.conftest import StackEndpoints
 from tests.integration.metadata.proxy import TcpProxy
+from tests.support.zookeeper import delete_tree, kazoo_client, unique_prefix
 
 DEADLINE = 10.0  # seconds for anything to propagate between replicas
 
@@ -71,15 +72,9 @@ class ZooKeeperFleet:
 @pytest.fixture
 def zk_prefix(pulsar_stack: StackEndpoints) -> Iterator[str]:
     """A prefix of the test's own, deleted (with everything under it) afterwards."""
-    prefix = f"/starlight-rabbitmq-test-{uuid.uuid4().hex[:12]}"
+    prefix = unique_prefix()
     yield prefix
-    client = KazooClient(pulsar_stack.zookeeper)
-    client.start(timeout=30)
-    try:
-        client.delete(prefix, recursive=True)
-    finally:
-        client.stop()
-        client.close()
+    delete_tree(pulsar_stack.zookeeper, prefix)
 
 
 @pytest.fixture
@@ -137,13 +132,8 @@ async def wait_for(
 @pytest.fixture
 def raw(zk_hosts: str) -> Iterator[KazooClient]:
     """A plain kazoo client, to look at (or tamper with) the znodes directly."""
-    client = KazooClient(zk_hosts)
-    client.start(timeout=30)
-    try:
+    with kazoo_client(zk_hosts) as client:
         yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 @pytest.fixture

@@ -10,14 +10,13 @@ output, since it is what this directory adds to `make test`.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
-import trio
 
 from tests.conftest import _load_stack_module
-from tests.integration.secured_pulsar.support import SecuredStack, forget_metadata
+from tests.integration.secured_pulsar.support import SecuredStack
+from tests.support.pulsar_gateway import namespace_of_its_own
 
 TENANT = "public"
 
@@ -50,11 +49,8 @@ def _report(request: pytest.FixtureRequest, line: str) -> None:
 def secured_namespace(secured_pulsar: SecuredStack) -> Iterator[str]:
     """``public/t-<random>`` created with the superuser token; afterwards deleted with
     everything in it, and the gateway's metadata of it removed from ZooKeeper."""
-    name = f"t-{uuid.uuid4().hex[:12]}"
-    with secured_pulsar.admin_http() as admin:
-        admin.put(f"/admin/v2/namespaces/{TENANT}/{name}").raise_for_status()
-        try:
-            yield name
-        finally:
-            admin.delete(f"/admin/v2/namespaces/{TENANT}/{name}", params={"force": "true"})
-            trio.run(forget_metadata, secured_pulsar.zookeeper, f"{TENANT}/{name}")
+    with (
+        secured_pulsar.admin_http() as admin,
+        namespace_of_its_own(admin, secured_pulsar.zookeeper, TENANT) as name,
+    ):
+        yield name

@@ -16,7 +16,6 @@ import httpx
 import pika
 
 from gateway.config import GatewayConfig, config_from_text
-from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.support.clients import connect, unique, wait_for
 
 TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
@@ -119,12 +118,6 @@ def confirmed_round_trip(port: int, count: int = 5) -> list[bytes]:
         return got
     finally:
         connection.close()
-
-
-async def forget_metadata(zookeeper: str, namespace: str) -> None:
-    """Drop the gateway's metadata of a deleted namespace (later replicas would load it)."""
-    async with ZooKeeperMetadataStore(zookeeper) as store:
-        await store.delete_namespace(namespace)
 
 
 class Forwarder:

@@ -21,14 +21,13 @@ from tests.integration.secured_pulsar.support import (
     TLS_PLUGIN,
     SecuredStack,
     confirmed_round_trip,
-    forget_metadata,
     forwarded,
     gateway_config,
     token_settings,
 )
 from tests.support.clients import connect
 from tests.support.gateway_thread import GatewayInThread
-from tests.support.pulsar_gateway import backend_factory
+from tests.support.pulsar_gateway import backend_factory, forget_metadata
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,6 @@ The principal is the PLAIN username (the gateway's AcceptAnyone authenticator pa
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ import pika
 import pika.exceptions
 import pytest
 import trio
-from kazoo.client import KazooClient
 from pika.adapters.blocking_connection import BlockingChannel
 
 from gateway.app import pulsar_backend
@@ -41,6 +39,7 @@ from gateway.model.vhost import VhostMapper
 from tests.support.clients import channel_closed, connect, unique, wait_for
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.pulsar_gateway import fresh_namespace, stack_config
+from tests.support.zookeeper import delete_tree, unique_prefix
 
 ADMIN = "admin"  # in superUserRoles
 Need = tuple[Access, str, str]  # access, resource kind, name (a key of Names or a literal)
@@ -112,7 +111,7 @@ def authz(
             yield Authz(gateway, "memory", "public/default", {"store": store})
         return
     stack = request.getfixturevalue("pulsar_stack")
-    prefix = f"/starlight-rabbitmq-test-{uuid.uuid4().hex[:12]}"
+    prefix = unique_prefix()
     holder: dict[str, PermissionStore] = {}
     with fresh_namespace(stack) as namespace:
         config = stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace)
@@ -144,13 +143,7 @@ def authz(
                     config_file,
                 )
         finally:
-            client = KazooClient(stack.zookeeper)
-            client.start(timeout=30)
-            try:
-                client.delete(prefix, recursive=True)
-            finally:
-                client.stop()
-                client.close()
+            delete_tree(stack.zookeeper, prefix)
 
 
 @pytest.fixture(scope="module")

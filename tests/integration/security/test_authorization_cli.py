@@ -22,24 +22,20 @@ from gateway.auth.permissions_cli import run_permissions_command
 from gateway.metadata.paths import encode_name
 from gateway.metadata.permissions import PermissionEntry, Permissions, ZooKeeperPermissionStore
 from tests.conftest import REPO_DIR, StackEndpoints
+from tests.support.zookeeper import kazoo_client, unique_prefix
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def zk(pulsar_stack: StackEndpoints) -> Iterator[KazooClient]:
-    client = KazooClient(pulsar_stack.zookeeper)
-    client.start(timeout=30)
-    try:
+    with kazoo_client(pulsar_stack.zookeeper) as client:
         yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 @pytest.fixture
 def prefix(zk: KazooClient) -> Iterator[str]:
-    name = f"/starlight-rabbitmq-test-{uuid.uuid4().hex[:12]}"
+    name = unique_prefix()
     yield name
     zk.delete(name, recursive=True)
 

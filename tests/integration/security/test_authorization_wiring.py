@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from kazoo.client import KazooClient
 
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authorization import AuthorizingBackend, open_authorization
@@ -15,21 +13,16 @@ from gateway.metadata.permissions import ZooKeeperPermissionStore
 from gateway.metadata.store import MetadataUnavailable
 from gateway.model.vhost import VhostMapper
 from tests.conftest import StackEndpoints
+from tests.support.zookeeper import delete_tree, unique_prefix
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def prefix(pulsar_stack: StackEndpoints) -> Iterator[str]:
-    name = f"/starlight-rabbitmq-test-{uuid.uuid4().hex[:12]}"
+    name = unique_prefix()
     yield name
-    client = KazooClient(pulsar_stack.zookeeper)
-    client.start(timeout=30)
-    try:
-        client.delete(name, recursive=True)
-    finally:
-        client.stop()
-        client.close()
+    delete_tree(pulsar_stack.zookeeper, name)
 
 
 async def test_loaded_before_the_block_and_kept_current(
