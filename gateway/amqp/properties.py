@@ -31,6 +31,7 @@ from gateway.amqp.fieldtable import (
     table_from_plain,
     table_to_plain,
 )
+from gateway.bounded import remember
 
 __all__ = [
     "PROPERTY_FLAGS",
@@ -183,12 +184,10 @@ def validate_properties(raw: bytes) -> None:
         return
     _check_properties(raw)
     if len(raw) <= _VALID_HEADER_MAX:
-        if len(_valid_headers) >= _VALID_HEADERS:
-            _valid_headers.clear()  # a crude bound: unique headers gain nothing from it
-        _valid_headers.add(raw)
+        remember(_valid_headers, raw, None, _VALID_HEADERS)
 
 
-_valid_headers: set[bytes] = set()
+_valid_headers: dict[bytes, None] = {}
 _VALID_HEADERS = 1024
 _VALID_HEADER_MAX = 256
 

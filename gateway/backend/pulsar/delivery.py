@@ -15,6 +15,7 @@ import trio
 from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.messages import from_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
+from gateway.bounded import remember
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -35,9 +36,7 @@ def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
     except KeyError:
         pass
     decoded = decode_local_name(topic.rsplit("/", 1)[-1])
-    if len(_decoded_topics) >= _DECODED_TOPICS:
-        _decoded_topics.clear()  # a crude bound: the working set comes back at once
-    _decoded_topics[topic] = decoded
+    remember(_decoded_topics, topic, decoded, _DECODED_TOPICS)
     return decoded
 
 

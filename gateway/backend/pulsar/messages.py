@@ -22,6 +22,7 @@ from typing import Final, TypeVar
 from gateway.amqp.fieldtable import Field, field_to_plain
 from gateway.amqp.properties import MessageProperties, encode_properties
 from gateway.backend.interface import Message
+from gateway.bounded import remember
 
 K = TypeVar("K", bytes, str)
 V = TypeVar("V")
@@ -89,9 +90,7 @@ _CACHED_HEADER_MAX: Final = 512
 def _remember(cache: dict[K, V], key: K, value: V) -> None:
     """Keep ``key -> value`` in one of the header caches (small headers only)."""
     if len(key) <= _CACHED_HEADER_MAX:
-        if len(cache) >= _CACHED_HEADERS:
-            cache.clear()  # a crude bound: a workload of unique headers gains nothing
-        cache[key] = value
+        remember(cache, key, value, _CACHED_HEADERS)
 
 
 def _describe(message: Message) -> dict[str, str]:

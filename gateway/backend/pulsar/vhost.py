@@ -41,6 +41,7 @@ from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.messages import to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import REMOVE, DrainRecord, Position, QueueCondition, VhostView
 from gateway.model.entities import (
@@ -526,9 +527,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         topic = self._publish_topics.get(named)
         if topic is None:
             topic = publish_topic(self.namespace, exchange, key)
-            if len(self._publish_topics) >= _PUBLISH_TOPICS_CACHED:
-                self._publish_topics.clear()  # a crude bound: a key per message gains nothing
-            self._publish_topics[named] = topic
+            remember(self._publish_topics, named, topic, _PUBLISH_TOPICS_CACHED)
         try:
             stored = await self._r.producers.submit(topic, message.body, to_pulsar(message))
         except PulsarClientError as error:
