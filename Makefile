@@ -52,8 +52,13 @@ lint: install
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint
+test: install lint test-tools
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
+
+# The real servers the suite starts on loopback besides Pulsar (Debian's packages).
+.PHONY: test-tools
+test-tools:
+	scripts/debian_packages.sh
 
 unit: install
 	$(VENV)/bin/pytest tests/unit
