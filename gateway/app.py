@@ -36,7 +36,7 @@ from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
 from gateway.server.server import StartupError
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.settings import ListenAddress, ProxyTrust, ServerSettings
 
 log = logging.getLogger("gateway")
 
@@ -45,9 +45,10 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
     """Translate configuration keys into what the protocol core and the shell need."""
     return ServerSettings(
         listeners=tuple(
-            ListenAddress(listener.scheme, listener.host, listener.port)
+            ListenAddress(listener.scheme, listener.host, listener.port, listener.path)
             for listener in config.amqpListeners
         ),
+        proxy_trust=ProxyTrust.parse(config.amqpProxyProtocolTrustedNetworks),
         connection=ConnectionSettings(
             channel_max=config.amqpSessionCountLimit,
             frame_max=config.amqpNetworkBufferSize,

@@ -185,6 +185,8 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
     if settings.tls is not None:
         build_server_context(settings.tls)
     for listener in settings.listeners:
+        if listener.unix:
+            raise StartupError(f"{listener}: --workers cannot share a Unix socket listener")
         # Fail with one line here rather than once per worker: a bind without SO_REUSEPORT
         # is refused while anyone listens on the port, even a SO_REUSEPORT group.
         try:

@@ -104,6 +104,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
     "httpServerPort": ("8081", 8081),
+    "amqpProxyProtocolTrustedNetworks": ("", ()),
     "zooKeeperSessionTimeoutMs": ("30000", 30000),
 }
 
@@ -199,6 +200,7 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.TLS_PROTOCOLS: tuple[str, ...],
     Kind.TLS_CIPHERS: tuple[str, ...],
     Kind.LISTENERS: tuple[Listener, ...],
+    Kind.NETWORKS: tuple[str, ...],
 }
 
 
@@ -1084,3 +1086,49 @@ def test_arbitrary_bytes_on_disk_load_or_raise_config_error(data: bytes) -> None
             load_config(path, {})
         except ConfigError as error:
             assert_clean(error)
+
+
+# --------------------------------------------------------------------------------------------
+# PROXY protocol trust and Unix socket listeners
+# --------------------------------------------------------------------------------------------
+
+
+def test_trusted_networks_are_canonical_and_deduplicated() -> None:
+    config = load("amqpProxyProtocolTrustedNetworks=127.0.0.1/32, UNIX,10.0.0.0/8,unix\n")
+    assert config.amqpProxyProtocolTrustedNetworks == ("127.0.0.1/32", "unix", "10.0.0.0/8")
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("10.1.2.3/8", "has host bits set"),
+        ("localhost", "not a CIDR network"),
+        ("10.0.0.0/33", "not a CIDR network"),
+    ],
+)
+def test_bad_trusted_networks(value: str, fragment: str) -> None:
+    message = config_error(f"amqpProxyProtocolTrustedNetworks={value}\n")
+    assert "amqpProxyProtocolTrustedNetworks" in message and fragment in message, message
+
+
+def test_unix_listener() -> None:
+    config = load("amqpListeners=amqp+unix:///tmp/gw.sock,amqp://127.0.0.1:5672\n")
+    unix = config.amqpListeners[0]
+    assert unix == Listener("amqp+unix", "", 0, "/tmp/gw.sock")
+    assert unix.unix and not unix.tls
+    assert unix.url == "amqp+unix:///tmp/gw.sock"
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("amqp+unix://relative.sock", "absolute path"),
+        ("amqp+unix:///", "absolute path"),
+        ("amqp+unix:///dir/", "invalid socket path"),
+        ("amqp+unix:///" + "x" * 120, "longer than 107 bytes"),
+        ("amqp+unix:///a.sock,amqp+unix:///a.sock", "use the same address"),
+    ],
+)
+def test_bad_unix_listeners(value: str, fragment: str) -> None:
+    message = config_error(f"amqpListeners={value}\n")
+    assert fragment in message, message
