@@ -60,6 +60,7 @@ from gateway.model.routing import (
     publish_topic,
 )
 from gateway.model.vhost import Namespace
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
 from gateway.pulsar.errors import (
     AdminError,
@@ -328,7 +329,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             before_create=subscribe_default,
         )
         if created:
-            return QueueStatus(name, 0, 0)
+            return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
@@ -405,6 +406,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._close_getter(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
+        if deleted:
+            COUNTERS.queues_deleted += 1
         if deleted and alone:
             for topic in topics:
                 await self.remove_subscription(name, topic)
