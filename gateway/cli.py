@@ -20,9 +20,12 @@ from gateway.backend.interface import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.metadata.store import MetadataUnavailable
 from gateway.model.vhost import VhostMapper
+from gateway.observability.http import Endpoints, MetricsServer
+from gateway.observability.metrics import Identity
 from gateway.server.listeners import bind_tcp, reuse_port_supported
 from gateway.server.monitoring import Monitoring, worker_node
 from gateway.server.server import GatewayServer, StartupError
+from gateway.server.supervisor_metrics import SupervisorMetrics
 from gateway.server.workers import Supervisor, WorkerLink, worker_command
 
 log = logging.getLogger("gateway")
@@ -228,7 +231,26 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
             sys.executable, config=args.config, log_level=args.log_level, index=index, fd=fd
         ),
     )
-    code = await supervisor.run()
+    async with trio.open_nursery() as nursery:
+        if config.metricsListener is not None:
+            # One endpoint for the fleet of workers: their metrics summed.
+            summed = SupervisorMetrics(
+                supervisor, Identity(node=config.node_name, cluster=config.amqpClusterName)
+            )
+            endpoint = MetricsServer(
+                config.metricsListener.host,
+                config.metricsListener.port,
+                Endpoints(metrics=summed.metrics, readiness=summed.readiness),
+            )
+            try:
+                await nursery.start(endpoint.serve)
+            except OSError as error:
+                raise StartupError(
+                    f"cannot listen on metricsListener {config.metricsListener}: "
+                    f"{error.strerror or error}"
+                ) from None
+        code = await supervisor.run()
+        nursery.cancel_scope.cancel()
     log.info("stopped (exit code %d)", code)
     return code
 

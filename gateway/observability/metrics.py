@@ -41,6 +41,7 @@ __all__ = [
     "Identity",
     "default_node_name",
     "exposition",
+    "identity_families",
 ]
 
 #: The ``protocol`` label of rabbitmq_global_* counters: RabbitMQ counts per protocol.
@@ -219,41 +220,7 @@ class GatewayCollector(Collector):
     # ------------------------------------------------------------------ identity
 
     def _identity_families(self) -> Iterator[Metric]:
-        # RabbitMQ declares both as untyped; a gauge of 1 is the same series to Prometheus.
-        build = GaugeMetricFamily(
-            "rabbitmq_build_info",
-            "RabbitMQ & Erlang/OTP version info (here: the gateway's and Python's)",
-            labels=[
-                "rabbitmq_version",
-                "prometheus_plugin_version",
-                "prometheus_client_version",
-                "erlang_version",
-                "product_name",
-                "product_version",
-            ],
-        )
-        python = ".".join(map(str, sys.version_info[:3]))
-        build.add_metric(
-            [
-                __version__,
-                __version__,
-                _client_version(),
-                python,
-                "Starlight for RabbitMQ",
-                __version__,
-            ],
-            1,
-        )
-        yield build
-        identity = GaugeMetricFamily(
-            "rabbitmq_identity_info",
-            "RabbitMQ node & cluster identity info",
-            labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_endpoint"],
-        )
-        identity.add_metric(
-            [self._identity.node, self._identity.cluster, self._identity.endpoint], 1
-        )
-        yield identity
+        yield from identity_families(self._identity)
 
     # ------------------------------------------------------------------ rabbitmq_core
 
@@ -537,6 +504,43 @@ class GatewayCollector(Collector):
             for check, ok in self._checks().items():
                 ready.add_metric([check], 1 if ok else 0)
             yield ready
+
+
+def identity_families(identity: Identity) -> Iterator[Metric]:
+    """rabbitmq_build_info and rabbitmq_identity_info of ``identity``."""
+    # RabbitMQ declares both as untyped; a gauge of 1 is the same series to Prometheus.
+    build = GaugeMetricFamily(
+        "rabbitmq_build_info",
+        "RabbitMQ & Erlang/OTP version info (here: the gateway's and Python's)",
+        labels=[
+            "rabbitmq_version",
+            "prometheus_plugin_version",
+            "prometheus_client_version",
+            "erlang_version",
+            "product_name",
+            "product_version",
+        ],
+    )
+    python = ".".join(map(str, sys.version_info[:3]))
+    build.add_metric(
+        [
+            __version__,
+            __version__,
+            _client_version(),
+            python,
+            "Starlight for RabbitMQ",
+            __version__,
+        ],
+        1,
+    )
+    yield build
+    info = GaugeMetricFamily(
+        "rabbitmq_identity_info",
+        "RabbitMQ node & cluster identity info",
+        labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_endpoint"],
+    )
+    info.add_metric([identity.node, identity.cluster, identity.endpoint], 1)
+    yield info
 
 
 def exposition(collector: Collector) -> bytes:

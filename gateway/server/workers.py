@@ -172,6 +172,10 @@ class Supervisor:
         return [worker.pid for worker in self._workers]
 
     @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
     def metrics_ports(self) -> list[int]:
         """The loopback metrics port of each worker that is ready now (0: not ready)."""
         return [worker.metrics_port for worker in self._workers]
