@@ -6,9 +6,9 @@ events sent, in order, to ``usageEventsTopic``:
 - with a Pulsar JSON schema whose definition is ``usage_event.AVRO_SCHEMA`` (the producer
   declares it on the topic: ``pulsar-admin schemas get`` shows typed fields);
 - with producer deduplication: the namespace's deduplication policy is turned on, the producer
-  is named after the replica (unique per process start), and each event's sequence number is its
-  Pulsar sequence id, so a send retried after a timeout that did reach the broker is dropped by
-  the broker instead of counted twice;
+  is named after the replica (unique per process start), and each event's sequence number (+1)
+  is its Pulsar sequence id, so a send retried after a timeout that did reach the broker is
+  dropped by the broker instead of counted twice;
 - an event that could not be sent stays first in line and is sent again, unchanged, next
   interval; no new window is cut meanwhile, so the counts of an outage carry over to the first
   window after it.
@@ -149,5 +149,12 @@ class UsagePublisher:
                 log.debug("closing the usage-event producer: %s", error)
 
 
+def pulsar_sequence_id(event: UsageEvent) -> int:
+    """The event's Pulsar sequence id: its sequence + 1, because pulsar-client's Python
+    ``send`` ignores a sequence id of 0 (it tests it for truth) and numbers that message
+    itself, which would break deduplication of a retried first event."""
+    return event.sequence + 1
+
+
 def _send(producer: Any, event: UsageEvent) -> None:
-    producer.send(event, sequence_id=event.sequence)
+    producer.send(event, sequence_id=pulsar_sequence_id(event))
