@@ -58,6 +58,10 @@ class UsageWindows:
         self._sequence = 0
 
     @property
+    def counters(self) -> ProcessCounters:
+        return self._counters
+
+    @property
     def next_sequence(self) -> int:
         return self._sequence
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import trio
 
-from gateway.observability.counters import COUNTERS
 from gateway.observability.usage import UsageWindows
 from gateway.observability.usage_event import AVRO_SCHEMA, UsageEvent
 from gateway.pulsar.admin import PulsarAdmin
@@ -98,10 +97,10 @@ class UsagePublisher:
                 event = self._pending[0]
                 await trio.to_thread.run_sync(_send, producer, event, abandon_on_cancel=True)
                 self._pending.popleft()
-                COUNTERS.usage_events_published += 1
+                self._windows.counters.usage_events_published += 1
             self._warned = False
         except Exception as error:
-            COUNTERS.usage_event_failures += 1
+            self._windows.counters.usage_event_failures += 1
             # One line per outage, not one per interval.
             level = logging.DEBUG if self._warned else logging.WARNING
             log.log(
