@@ -220,8 +220,6 @@ class ProcessCounters:
     leader_removals: dict[str, int] = field(default_factory=dict)
     # Namespaces this replica leads now.
     leading: set[str] = field(default_factory=set)
-    # Watch lag: seconds from a change's write (its znode's mtime) to this replica seeing it.
-    watch_lag_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     usage_events_published: int = 0
     usage_event_failures: int = 0
 

@@ -449,7 +449,8 @@ class GatewayCollector(Collector):
         leading = GaugeMetricFamily(
             "starlight_leader",
             "1 for each namespace (vhost) this replica leads (reaper, cleaner, reconciler)",
-            labels=["namespace"],
+            # Not "namespace": Kubernetes scrapes add that label (the pod's namespace).
+            labels=["pulsar_namespace"],
         )
         for namespace in sorted(c.leading):
             leading.add_metric([namespace], 1)
@@ -467,16 +468,11 @@ class GatewayCollector(Collector):
                 "Queues (reaper) and subscriptions (cleaner) removed by leader-elected work",
             ),
         ):
-            family = CounterMetricFamily(f"starlight_{name}", documentation, labels=["job"])
+            # Not "job": Prometheus's own target label.
+            family = CounterMetricFamily(f"starlight_{name}", documentation, labels=["task"])
             for job, count in sorted(getattr(c, attribute).items()):
                 family.add_metric([job], count)
             yield family
-        yield _histogram(
-            "starlight_metadata_watch_lag_seconds",
-            "Seconds from a metadata change written in ZooKeeper (by any replica) to this "
-            "replica's view having it",
-            c.watch_lag_seconds,
-        )
         yield CounterMetricFamily(
             "starlight_usage_events_published",
             "Usage events published to Pulsar",
