@@ -13,6 +13,7 @@ unchanged on a fleet of gateways.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -141,10 +142,8 @@ class Load:
             start = time.monotonic()
             while not self._stop.is_set():
                 if name == "replica-1" and sent % UNROUTABLE_EVERY == UNROUTABLE_EVERY - 1:
-                    try:
+                    with contextlib.suppress(pika.exceptions.UnroutableError):
                         channel.basic_publish("", "nowhere", b"u", mandatory=True)
-                    except pika.exceptions.UnroutableError:
-                        pass
                 else:
                     channel.basic_publish("", "dash", b"d" * 200)
                 sent += 1
