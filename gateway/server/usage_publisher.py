@@ -75,6 +75,7 @@ class UsagePublisher:
         self._pending: deque[UsageEvent] = deque()
         self._producer: Any = None
         self._warned = False
+        self._prepared = False  # the namespace exists, with deduplication on
 
     async def run(self) -> None:
         try:
@@ -87,11 +88,11 @@ class UsagePublisher:
 
     async def tick(self) -> None:
         """Cut a window (unless events still wait) and send what waits, oldest first."""
-        if not self._pending:
-            self._pending.extend(self._windows.cut(int(time.time() * 1000)))
-        if not self._pending:
-            return
         try:
+            if not self._pending:
+                self._pending.extend(self._windows.cut(int(time.time() * 1000)))
+            if not self._pending:
+                return
             producer = await self._ensure_producer()
             while self._pending:
                 event = self._pending[0]
@@ -110,10 +111,15 @@ class UsagePublisher:
                 error,
             )
             self._warned = True
+            # A fresh producer next time (a closed or fenced one never recovers). The same
+            # name keeps the broker's deduplication state: the resent event is still known.
+            await self._close()
 
     async def _ensure_producer(self) -> Any:
         if self._producer is None:
-            await self._prepare_namespace()
+            if not self._prepared:
+                await self._prepare_namespace()
+                self._prepared = True
             wrapper = self._client.wrapper
             self._producer = await trio.to_thread.run_sync(
                 lambda: wrapper.create_producer(
