@@ -54,6 +54,7 @@ from bench_gateway_vs_pulsar import (  # noqa: E402
     amqp_publish_confirmed,
     fresh_namespace,
     load_stack,
+    proc_cpu_seconds,
 )
 
 PYTHON = REPO_DIR / ".venv" / "bin" / "python"
@@ -71,8 +72,8 @@ class Variant:
 @contextlib.contextmanager
 def gateway(
     variant: Variant, urls: tuple[str, str, str], namespace: str, workdir: Path
-) -> Iterator[tuple[int, int | None]]:
-    """(AMQP port, metrics port or None) of a running gateway of ``variant``."""
+) -> Iterator[tuple[int, int | None, int]]:
+    """(AMQP port, metrics port or None, pid) of a running gateway of ``variant``."""
     broker_url, web_url, zookeeper = urls
     port = rabbitmq.free_port()
     metrics = rabbitmq.free_port() if variant.scrape else None
@@ -102,7 +103,7 @@ def gateway(
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{variant.name} did not start: see {workdir}")
             time.sleep(0.1)
-        yield port, metrics
+        yield port, metrics, proc.pid
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -153,6 +154,45 @@ async def one_round(port: int, queue: str, args: argparse.Namespace) -> tuple[fl
     return args.count / published, args.count / consumed
 
 
+def counting_cost_ns(repeat: int = 200_000) -> float:
+    """Nanoseconds of the counting one message costs on its way through a gateway: the
+    statements the publish (confirm channel, routed), deliver (manual ack) and ack paths add,
+    run on a real VhostCounters; measured without the machine noise of the end-to-end rounds."""
+    from gateway.observability.counters import ProcessCounters
+
+    process = ProcessCounters()
+    counts = process.vhost("/")
+    sizes = process.message_sizes
+    size = 1024
+
+    def one_message() -> None:
+        # publish (session._publish)
+        counts.received += 1
+        counts.received_bytes += size
+        sizes.observe(size)
+        counts.routed += 1
+        counts.routed_bytes += size
+        counts.received_confirm += 1
+        # confirm (one frame per message, the worst case)
+        counts.confirmed += 1
+        # deliver (session._deliver_loop)
+        counts.delivered_bytes += size
+        counts.delivered_consume_manual_ack += 1
+        # ack (session._settle)
+        counts.acknowledged += 1
+        counts.acknowledged_bytes += size
+
+    def nothing() -> None:
+        pass
+
+    def best(function: object) -> float:
+        import timeit
+
+        return min(timeit.repeat(function, number=repeat, repeat=5)) / repeat * 1e9  # type: ignore[arg-type]
+
+    return best(one_message) - best(nothing)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-n", "--count", type=int, default=20000)
@@ -185,6 +225,7 @@ def main() -> int:
         Variant("scraped", "usageEventsIntervalSeconds=10\n", scrape=True),
     ]
     rates: dict[str, list[tuple[float, float]]] = {v.name: [] for v in variants}
+    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
     try:
         with contextlib.ExitStack() as stack_:
             running = {}
@@ -196,7 +237,7 @@ def main() -> int:
             queues = {v.name: f"overhead-{uuid.uuid4().hex[:6]}" for v in variants}
             # Warm-up: every variant's queue, producer and consumer exist before timing.
             for variant in variants:
-                port, _ = running[variant.name]
+                port, _, _ = running[variant.name]
                 asyncio.run(
                     one_round(
                         port,
@@ -206,26 +247,43 @@ def main() -> int:
                 )
             for rep in range(args.repeat):
                 for variant in variants:
-                    port, metrics = running[variant.name]
+                    port, metrics, pid = running[variant.name]
                     scraper = Scraper(metrics) if metrics else contextlib.nullcontext()
+                    cpu_before = proc_cpu_seconds(pid)
                     with scraper:
                         result = asyncio.run(one_round(port, queues[variant.name], args))
+                    # The gateway's CPU per message (publish + deliver + ack): less sensitive
+                    # to a busy machine than the rates.
+                    cpu_us = (proc_cpu_seconds(pid) - cpu_before) / args.count * 1e6
                     rates[variant.name].append(result)
+                    cpu[variant.name].append(cpu_us)
                     print(
                         f"round {rep + 1} {variant.name:9} publish {result[0]:8.0f}/s  "
-                        f"consume {result[1]:8.0f}/s",
+                        f"consume {result[1]:8.0f}/s  gateway CPU {cpu_us:6.1f} us/message",
                         flush=True,
                     )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"\n{args.count} messages of {args.size} B per round, {args.repeat} rounds each")
+    counting = counting_cost_ns()
+    base_cpu = statistics.median(cpu["baseline"]) * 1000
+    print(
+        f"counting alone: {counting:.0f} ns per message (publish+confirm+deliver+ack), "
+        f"{counting / base_cpu:.2%} of the baseline gateway's {base_cpu / 1000:.1f} us CPU "
+        "per message"
+    )
     base = rates["baseline"]
     for name, values in rates.items():
         publish = statistics.median(v[0] for v in values)
         consume = statistics.median(v[1] for v in values)
         line = f"{name:9} median publish {publish:8.0f}/s  consume {consume:8.0f}/s"
+        line += f"  CPU {statistics.median(cpu[name]):6.1f} us/message"
         if name != "baseline":
+            cpu_ratio = statistics.median(
+                v / b for v, b in zip(cpu[name], cpu["baseline"], strict=True)
+            )
+            line += f"  CPU ratio {cpu_ratio:.3f}"
             p_ratio = statistics.median(v[0] / b[0] for v, b in zip(values, base, strict=True))
             c_ratio = statistics.median(v[1] / b[1] for v, b in zip(values, base, strict=True))
             line += (

@@ -244,12 +244,6 @@ class ProcessCounters:
     def leader_removed(self, job: str, count: int = 1) -> None:
         self.leader_removals[job] = self.leader_removals.get(job, 0) + count
 
-    def reset(self) -> None:
-        """Back to zero (tests that run many gateways in one process)."""
-        fresh = ProcessCounters()
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
-
 
 #: This process's counters.
 COUNTERS: Final = ProcessCounters()
