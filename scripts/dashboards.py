@@ -308,6 +308,22 @@ PULSAR: tuple[Panel, ...] = (
         unit="s",
     ),
     series(
+        "Pulsar send latency",
+        "Seconds from the gateway's send to Pulsar's answer (sampled 1 in 16): the Pulsar part "
+        "of publish → confirm.",
+        (
+            "histogram_quantile(0.5, sum by (le) "
+            f"({rate('starlight_pulsar_send_seconds_bucket')}))",
+            "p50",
+        ),
+        (
+            "histogram_quantile(0.99, sum by (le) "
+            f"({rate('starlight_pulsar_send_seconds_bucket')}))",
+            "p99",
+        ),
+        unit="s",
+    ),
+    series(
         "Unconfirmed publishes / s",
         "Published on confirm channels minus confirmed, per second: above 0 for long means "
         "Pulsar is not keeping up.",

@@ -202,6 +202,7 @@ class ProcessCounters:
     outgoing_bytes: int = 0
     message_sizes: Histogram = field(default_factory=lambda: Histogram(MESSAGE_SIZE_BUCKETS))
     publish_confirm_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+    pulsar_send_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     # Gauge: connections whose reader waits for Pulsar (Connection.Blocked territory).
     blocked_publishes: int = 0
     blocked_total: int = 0  # times a publish waited long enough to block its connection

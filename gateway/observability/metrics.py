@@ -409,6 +409,12 @@ class GatewayCollector(Collector):
             "Seconds from a Basic.Publish on a confirm channel to its Basic.Ack or Basic.Nack",
             c.publish_confirm_seconds,
         )
+        yield _histogram(
+            "starlight_pulsar_send_seconds",
+            "Seconds from handing a message to pulsar-client (send_async) to its send "
+            "callback handled by the gateway, one send in 16",
+            c.pulsar_send_seconds,
+        )
         yield GaugeMetricFamily(
             "starlight_blocked_connections",
             "Connections whose publish waits for Pulsar longer than 1 s (back-pressure: "

@@ -282,7 +282,7 @@ def check_magnitude(title: str, query: str, result: list[dict[str, Any]]) -> Non
         assert values and all(v == 1 for v in values), values
     elif title == "Readiness checks failing":
         assert total == 0
-    elif title == "Publish → confirm latency":
+    elif title in ("Publish → confirm latency", "Pulsar send latency"):
         assert all(0 < v < 5 for v in values), values
 
 
