@@ -181,8 +181,8 @@ class VhostCounters:
 class QueueGauge:
     """One queue's depth, from Pulsar's subscription statistics (refreshed in the background)."""
 
-    ready: int
-    unacked: int
+    ready: int  # backlog not dispatched to any replica's consumer
+    messages: int  # the whole backlog: every message not acknowledged yet
     consumers: int
 
 

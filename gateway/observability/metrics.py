@@ -18,7 +18,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -202,12 +202,14 @@ class GatewayCollector(Collector):
         checks: Callable[[], dict[str, bool]] | None = None,
         zookeeper_connected: Callable[[], bool] | None = None,
         pulsar_clients: Callable[[], tuple[int, int]] | None = None,
+        held: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
         self._identity = identity
         self._c = counters
         self._checks = checks
         self._zookeeper_connected = zookeeper_connected
         self._pulsar_clients = pulsar_clients
+        self._held = held
 
     def collect(self) -> Iterator[Metric]:
         yield from self._identity_families()
@@ -340,14 +342,19 @@ class GatewayCollector(Collector):
             ),
         }
         vhost_of = {namespace: vhost for vhost, namespace in self._c.namespaces.items()}
+        # Unacked: what this replica's clients hold (each replica its own; the fleet's sum is
+        # the queue's). The rest: from Pulsar, on the vhost's leader only.
+        held = dict(self._held()) if self._held is not None else {}
         for namespace, queues in self._c.queues.items():
             vhost = vhost_of.get(namespace, namespace)
             for queue, gauge in queues.items():
                 labels = [vhost, queue]
                 families["ready"].add_metric(labels, gauge.ready)
-                families["unacked"].add_metric(labels, gauge.unacked)
-                families["messages"].add_metric(labels, gauge.ready + gauge.unacked)
+                families["messages"].add_metric(labels, gauge.messages)
                 families["consumers"].add_metric(labels, gauge.consumers)
+                families["unacked"].add_metric(labels, held.pop((namespace, queue), 0))
+        for (namespace, queue), count in held.items():
+            families["unacked"].add_metric([vhost_of.get(namespace, namespace), queue], count)
         yield from families.values()
 
     # ------------------------------------------------------------------ process

@@ -75,6 +75,7 @@ class Monitoring:
             checks=self.health.results,
             zookeeper_connected=(lambda: zookeeper.connected) if zookeeper is not None else None,
             pulsar_clients=runtime.client.open_counts,
+            held=runtime.backend.held_by_queue,
         )
         self.server: MetricsServer | None = None
         started_ms = int(time.time() * 1000)

@@ -8,10 +8,12 @@ admin calls (one topic's stats answer for every queue subscribed to it). 100,000
 exported gauges are as old as the last refresh. Only the leader exports its namespace's queues,
 so a fleet's sum counts each queue once (RabbitMQ's queue leader reports its queue likewise).
 
-Ready is the subscription's backlog less its unacknowledged messages (Pulsar counts backlog
-entries: with batching on, a batch counts once); unacked is Pulsar's count of messages
-delivered to consumers and not acknowledged; consumers come from the metadata store (every
-replica's AMQP consumers), not from Pulsar (which sees one consumer per binding).
+Messages is the subscriptions' backlog (every message not acknowledged; Pulsar counts backlog
+entries: with batching on, a batch counts once); ready is that backlog less what Pulsar has
+dispatched to the replicas' consumers (so messages a replica read ahead but no client holds yet
+count in neither ready nor unacked); consumers come from the metadata store (every replica's
+AMQP consumers), not from Pulsar (which sees one consumer per binding). Unacked is not from
+here: each replica exports what its own clients hold (PulsarBackend.held_by_queue).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class QueueStatsRefresher:
         gauges: dict[str, QueueGauge] = {}
         for queue in list(view.queues):
             subscription = subscription_for(queue)
-            ready = unacked = 0
+            ready = messages = 0
             for topic in sorted(self._vhost.bound_topics(view, queue)):
                 if topic not in topics:
                     topics[topic] = await self._stats(topic)
@@ -81,8 +83,8 @@ class QueueStatsRefresher:
                 found = None if stats is None else stats.subscriptions.get(subscription)
                 if found is not None:
                     ready += max(0, found.msg_backlog - found.unacked_messages)
-                    unacked += found.unacked_messages
-            gauges[queue] = QueueGauge(ready, unacked, view.consumers.get(queue, 0))
+                    messages += found.msg_backlog
+            gauges[queue] = QueueGauge(ready, messages, view.consumers.get(queue, 0))
         COUNTERS.queues[self._namespace] = gauges
 
     async def _stats(self, topic: str) -> TopicStats | None:

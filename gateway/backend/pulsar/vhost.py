@@ -365,6 +365,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
             held += getter.outstanding
         return max(0, total - held)
 
+    def held(self) -> dict[str, int]:
+        """Per queue, the deliveries this replica's clients hold unacknowledged."""
+        held: dict[str, int] = {}
+        for queue, subscriptions in self._consumers.items():
+            held[queue] = sum(s.outstanding for s in subscriptions)
+        for queue, getter in self._getters.items():
+            held[queue] = held.get(queue, 0) + getter.outstanding
+        return held
+
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
     ) -> int:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from typing import Any
 
+import httpx
+import pika
 import pytest
 
 from tests.integration.fleet.conftest import Fleet
@@ -125,3 +128,60 @@ def test_exposition_passes_promtool(fleet: Fleet) -> None:
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_queue_gauges_come_from_pulsar_on_the_leader_only(fleet: Fleet, pulsar_stack: Any) -> None:
+    """7 messages in a queue, 3 of them held unacknowledged by a client of one replica: the
+    vhost's leader exports the queue's depth from Pulsar (messages 7, ready = what Pulsar has
+    not dispatched, consumers 1; refreshed every 15 s), the client's replica exports unacked 3;
+    the fleet's sums count the queue once."""
+    first, second = fleet.replicas(2)
+    ports = [metrics_port(first), metrics_port(second)]
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", first.port))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("gauged")
+    for index in range(7):
+        channel.basic_publish("", "gauged", f"m{index}".encode())
+    channel.basic_qos(prefetch_count=3)
+    held = []
+    for method, _props, _body in channel.consume("gauged", inactivity_timeout=10):
+        assert method is not None, "no delivery"
+        held.append(method.delivery_tag)
+        if len(held) == 3:
+            break
+    stats = httpx.get(
+        f"{pulsar_stack.web_url}/admin/v2/persistent/public/{fleet.namespace}/"
+        "amq.default__gauged/stats",
+        timeout=10,
+    ).json()
+    (subscription,) = stats["subscriptions"].values()
+    dispatched = subscription["unackedMessages"]
+    assert subscription["msgBacklog"] == 7
+
+    def fleet_sum(name: str) -> tuple[float, ...]:
+        return tuple(
+            sum(
+                v
+                for (n, labels), v in scrape(port)[1].items()
+                if n == name and ("queue", "gauged") in labels
+            )
+            for port in ports
+        )
+
+    deadline = time.monotonic() + 60
+    while True:
+        messages = fleet_sum("rabbitmq_queue_messages")
+        if sorted(messages) == [0, 7]:
+            break
+        assert time.monotonic() < deadline, f"rabbitmq_queue_messages per replica: {messages}"
+        time.sleep(0.5)
+    leader = messages.index(7)
+    assert fleet_sum("rabbitmq_queue_messages_ready")[leader] == 7 - dispatched
+    assert fleet_sum("rabbitmq_queue_consumers") == tuple(
+        1 if index == leader else 0 for index in range(2)
+    )
+    assert fleet_sum("rabbitmq_queue_messages_unacked") == (3, 0)  # first's client holds 3
+    assert sorted(value(scrape(port)[1], "rabbitmq_queues") for port in ports) == [0, 1]
+    channel.basic_ack(held[-1], multiple=True)
+    connection.close()

@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -231,6 +232,13 @@ def observed(tmp_path: Path, fleet: Fleet) -> Iterator[Prometheus]:
             assert not load.errors, load.errors
     finally:
         prometheus.close()
+        # Stopped gracefully, so that their ZooKeeper sessions close with them (a killed
+        # replica's ephemeral nodes outlive it until its session expires, and the namespace's
+        # metadata is deleted right after this test).
+        for replica in replicas:
+            replica.signal(signal.SIGTERM)
+        for replica in replicas:
+            replica.wait_exit(60)
 
 
 OUR_VARIABLES = {
