@@ -104,3 +104,21 @@ def test_workers_metrics_add_up_at_one_endpoint(fleet: Fleet) -> None:
     assert {node[-3:] for node in worker_nodes} == {"-w0", "-w1"}
     gateway.signal(signal.SIGTERM)
     assert gateway.wait_exit(30) == 0
+
+
+def test_a_taken_metrics_port_is_a_one_line_startup_error(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("STARLIGHT_metricsListener", f"http://127.0.0.1:{port}")
+        gateway = fleet.start("taken")
+        assert gateway.wait_exit(60) == 1
+    errors = [line for line in gateway.output() if "cannot start" in line]
+    assert errors == [
+        f"starlight-rabbitmq: cannot start: cannot listen on metricsListener "
+        f"http://127.0.0.1:{port}: Address already in use"
+    ]
+    assert not [line for line in gateway.output() if "Traceback" in line]
