@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -40,7 +40,6 @@ class _Flags:
     listening: bool = False
     metadata_loaded: bool = False
     pulsar_reachable: bool = True  # until a probe says otherwise (start-up just checked it)
-    draining: list[bool] = field(default_factory=list)
 
 
 class Monitoring:
