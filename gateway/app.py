@@ -142,6 +142,7 @@ class GatewayRuntime:
     backend: PulsarBackend
     store: MetadataStore
     admin: PulsarAdmin
+    client: PulsarClient
 
 
 @asynccontextmanager
@@ -181,7 +182,7 @@ async def open_gateway(
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
             nursery.start_soon(FleetDuties(resources).run)
             try:
-                yield GatewayRuntime(config, backend, store, admin)
+                yield GatewayRuntime(config, backend, store, admin, client)
             finally:
                 with trio.CancelScope(shield=True):
                     await backend.aclose()

@@ -128,6 +128,8 @@ class Kind(enum.Enum):
     WEB_URL = "http:// URL"
     ZOOKEEPER = "ZooKeeper connection string"
     AUTH_PLUGIN = "authentication plugin"
+    METRICS_URL = "http://<host>:<port> URL, or empty"
+    TOPIC = "Pulsar topic name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +239,22 @@ class Listener:
             return f"{self.scheme}://{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsListener:
+    """``metricsListener``: where /metrics, /healthz and /readyz are served."""
+
+    host: str  # without IPv6 brackets
+    port: int  # 0: a free port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def __str__(self) -> str:
         return self.url
@@ -756,16 +774,68 @@ class GatewayConfig:
             minimum=1,
         )
     )
-    httpServerPort: int = field(
+    metricsListener: MetricsListener | None = field(
         metadata=_key(
-            Kind.INT,
-            "8081",
-            """TCP port of the HTTP endpoint serving /metrics, /healthz and /readyz, bound on
-            all interfaces. 0 disables it.""",
+            Kind.METRICS_URL,
+            "http://0.0.0.0:15692",
+            """The HTTP listener serving /metrics (Prometheus), /healthz (the process is
+            alive) and /readyz (ready for clients: listening, ZooKeeper connected, Pulsar
+            reachable, metadata loaded, not draining), as `http://<host>:<port>`; 15692 is
+            RabbitMQ's Prometheus port. Port 0 picks a free port. Empty disables it. Replaces
+            the earlier `httpServerPort` key.""",
             _GW,
             ours=True,
-            minimum=0,
-            maximum=65535,
+        )
+    )
+    amqpClusterName: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "starlight-rabbitmq",
+            """The `rabbitmq_cluster` label of `rabbitmq_identity_info`: the name of the fleet
+            as RabbitMQ's dashboards show it. Give every replica of one fleet the same name.""",
+            _GW,
+            ours=True,
+        )
+    )
+    amqpNodeName: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "",
+            """The `rabbitmq_node` label of the metrics and the replica name in usage events:
+            this replica. Empty means `rabbit@<host name>` (RabbitMQ's node naming; in
+            Kubernetes the host name is the pod name). Give each replica its own.""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsEnabled: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "true",
+            """Publish one usage event per active vhost every usageEventsIntervalSeconds to
+            usageEventsTopic (the input of the Spark rollup; docs/observability.md).""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsTopic: str = field(
+        metadata=_key(
+            Kind.TOPIC,
+            "persistent://public/starlight-system/usage-events",
+            """The Pulsar topic of the usage events (its namespace is created if missing, with
+            producer deduplication on).""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsIntervalSeconds: int = field(
+        metadata=_key(
+            Kind.INT,
+            "10",
+            "Seconds per usage-event window.",
+            _GW,
+            ours=True,
+            minimum=1,
         )
     )
     amqpProxyProtocolTrustedNetworks: tuple[str, ...] = field(
@@ -837,6 +907,11 @@ class GatewayConfig:
     def zookeeper_session_timeout(self) -> float:
         """ZooKeeper session timeout in seconds, as kazoo's ``timeout`` wants it."""
         return self.zooKeeperSessionTimeoutMs / 1000.0
+
+    @property
+    def node_name(self) -> str:
+        """``amqpNodeName``, or ``rabbit@<host name>`` when it is empty."""
+        return self.amqpNodeName or f"rabbit@{socket.gethostname()}"
 
     @property
     def tls_listeners(self) -> tuple[Listener, ...]:
@@ -1271,6 +1346,37 @@ def _parse_auth_plugin(spec: ConfigKey, text: str) -> str:
     return text
 
 
+def _parse_metrics_url(spec: ConfigKey, text: str) -> MetricsListener | None:
+    if not text:
+        return None
+    what = f"{_show(text)}"
+    match = _URL_RE.fullmatch(text)
+    if not match or match["scheme"].lower() != "http":
+        raise _Invalid(f"{what} is not of the form http://<host>:<port> (or empty to disable)")
+    hostport = match["rest"].rstrip("/")
+    if any(c in hostport for c in "/?#@"):
+        raise _Invalid(f"{what} must be only http://<host>:<port> (no path, user or query)")
+    # Port 0 is allowed here (a free port), unlike the AMQP listeners.
+    if hostport.endswith(":0"):
+        host, _ = _split_host_port(hostport[:-2], what, 15692)
+        return MetricsListener(host, 0)
+    host, port = _split_host_port(hostport, what, 15692)
+    return MetricsListener(host, port)
+
+
+_TOPIC_RE: Final = re.compile(r"persistent://([^/\s]+)/([^/\s]+)/([^/\s]+)")
+
+
+def _parse_topic(spec: ConfigKey, text: str) -> str:
+    match = _TOPIC_RE.fullmatch(text)
+    if not match or not all(_PULSAR_NAME_RE.fullmatch(part) for part in match.groups()):
+        raise _Invalid(
+            "must be persistent://<tenant>/<namespace>/<topic> (Pulsar names: letters, digits "
+            "and _ - = : .)" + _got(spec, text)
+        )
+    return text
+
+
 _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.STRING: _parse_string,
     Kind.HOST: _parse_host,
@@ -1290,6 +1396,8 @@ _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.WEB_URL: _parse_web_url,
     Kind.ZOOKEEPER: _parse_zookeeper,
     Kind.AUTH_PLUGIN: _parse_auth_plugin,
+    Kind.METRICS_URL: _parse_metrics_url,
+    Kind.TOPIC: _parse_topic,
 }
 
 

@@ -26,6 +26,7 @@ from gateway.auth.authenticator import AuthenticationFailed, Authenticator, Peer
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_identity import common_name
 from gateway.backend.interface import Backend, Owner
+from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
 
@@ -87,6 +88,9 @@ class ClientConnection:
         self._close_deadline_set = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
+        # Set once the vhost is open: its counters count this connection until it ends.
+        self._counts: VhostCounters | None = None
+        COUNTERS.connections_opened += 1
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -107,6 +111,10 @@ class ClientConnection:
         finally:
             await self._close_session()
             await trio.aclose_forcefully(self._stream)
+            COUNTERS.connections_closed += 1
+            if self._counts is not None:
+                self._counts.connection_closed()
+                self._counts = None
             self._log_closed()
             self.finished.set()
 
@@ -134,6 +142,7 @@ class ClientConnection:
                     data = bytes(await self._stream.receive_some(READ_SIZE))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
+                COUNTERS.incoming_bytes += len(data)
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug(
                         "recv %s %d bytes %r",
@@ -226,7 +235,9 @@ class ClientConnection:
                 with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
                     while len(chunks) < WRITE_BATCH:
                         chunks.append(self._outbox_reader.receive_nowait())
-                await self._stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                await self._stream.send_all(data)
+                COUNTERS.outgoing_bytes += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._record_reason("client stopped reading (socket broken)")
         finally:
@@ -298,6 +309,7 @@ class ClientConnection:
             events = self.protocol.take_events()
 
     def _close_for(self, channel: int, error: AMQPError) -> None:
+        COUNTERS.protocol_error(error.reply_code)
         if error.is_hard or channel == 0:
             self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
             self.protocol.close_connection(error)
@@ -332,6 +344,7 @@ class ClientConnection:
             # exclusive queues gone and its unacknowledged messages back in their queues.
             await self._close_session()
         elif isinstance(event, ev.ConnectionErrored):
+            COUNTERS.protocol_error(event.error.reply_code)
             self._record_reason(
                 f"closed by server: {event.error.reply_code} {event.error.reply_text}"
             )
@@ -359,15 +372,19 @@ class ClientConnection:
             self._record_reason(f"vhost refused: {error.reply_code} {error.reply_text}")
             self.protocol.refuse_vhost(error.reply_code, error.reply_text)
             return
-        self._session = AMQPSession(handle, self)
+        self._counts = COUNTERS.vhost(vhost)
+        self._counts.connection_opened()
+        self._session = AMQPSession(handle, self, self._counts)
         self.protocol.accept_vhost()
 
     async def _login(self, event: ev.LoginRequested) -> None:
+        COUNTERS.auth_attempts += 1
         try:
             self.user = await self._authenticator.authenticate(
                 event.mechanism, event.response, self.peer
             )
         except AuthenticationFailed as failure:
+            COUNTERS.auth_failed(event.mechanism)
             self._record_reason(f"authentication failed: {failure}")
             await self._failure_delay()
             self.protocol.refuse_login(str(failure))

@@ -25,6 +25,7 @@ from gateway.config import (
     GatewayConfig,
     Kind,
     Listener,
+    MetricsListener,
     Section,
     config_from_text,
     describe_keys,
@@ -103,8 +104,16 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "authorizationEnabled": ("false", False),
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
-    "httpServerPort": ("8081", 8081),
     "amqpProxyProtocolTrustedNetworks": ("", ()),
+    "metricsListener": ("http://0.0.0.0:15692", MetricsListener("0.0.0.0", 15692)),
+    "amqpClusterName": ("starlight-rabbitmq", "starlight-rabbitmq"),
+    "amqpNodeName": ("", ""),
+    "usageEventsEnabled": ("true", True),
+    "usageEventsTopic": (
+        "persistent://public/starlight-system/usage-events",
+        "persistent://public/starlight-system/usage-events",
+    ),
+    "usageEventsIntervalSeconds": ("10", 10),
     "zooKeeperSessionTimeoutMs": ("30000", 30000),
 }
 
@@ -201,6 +210,7 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.TLS_CIPHERS: tuple[str, ...],
     Kind.LISTENERS: tuple[Listener, ...],
     Kind.NETWORKS: tuple[str, ...],
+    Kind.METRICS_URL: MetricsListener | None,
 }
 
 
@@ -504,7 +514,7 @@ def test_missing_required_key_can_come_from_the_environment() -> None:
         ("amqpNetworkBufferSize=4096", "amqpNetworkBufferSize", 4096),
         ("amqpMaxMessageSize=1", "amqpMaxMessageSize", 1),
         ("amqpConnectionCloseTimeout=0", "amqpConnectionCloseTimeout", 0),
-        ("httpServerPort=0", "httpServerPort", 0),
+        ("usageEventsIntervalSeconds=1", "usageEventsIntervalSeconds", 1),
         ("amqpBatchingEnabled=FALSE", "amqpBatchingEnabled", False),
         ("amqpMapShortVhostToTenant=True", "amqpMapShortVhostToTenant", True),
         ("tlsAllowInsecureConnection=true", "tlsAllowInsecureConnection", True),
@@ -624,7 +634,7 @@ def test_zookeeper_connection_strings(value: str, expected: str) -> None:
         ("amqpNetworkBufferSize=4095", ["4096"]),
         ("amqpNetworkBufferSize=4294967296", ["4294967295"]),
         ("amqpMaxMessageSize=0", [">= 1"]),
-        ("httpServerPort=70000", ["from 0 to 65535"]),
+        ("usageEventsIntervalSeconds=0", [">= 1"]),
         ("zooKeeperSessionTimeoutMs=10", [">= 1000"]),
         ("amqpHandshakeTimeoutMs=0", [">= 1"]),
         ("authenticationEnabled=yes", ["true or false", "'yes'"]),
@@ -1132,3 +1142,49 @@ def test_unix_listener() -> None:
 def test_bad_unix_listeners(value: str, fragment: str) -> None:
     message = config_error(f"amqpListeners={value}\n")
     assert fragment in message, message
+
+
+# --------------------------------------------------------------------------------------------
+# Observability keys
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", None),
+        ("http://127.0.0.1:9000", MetricsListener("127.0.0.1", 9000)),
+        ("http://127.0.0.1:0", MetricsListener("127.0.0.1", 0)),
+        ("http://[::1]:15692/", MetricsListener("::1", 15692)),
+        ("http://0.0.0.0", MetricsListener("0.0.0.0", 15692)),
+    ],
+)
+def test_metrics_listener(text: str, expected: MetricsListener | None) -> None:
+    assert load(f"metricsListener={text}\n").metricsListener == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["https://0.0.0.0:1", "0.0.0.0:15692", "http://h:99999", "http://h:1/metrics"]
+)
+def test_bad_metrics_listener_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(f"metricsListener={text}\n")
+    assert "metricsListener" in assert_clean(caught.value)
+
+
+def test_http_server_port_is_gone() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'httpServerPort'"):
+        load("httpServerPort=8081\n")
+
+
+@pytest.mark.parametrize("text", ["usage", "persistent://a/b", "non-persistent://a/b/c"])
+def test_bad_usage_topic_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError, match="usageEventsTopic"):
+        load(f"usageEventsTopic={text}\n")
+
+
+def test_node_name_defaults_to_the_host_name() -> None:
+    import socket
+
+    assert load().node_name == f"rabbit@{socket.gethostname()}"
+    assert load("amqpNodeName=rabbit@gw-3\n").node_name == "rabbit@gw-3"
