@@ -1,24 +1,54 @@
-"""The fleet fixtures (real gateway processes on a fresh namespace) for these tests too."""
+"""Real gateway processes on a fresh namespace, in a ZooKeeper chroot of the test's own.
+
+The chroot matters here more than anywhere: the shared stack's ZooKeeper also serves other
+test runs, whose replicas load every namespace they find and stand for leader of it. Without
+a chroot they would lead ours (and our replicas theirs): the queue gauges and
+rabbitmq_queues, exported by each namespace's leader, would count other runs' queues, and
+their replicas would re-create our namespace's metadata while it is being deleted.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integration.fleet.conftest import Fleet, fleet, namespace
+from tests.integration.fleet.conftest import Fleet, namespace
+from tests.support.zookeeper import kazoo_client
 
-__all__ = ["fleet", "graceful_stop", "namespace"]
+__all__ = ["chroot", "fleet", "graceful_stop", "namespace"]
+
+
+@pytest.fixture
+def chroot(pulsar_stack: Any) -> Iterator[str]:
+    """``configurationStoreServers`` for a ZooKeeper namespace of this test's own."""
+    path = f"/observability-test-{uuid.uuid4().hex[:12]}"
+    with kazoo_client(pulsar_stack.zookeeper) as client:
+        client.ensure_path(path)
+        yield pulsar_stack.zookeeper + path
+        client.delete(path, recursive=True)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pulsar_stack: Any, namespace: str, chroot: str) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path, pulsar_stack, namespace, zookeeper=chroot)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
 
 
 @pytest.fixture(autouse=True)
 def graceful_stop(fleet: Fleet) -> Iterator[None]:
     """Stop the test's replicas with SIGTERM before the fleet kills what is left: their
     ZooKeeper sessions then close with them, instead of leaving ephemeral nodes behind until
-    they expire while the namespace's metadata is being deleted."""
+    they expire while the chroot is being deleted."""
     yield
     running = [
         process

@@ -183,5 +183,13 @@ def test_queue_gauges_come_from_pulsar_on_the_leader_only(fleet: Fleet, pulsar_s
     )
     assert fleet_sum("rabbitmq_queue_messages_unacked") == (3, 0)  # first's client holds 3
     assert sorted(value(scrape(port)[1], "rabbitmq_queues") for port in ports) == [0, 1]
+    assert (
+        value(
+            scrape(ports[leader])[1],
+            "starlight_leader",
+            pulsar_namespace=f"public/{fleet.namespace}",
+        )
+        == 1
+    )
     channel.basic_ack(held[-1], multiple=True)
     connection.close()

@@ -45,13 +45,14 @@ def read_events(broker_url: str, topic: str, want: int, timeout: float = 60.0) -
 
 
 def test_usage_events_count_the_traffic_with_a_schema_and_deduplication(
-    tmp_path: Path, pulsar_stack: Any, namespace: str
+    tmp_path: Path, pulsar_stack: Any, namespace: str, chroot: str
 ) -> None:
     topic = f"persistent://public/{namespace}/usage"
     fleet = Fleet(
         tmp_path,
         pulsar_stack,
         namespace,
+        zookeeper=chroot,
         extra_config=f"usageEventsTopic={topic}\nusageEventsIntervalSeconds=1\n"
         "amqpNodeName=rabbit@usage-test\n",
     )
@@ -94,7 +95,9 @@ def test_usage_events_count_the_traffic_with_a_schema_and_deduplication(
         assert dedup.json() is True
 
 
-def test_a_retried_send_is_stored_once(tmp_path: Path, pulsar_stack: Any, namespace: str) -> None:
+def test_a_retried_send_is_stored_once(
+    tmp_path: Path, pulsar_stack: Any, namespace: str, chroot: str
+) -> None:
     """What the gateway relies on: in its namespace, a send repeated with the same producer
     name and sequence id is dropped by the broker."""
     topic = f"persistent://public/{namespace}/usage"
@@ -102,6 +105,7 @@ def test_a_retried_send_is_stored_once(tmp_path: Path, pulsar_stack: Any, namesp
         tmp_path,
         pulsar_stack,
         namespace,
+        zookeeper=chroot,
         extra_config=f"usageEventsTopic={topic}\nusageEventsIntervalSeconds=1\n",
     )
     try:
