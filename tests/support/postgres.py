@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,10 +46,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _as_server_user(command: list[str]) -> list[str]:
+def _server_user() -> dict[str, Any]:
+    """Popen arguments that run a command as ``postgres`` when we are root (signals then reach
+    the server itself, not a wrapper such as runuser)."""
     if os.geteuid() != 0:
-        return command
-    return ["runuser", "-u", "postgres", "--", *command]
+        return {}
+    user = pwd.getpwnam("postgres")
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
 @contextlib.contextmanager
@@ -62,32 +66,25 @@ def running_postgres(timeout: float = 60.0) -> Iterator[PostgresServer]:
         user = pwd.getpwnam("postgres")
         os.chown(base, user.pw_uid, user.pw_gid)
     subprocess.run(
-        _as_server_user(
-            [str(bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres", "--auth=trust"]
-        ),
+        [str(bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres", "--auth=trust"],
         check=True,
         capture_output=True,
+        cwd=base,
+        **_server_user(),
     )
     port = _free_port()
     log_file = open(base / "server.log", "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
-        _as_server_user(
-            [
-                str(bin_dir / "postgres"),
-                "-D",
-                str(data_dir),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-k",
-                str(base),  # its Unix socket, not /var/run/postgresql
-                "-c",
-                "fsync=off",
-            ]
-        ),
+        [
+            *(str(bin_dir / "postgres"), "-D", str(data_dir)),
+            *("-h", "127.0.0.1", "-p", str(port)),
+            *("-k", str(base)),  # its Unix socket, not /var/run/postgresql
+            *("-c", "fsync=off"),
+        ],
         stdout=log_file,
         stderr=subprocess.STDOUT,
+        cwd=base,
+        **_server_user(),
     )
     try:
         _wait_ready(port, server, base / "server.log", timeout)

@@ -1,16 +1,19 @@
 """The rollup job end to end: real Pulsar, real Spark (local mode), real PostgreSQL.
 
-One scenario, two runs of the real command (`starlight-rabbitmq rollup`), because every Spark
-start costs tens of seconds on a small machine:
+One scenario, three runs of the real command (`starlight-rabbitmq rollup`), because every
+Spark start costs tens of seconds on a small machine:
 
 1. Known events (two vhosts, two replicas, duplicate sends, two malformed payloads, a "clock"
    event that moves the watermark) are on the topic before the job starts. Run 1 SIGKILLs
    itself right after the first batch that wrote rows, before Spark commits that batch: the
    crash between write and commit.
-2. Run 2 restarts from the checkpoint and replays that batch. Then a late event within the
-   watermark (counted), one beyond it (dropped and logged), and a second clock event arrive.
-3. Both sinks hold exactly the expected rows: every (vhost, window) once, with the sums of
-   the distinct events, in PostgreSQL and in Parquet.
+2. Run 2 restarts from the checkpoint and replays that batch (the sinks must not change).
+   Then a late event within the watermark (counted), one beyond it (dropped and logged) and a
+   second clock event arrive, and run 2 is SIGKILLed, process group and all, once it has read
+   them.
+3. Run 3 resumes from the checkpoint and is stopped gracefully. Both sinks hold exactly the
+   expected rows: every (vhost, window) once, with the sums of the distinct events, in
+   PostgreSQL and in Parquet.
 """
 
 from __future__ import annotations
@@ -101,6 +104,12 @@ class Job:
         finally:
             self._kill_group()
             self._output.close()
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the run."""
+        self._kill_group()
+        self.process.wait(60)
+        self._output.close()
 
     def _kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -263,7 +272,7 @@ def test_known_events_roll_up_exactly_once_across_a_crash(
         phase_one = expected_rows(sent + clock, first_watermark)
         assert len(phase_one) == 5  # a: 2 minutes + 1 hour; /b: 1 minute + 1 hour
 
-        # Run 1: dies by SIGKILL between writing a batch and committing it.
+        # Run 1: SIGKILLs itself between writing a batch and committing it.
         crash = Job(config, topic, tmp_path / "run1.log", {"ROLLUP_FAULT_CRASH_AFTER_WRITE": "1"})
         code = crash.wait_exit(timeout=300)
         assert code == -signal.SIGKILL, crash.text()[-5000:]
@@ -271,10 +280,11 @@ def test_known_events_roll_up_exactly_once_across_a_crash(
         assert written_before_crash, "run 1 wrote nothing before it crashed"
         assert written_before_crash.items() <= phase_one.items()
 
-        # Run 2: replays the uncommitted batch, then takes new events.
-        job = Job(config, topic, tmp_path / "run2.log", {})
+        # Run 2: replays the uncommitted batch, then takes new events and is SIGKILLed
+        # (the whole process group: driver, JVM, Python workers) as soon as it has read them.
+        killed = Job(config, topic, tmp_path / "run2.log", {})
         try:
-            wait_until(lambda: postgres_rows(postgres.url) == phase_one, 240, "phase one", job)
+            wait_until(lambda: postgres_rows(postgres.url) == phase_one, 300, "phase one", killed)
             within = event(
                 1,
                 vhost="a",
@@ -292,19 +302,24 @@ def test_known_events_roll_up_exactly_once_across_a_crash(
                 published_messages=999,
                 peak_connections=99,
             )
-            producer.send([within, beyond])
             clock2 = event(1, vhost="clock", replica="clock", start_ms=T0 + 3 * HOUR + 5 * SECOND)
-            producer.send([clock2])
-            final_watermark = clock2.window_start_ms - WATERMARK_SECONDS * SECOND
-            expected = expected_rows(sent + clock + [within, clock2], final_watermark)
-            assert len(expected) > len(phase_one)
-            wait_until(lambda: postgres_rows(postgres.url) == expected, 240, "phase two", job)
+            producer.send([within, beyond, clock2])
             wait_until(
-                lambda: len(re.findall(r"\b[1-9]\d* late events dropped", job.text())) >= 2,
-                60,
-                "the late event's log line from both window queries",
-                job,
+                lambda: len(re.findall(r"batch \d+: 3 events in", killed.text())) == 2,
+                120,
+                "both queries of run 2 to read the new events",
+                killed,
             )
+        finally:
+            killed.kill()
+
+        # Run 3: from the checkpoint again, to the end; then a graceful stop.
+        final_watermark = clock2.window_start_ms - WATERMARK_SECONDS * SECOND
+        expected = expected_rows([*sent, *clock, within, clock2], final_watermark)
+        assert len(expected) > len(phase_one)
+        job = Job(config, topic, tmp_path / "run3.log", {})
+        try:
+            wait_until(lambda: postgres_rows(postgres.url) == expected, 300, "phase two", job)
             assert job.stop() == 0, job.text()[-5000:]
         finally:
             job.stop()
@@ -321,7 +336,10 @@ def test_known_events_roll_up_exactly_once_across_a_crash(
         "date=2026-01-01"
     ]
 
-    logs = crash.text() + job.text()
+    logs = crash.text() + killed.text() + job.text()
     for message_id in malformed:
         assert f"message id {message_id}" in logs
     assert re.search(r"\b[1-9]\d* duplicates dropped", logs)
+    # The event beyond the watermark: dropped (the sums above), and said so by both queries.
+    late_lines = re.findall(r"(rollup-\d+s) batch \d+: .* ([1-9]\d*) late events dropped", logs)
+    assert {name for name, _count in late_lines} == {"rollup-60s", "rollup-3600s"}
