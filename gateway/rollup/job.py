@@ -142,10 +142,6 @@ class BatchWriter:
         self.rows_written: dict[int, int] = {}
         self._crash_after_write = bool(os.environ.get(CRASH_AFTER_WRITE_ENV))
 
-    def prepare(self) -> None:
-        if self.postgres is not None:
-            self.postgres.create_table()
-
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = final_rows(batch, batch_id).collect()
         if rows:
@@ -204,7 +200,6 @@ def start_query(
     spark: SparkSession, settings: RollupSettings, window_seconds: int
 ) -> tuple[StreamingQuery, BatchWriter]:
     writer = BatchWriter(settings, window_seconds)
-    writer.prepare()
     windows = per_replica_windows(usage_events(spark, settings, window_seconds), window_seconds)
     checkpoint = f"{settings.checkpoint_location.rstrip('/')}/{window_seconds}s"
     query = (
@@ -307,6 +302,17 @@ def run(
     settings: RollupSettings, master: str | None = None, conf: dict[str, str] | None = None
 ) -> int:
     """Run until SIGTERM/SIGINT (0) or until the query fails (1)."""
+    if settings.postgres_url:
+        # Before Spark starts: an unreachable database is a one-line error at once.
+        from psycopg import Error as DatabaseError
+
+        from gateway.rollup.postgres_sink import PostgresSink
+
+        try:
+            PostgresSink(settings.postgres_url, settings.postgres_table).create_table()
+        except DatabaseError as error:
+            log.error("cannot use rollupPostgresUrl: %s", str(error).strip().splitlines()[0])
+            return 1
     spark = spark_session(master, conf or {})
     stop = threading.Event()
     previous = _on_signals(lambda: stop.set())
