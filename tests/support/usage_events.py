@@ -60,11 +60,26 @@ class EventProducer:
             topic, schema=UsageEventSchema(), batching_enabled=False
         )
         self._raw: Any = None
+        self._batching: Any = None
         self.topic = topic
 
     def send(self, events: Iterable[UsageEvent]) -> None:
         for item in events:
             self.events.send(item)
+
+    def send_batch(self, events: Iterable[UsageEvent]) -> None:
+        """``events`` in one batched entry: a reader sees all of them or none yet."""
+        if self._batching is None:
+            self._batching = self.client.create_producer(
+                self.topic,
+                schema=UsageEventSchema(),
+                batching_enabled=True,
+                batching_max_messages=1000,
+                batching_max_publish_delay_ms=60_000,
+            )
+        for item in events:
+            self._batching.send_async(item, None)
+        self._batching.flush()
 
     def send_raw(self, payload: bytes) -> str:
         """A payload without the schema (allowed: the namespace does not enforce schemas);

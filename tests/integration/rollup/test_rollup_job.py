@@ -303,7 +303,8 @@ def test_known_events_roll_up_exactly_once_across_a_crash(
                 peak_connections=99,
             )
             clock2 = event(1, vhost="clock", replica="clock", start_ms=T0 + 3 * HOUR + 5 * SECOND)
-            producer.send([within, beyond, clock2])
+            # One batched entry: both queries take all three in one micro-batch.
+            producer.send_batch([within, beyond, clock2])
             wait_until(
                 lambda: len(re.findall(r"batch \d+: 3 events in", killed.text())) == 2,
                 120,
