@@ -342,7 +342,8 @@ def _stop(queries: list[StreamingQuery], requested: bool) -> int:
         failed = [query for query in queries if not query.isActive and query.exception()]
         for query in queries:
             if query.isActive:
-                log.info("stopping %s: finishing its current batch", query.name)
+                # An interrupted batch is run again at the next start (docs/rollup.md).
+                log.info("stopping %s", query.name)
                 query.stop()
     except Py4JError:
         # A signal sent to the whole process group (systemd's default) stops Spark's JVM
