@@ -33,8 +33,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--topic",
         metavar="TOPIC",
-        help="the usage-events topic (default: usageEventsTopic of the configuration, else "
-        "the gateway's default)",
+        help="the usage-events topic (default: usageEventsTopic of the configuration)",
     )
     parser.add_argument(
         "--conf",

@@ -14,7 +14,6 @@ from typing import Final
 
 from gateway.app import broker_access
 from gateway.config import ConfigError, GatewayConfig
-from gateway.observability.usage_event import DEFAULT_TOPIC
 from gateway.pulsar.credentials import CredentialsError, load_credentials, trust_file
 
 __all__ = ["RollupSettings", "settings_from_config"]
@@ -82,9 +81,8 @@ def settings_from_config(config: GatewayConfig, topic: str | None = None) -> Rol
         trust = trust_file(access) if access.binary_tls else ""
     except CredentialsError as error:
         raise ConfigError(str(error), key=access.params_key) from None
-    # usageEventsTopic is the gateway's key for where replicas publish (the observability
-    # side adds it); until then the contract's default. --topic overrides both.
-    topic = topic or str(getattr(config, "usageEventsTopic", "") or DEFAULT_TOPIC)
+    # Where the replicas publish (--topic overrides it).
+    topic = topic or config.usageEventsTopic
     options = {
         "serviceUrl": config.brokerServiceURL,
         "topic": topic,
