@@ -264,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.auth.permissions_cli import run_permissions_command
 
         return run_permissions_command(arguments[1:])
+    if arguments[:1] == ["rollup"]:
+        # `starlight-rabbitmq rollup`: the Spark job (extra [rollup]; docs/rollup.md).
+        from gateway.rollup.cli import run_rollup_command
+
+        return run_rollup_command(arguments[1:])
     args = parse_args(arguments)
     if args.worker_index is not None:
         role = f"worker-{args.worker_index}[%(process)d] "

@@ -128,6 +128,7 @@ class Kind(enum.Enum):
     WEB_URL = "http:// URL"
     ZOOKEEPER = "ZooKeeper connection string"
     AUTH_PLUGIN = "authentication plugin"
+    SECONDS_LIST = "comma-separated seconds"
     METRICS_URL = "http://<host>:<port> URL, or empty"
     TOPIC = "Pulsar topic name"
 
@@ -743,6 +744,89 @@ class GatewayConfig:
     )
 
     # ---- Gateway-specific ---------------------------------------------------------------
+    # The rollup job's keys (`starlight-rabbitmq rollup -c`, docs/rollup.md): it reads the
+    # gateway's file for the broker-client keys, so that it uses the same credentials.
+    rollupWindowSeconds: tuple[int, ...] = field(
+        metadata=_key(
+            Kind.SECONDS_LIST,
+            "60,3600",
+            """Rollup job: the lengths of the event-time windows it sums per vhost, in
+            seconds (each length gives its own rows).""",
+            _GW,
+            ours=True,
+        )
+    )
+    rollupWatermarkSeconds: int = field(
+        metadata=_key(
+            Kind.INT,
+            "120",
+            """Rollup job: how late (in event time) a usage event may arrive and still be
+            counted; a window's row is written once the watermark passes its end. Later
+            events are dropped and counted in the job's log.""",
+            _GW,
+            ours=True,
+            minimum=0,
+        )
+    )
+    rollupTriggerSeconds: int = field(
+        metadata=_key(
+            Kind.INT,
+            "10",
+            "Rollup job: seconds between micro-batches.",
+            _GW,
+            ours=True,
+            minimum=1,
+        )
+    )
+    rollupCheckpointLocation: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "rollup/checkpoint",
+            """Rollup job: Spark's checkpoint directory (any Hadoop file system URL on a
+            cluster). Keep it: it holds the job's position and window state.""",
+            _GW,
+            ours=True,
+        )
+    )
+    rollupParquetPath: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "rollup/parquet",
+            "Rollup job: directory of the Parquet output, partitioned by date. Empty: none.",
+            _GW,
+            ours=True,
+        )
+    )
+    rollupPostgresUrl: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "",
+            """Rollup job: `postgresql://user:password@host:port/database` of the
+            PostgreSQL output (upserted per vhost and window). Empty: none.""",
+            _GW,
+            ours=True,
+            secret=True,
+        )
+    )
+    rollupPostgresTable: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "vhost_throughput",
+            "Rollup job: the PostgreSQL table (created if missing), `name` or `schema.name`.",
+            _GW,
+            ours=True,
+        )
+    )
+    rollupSubscription: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "starlight-rollup",
+            """Rollup job: the durable subscription that keeps the usage events it has not
+            committed from Pulsar's retention (the job's position is in its checkpoint).""",
+            _GW,
+            ours=True,
+        )
+    )
     authorizationEnabled: bool = field(
         metadata=_key(
             Kind.BOOL,
@@ -1051,6 +1135,17 @@ def _dedupe(items: list[str]) -> tuple[str, ...]:
 
 def _parse_string_list(spec: ConfigKey, text: str) -> tuple[str, ...]:
     return _dedupe(_split_list(text))
+
+
+def _parse_seconds_list(spec: ConfigKey, text: str) -> tuple[int, ...]:
+    values: list[int] = []
+    for item in _split_list(text):
+        if not (item.isascii() and item.isdigit()) or int(item) < 1:
+            raise _Invalid(f"{_show(item)} is not a whole number of seconds >= 1")
+        values.append(int(item))
+    if not values:
+        raise _Invalid("give at least one number of seconds")
+    return tuple(sorted(set(values)))
 
 
 def _check_host(host: str, what: str) -> str:
@@ -1396,6 +1491,7 @@ _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.WEB_URL: _parse_web_url,
     Kind.ZOOKEEPER: _parse_zookeeper,
     Kind.AUTH_PLUGIN: _parse_auth_plugin,
+    Kind.SECONDS_LIST: _parse_seconds_list,
     Kind.METRICS_URL: _parse_metrics_url,
     Kind.TOPIC: _parse_topic,
 }

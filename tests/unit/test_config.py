@@ -101,6 +101,14 @@ REFERENCE_KEYS: dict[str, tuple[object, object]] = {
 
 # The keys this gateway adds (docs/configuration.md, "Gateway-specific keys").
 GATEWAY_KEYS: dict[str, tuple[object, object]] = {
+    "rollupWindowSeconds": ("60,3600", (60, 3600)),
+    "rollupWatermarkSeconds": ("120", 120),
+    "rollupTriggerSeconds": ("10", 10),
+    "rollupCheckpointLocation": ("rollup/checkpoint", "rollup/checkpoint"),
+    "rollupParquetPath": ("rollup/parquet", "rollup/parquet"),
+    "rollupPostgresUrl": ("", ""),
+    "rollupPostgresTable": ("vhost_throughput", "vhost_throughput"),
+    "rollupSubscription": ("starlight-rollup", "starlight-rollup"),
     "authorizationEnabled": ("false", False),
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
@@ -209,6 +217,7 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.TLS_PROTOCOLS: tuple[str, ...],
     Kind.TLS_CIPHERS: tuple[str, ...],
     Kind.LISTENERS: tuple[Listener, ...],
+    Kind.SECONDS_LIST: tuple[int, ...],
     Kind.NETWORKS: tuple[str, ...],
     Kind.METRICS_URL: MetricsListener | None,
 }
@@ -235,6 +244,7 @@ def test_secret_keys() -> None:
         "brokerClientTlsTrustStorePassword",
         "tlsKeyStorePassword",
         "tlsTrustStorePassword",
+        "rollupPostgresUrl",
     }
 
 
