@@ -52,13 +52,20 @@ lint: install
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint test-tools
+test: install lint test-tools shim
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 # The real servers the suite starts on loopback besides Pulsar (Debian's packages).
 .PHONY: test-tools
 test-tools:
 	scripts/debian_packages.sh
+
+# The Pulsar proxy extension (docs/proxy-extension.md): the NAR, after its Surefire unit tests.
+# Maven caches its downloads in ~/.m2; maven-settings.xml sends every repository to Central.
+MVN := mvn --batch-mode --no-transfer-progress -s extension_shim/maven-settings.xml -f extension_shim/pom.xml
+.PHONY: shim
+shim:
+	$(MVN) package
 
 unit: install
 	$(VENV)/bin/pytest tests/unit
