@@ -224,6 +224,8 @@ final class GatewaySupervisor {
                   if (match.matches()) {
                     level = match.group(1);
                     message = match.group(2);
+                  } else if (line.startsWith("starlight-rabbitmq: ")) {
+                    level = "ERROR"; // the command's own last words: configuration, start-up
                   }
                   log(level, message);
                   if (line.startsWith("starlight-rabbitmq: ") || level.equals("ERROR") || level.equals("CRITICAL")) {

@@ -125,7 +125,7 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
     } catch (ShimConfigException e) {
       LOG.error("Starlight for RabbitMQ cannot start: {}", e.getMessage());
       stopGateway();
-      throw new IllegalStateException("Starlight for RabbitMQ cannot start: " + e.getMessage());
+      throw new IllegalStateException(e.getMessage());
     } catch (TimeoutException e) {
       LOG.warn(
           "the gateway is not ready after {} ms; the proxy starts anyway and the gateway stays supervised",
