@@ -294,6 +294,21 @@ def test_sigterm_stops_the_proxy_and_leaves_no_gateway_behind(
     assert work is not None and not Path(work.group(1)).exists()
 
 
+def test_sigkill_of_the_proxy_still_stops_the_gateway(
+    nar: Path, pulsar_stack: Any, namespace: str, tmp_path: Path
+) -> None:
+    """No shutdown hook runs on SIGKILL: the gateway notices its standard input (a pipe from
+    the JVM) closing, and stops by itself."""
+    running = RunningProxy(tmp_path, pulsar_stack, {"amqpDefaultNamespace": namespace})
+    try:
+        running.wait_ready()
+        [gateway] = running.gateway_pids()
+    finally:
+        running.process.kill()
+        running.process.wait(STOP_TIMEOUT)
+    wait_until(lambda: not alive(gateway), f"gateway pid {gateway} to stop by itself", 30)
+
+
 def test_direct_mode_lets_the_gateway_bind_the_port(
     nar: Path, pulsar_stack: Any, namespace: str, tmp_path: Path
 ) -> None:
