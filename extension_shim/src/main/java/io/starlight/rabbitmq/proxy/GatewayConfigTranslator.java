@@ -9,6 +9,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
@@ -26,6 +27,27 @@ public final class GatewayConfigTranslator {
   /** Pulsar's "no authentication" plugin: the gateway's empty value. */
   static final String AUTHENTICATION_DISABLED =
       "org.apache.pulsar.client.impl.auth.AuthenticationDisabled";
+
+  /** The keys of the gateway's amqps listeners (reference/002's TLS table, minus the two that
+   * also concern its connection to the brokers: tlsAllowInsecureConnection and
+   * tlsHostnameVerificationEnabled). */
+  static final List<String> LISTENER_TLS_KEYS =
+      List.of(
+          "tlsCertRefreshCheckDurationSec",
+          "tlsCertificateFilePath",
+          "tlsKeyFilePath",
+          "tlsTrustCertsFilePath",
+          "tlsRequireTrustedClientCertOnConnect",
+          "tlsProtocols",
+          "tlsCiphers",
+          "tlsEnabledWithKeyStore",
+          "tlsProvider",
+          "tlsKeyStoreType",
+          "tlsKeyStore",
+          "tlsKeyStorePassword",
+          "tlsTrustStoreType",
+          "tlsTrustStore",
+          "tlsTrustStorePassword");
 
   private GatewayConfigTranslator() {}
 
@@ -91,6 +113,9 @@ public final class GatewayConfigTranslator {
       out.remove("brokerClientAuthenticationPlugin");
     }
     if (shim.mode() == ShimSettings.Mode.RELAY) {
+      // The proxy's own TLS listener settings (often a JKS key store, which the gateway cannot
+      // read) mean nothing to a gateway that serves only the relay's plaintext Unix socket.
+      LISTENER_TLS_KEYS.forEach(out::remove);
       // The gateway listens only on the relay's Unix socket, and believes its PROXY headers.
       out.put("amqpListeners", "amqp+unix://" + socket);
       out.put("amqpProxyProtocolTrustedNetworks", "unix");

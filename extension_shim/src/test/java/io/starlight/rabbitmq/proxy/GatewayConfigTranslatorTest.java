@@ -105,6 +105,28 @@ class GatewayConfigTranslatorTest {
     assertEquals("file:///etc/pulsar/secret.key", out.get("tokenSecretKey"));
   }
 
+  private static final String PROXY_TLS =
+      "tlsEnabledWithKeyStore=true\ntlsKeyStoreType=JKS\ntlsKeyStore=/etc/pulsar/proxy.jks\n"
+          + "tlsKeyStorePassword=secret\ntlsProtocols=TLSv1.3\ntlsHostnameVerificationEnabled=true\n";
+
+  @Test
+  void relayModeLeavesTheProxysOwnListenerTlsToTheProxy() throws Exception {
+    Map<String, String> out = translate(QUICK_START + PROXY_TLS);
+    for (String key : GatewayConfigTranslator.LISTENER_TLS_KEYS) {
+      assertTrue(KEYS.contains(key), key);
+      assertFalse(out.containsKey(key), key);
+    }
+    // ... but what concerns the gateway's connection to the brokers stays.
+    assertEquals("true", out.get("tlsHostnameVerificationEnabled"));
+  }
+
+  @Test
+  void directModePassesListenerTlsToTheGatewayWhichServesIt() throws Exception {
+    Map<String, String> out = translate(QUICK_START + PROXY_TLS + "amqpProxyMode=direct\n");
+    assertEquals("JKS", out.get("tlsKeyStoreType")); // the gateway then names what to convert
+    assertEquals("/etc/pulsar/proxy.jks", out.get("tlsKeyStore"));
+  }
+
   @Test
   void pulsarsDisabledAuthenticationPluginMeansNone() throws Exception {
     Map<String, String> out =
