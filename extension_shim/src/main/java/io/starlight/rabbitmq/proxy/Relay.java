@@ -98,6 +98,10 @@ final class Relay extends ChannelInitializer<SocketChannel> {
                       return;
                     }
                     backend = connected.channel();
+                    if (!client.isActive()) {
+                      backend.close(); // the client left while we were connecting
+                      return;
+                    }
                     byte[] header = ProxyProtocolV2.proxy(client.remoteAddress(), client.localAddress());
                     backend.writeAndFlush(Unpooled.wrappedBuffer(header));
                     client.config().setAutoRead(true);
