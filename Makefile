@@ -45,20 +45,32 @@ lint: install
 	$(VENV)/bin/ruff check gateway tests scripts bench
 	$(VENV)/bin/ruff format --check gateway tests scripts bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict scripts/stack.py
+	$(VENV)/bin/mypy --strict scripts/stack.py scripts/pulsar_proxy.py
 
 # The whole suite. The test session starts the local stack if it is not up and stops what it
 # started, so the machine is left as it was found. A test that hangs fails on its own
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint test-tools
+test: install lint test-tools shim
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 # The real servers the suite starts on loopback besides Pulsar (Debian's packages).
 .PHONY: test-tools
 test-tools:
 	scripts/debian_packages.sh
+
+# The Pulsar proxy extension (docs/proxy-extension.md): the NAR, after its Surefire unit tests.
+# Maven caches its downloads in ~/.m2; maven-settings.xml sends every repository to Central.
+MVN := mvn --batch-mode --no-transfer-progress -s extension_shim/maven-settings.xml -f extension_shim/pom.xml
+.PHONY: shim run-proxy
+shim:
+	$(MVN) package
+
+# The reference's proxy-extension quick start on this machine: the local stack, then a real
+# Pulsar proxy with the NAR loaded (proxyExtensions=rabbitmq) serving AMQP on 127.0.0.1:5672.
+run-proxy: install stack-up
+	python3 scripts/pulsar_proxy.py run
 
 unit: install
 	$(VENV)/bin/pytest tests/unit

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import trio
 
@@ -60,6 +62,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run N worker processes, each a full gateway replica, sharing the listener "
         "ports (SO_REUSEPORT); one process uses one core (default: 1, a single process)",
     )
+    parser.add_argument(
+        "--stop-on-stdin-close",
+        action="store_true",
+        help="stop (as on SIGTERM) when standard input reaches its end: for a supervisor that "
+        "holds the other end of a pipe, such as the Pulsar proxy extension, so that the gateway "
+        "never outlives it, even when it is killed",
+    )
     # Internal: how the supervisor of --workers starts each worker (see gateway/server/workers).
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
@@ -107,8 +116,11 @@ class _Stopper:
             self.server.request_stop()
 
 
-async def serve(config: GatewayConfig, link: WorkerLink | None = None) -> None:
-    """Serve until stopped. ``link``: this process is a worker of a ``--workers`` gateway."""
+async def serve(
+    config: GatewayConfig, link: WorkerLink | None = None, *, stop_on_stdin_close: bool = False
+) -> None:
+    """Serve until stopped. ``link``: this process is a worker of a ``--workers`` gateway.
+    ``stop_on_stdin_close``: standard input reaching its end stops the gateway too."""
     async with trio.open_nursery() as nursery:
         stopper = _Stopper(nursery.cancel_scope)
         # From the very start: a stop during start-up (loading vhosts can take seconds)
@@ -116,6 +128,8 @@ async def serve(config: GatewayConfig, link: WorkerLink | None = None) -> None:
         nursery.start_soon(_stop_on_signals, stopper)
         if link is not None:
             nursery.start_soon(_stop_when_supervisor_gone, link, stopper)
+        if stop_on_stdin_close:
+            nursery.start_soon(_stop_when_stdin_closes, stopper)
         await _run_gateway(config, link, stopper)
         nursery.cancel_scope.cancel()
 
@@ -204,6 +218,20 @@ async def _stop_when_supervisor_gone(link: WorkerLink, stopper: _Stopper) -> Non
     if not stopper.requested:
         # Killed with SIGKILL, say: nobody would restart or stop this worker any more.
         stopper.request("the supervisor is gone")
+
+
+async def _stop_when_stdin_closes(stopper: _Stopper) -> None:
+    """The parent holds our stdin pipe open while it lives; its end means the parent is gone
+    (or closed it on purpose): stop gracefully, as on SIGTERM."""
+    stream = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with stream:
+        try:
+            while await stream.receive_some(4096):
+                pass  # nothing is ever sent on it; read and forget
+        except trio.BrokenResourceError:
+            pass
+    if not stopper.requested:
+        stopper.request("standard input closed (the supervising process is gone)")
 
 
 async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
@@ -298,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.workers > 1:
             return trio.run(supervise, args, config)
         else:
-            trio.run(serve, config)
+            trio.run(partial(serve, config, stop_on_stdin_close=args.stop_on_stdin_close))
     except BaseException as error:
         startup = _startup_error(error)
         if startup is None:

@@ -21,7 +21,7 @@ import trio
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError
-from gateway.amqp.proxy_protocol import Command, ProxyHeaderError, ProxyHeaderReader
+from gateway.amqp.proxy_protocol import FIXED_SIZE, Command, ProxyHeaderError, ProxyHeaderReader
 from gateway.auth.authenticator import AuthenticationFailed, Authenticator, PeerIdentity
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_identity import common_name
@@ -179,7 +179,13 @@ class ClientConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
-                self._record_reason("peer closed the socket before its PROXY protocol header ended")
+                if reader.bytes_needed() == FIXED_SIZE:
+                    # Connected and closed without a byte: a load balancer's TCP health check
+                    # (HAProxy's `check`), which would otherwise fill the log at INFO.
+                    self._proxy_local = True
+                    self._record_reason("closed without sending anything (a health check)")
+                else:
+                    self._record_reason("peer closed the socket inside its PROXY protocol header")
                 return False
             try:
                 reader.feed(data)

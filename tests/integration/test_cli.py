@@ -147,3 +147,31 @@ def test_unreachable_pulsar_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "cannot reach the Pulsar admin API" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_stop_on_stdin_close_stops_when_the_parent_goes(
+    tmp_path: Path, pulsar_stack: object
+) -> None:
+    """What the Pulsar proxy extension relies on: its end of the pipe closing (the JVM exiting,
+    even killed) stops the gateway, which then exits cleanly."""
+    port = free_port()
+    process = subprocess.Popen(
+        [*COMMAND, "-c", str(write_config(tmp_path, port=port)), "--stop-on-stdin-close"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_port(port, process)
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()
+        process.wait(timeout=30)
+        output = process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output
+    assert "standard input closed (the supervising process is gone): shutting down" in output

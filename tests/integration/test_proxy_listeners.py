@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import socket
 import stat
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,10 +136,86 @@ def test_unix_listener_trusted_for_proxy_headers(
 
 
 def test_a_stale_socket_file_is_replaced(socket_path: str) -> None:
-    import socket
-
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(socket_path)
     stale.close()  # leaves the file behind, as a killed process would
     with gateway(("unix",), ListenAddress("amqp+unix", "", 0, socket_path)):
         assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def haproxy_in_front(tmp_path: Path) -> Iterator[tuple[GatewayInThread, int]]:
+    """Debian's HAProxy with `send-proxy-v2` (and health checks) in front of a gateway that
+    trusts 127.0.0.1/32: the layout of the Helm chart's load-balancer tests."""
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(haproxy):
+        pytest.skip("haproxy is not installed (make test-tools installs it)")
+    with gateway(("127.0.0.1/32",), ListenAddress("amqp", "127.0.0.1", 0)) as running:
+        front = free_port()
+        config = tmp_path / "haproxy.cfg"
+        config.write_text(
+            "defaults\n"
+            "  mode tcp\n"
+            "  timeout connect 5s\n"
+            "  timeout client 60s\n"
+            "  timeout server 60s\n"
+            "frontend amqp\n"
+            f"  bind 127.0.0.1:{front}\n"
+            "  default_backend gateways\n"
+            "backend gateways\n"
+            f"  server gw1 127.0.0.1:{running.port} send-proxy-v2 check inter 100ms\n"
+        )
+        process = subprocess.Popen(
+            [haproxy, "-db", "-f", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+
+            def accepting() -> bool:
+                assert process.poll() is None, process.communicate()[0]
+                try:
+                    socket.create_connection(("127.0.0.1", front), timeout=1).close()
+                    return True
+                except OSError:
+                    return False
+
+            wait_until(accepting, timeout=20)
+            yield running, front
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def test_haproxy_send_proxy_v2_gives_the_gateway_the_client_address(
+    haproxy_in_front: tuple[GatewayInThread, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.connection")
+    _running, front = haproxy_in_front
+
+    async def main() -> str:
+        stream = await trio.open_tcp_stream("127.0.0.1", front)
+        async with stream:
+            host, port = stream.socket.getsockname()[:2]
+            await open_connection(stream, b"")  # HAProxy adds the header
+            return f"peer={host}:{port}"
+
+    client = trio.run(main)
+    wait_until(lambda: client in opened_peers(caplog))
+    # HAProxy's health checks (with send-proxy-v2: a PROXY LOCAL header, then a close, every
+    # 100 ms) are accepted and logged at DEBUG only.
+    wait_until(
+        lambda: any(
+            r.levelno == logging.DEBUG and r.getMessage().startswith("connection closed")
+            for r in caplog.records
+        ),
+        timeout=10,
+    )
+    assert not [r for r in caplog.records if "PROXY protocol header" in r.getMessage()]

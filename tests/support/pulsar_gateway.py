@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -13,7 +14,7 @@ import trio
 from gateway.app import pulsar_backend
 from gateway.backend.interface import Backend
 from gateway.config import GatewayConfig, config_from_text
-from gateway.metadata.store import MetadataStore
+from gateway.metadata.store import MetadataStore, MetadataUnavailable
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 
 
@@ -48,7 +49,22 @@ def namespace_of_its_own(admin: httpx.Client, zookeeper: str, tenant: str) -> It
         yield name
     finally:
         admin.delete(f"/admin/v2/namespaces/{tenant}/{name}", params={"force": "true"})
-        trio.run(forget_metadata, zookeeper, f"{tenant}/{name}")
+        forget_metadata_until_gone(zookeeper, f"{tenant}/{name}")
+
+
+def forget_metadata_until_gone(zookeeper: str, namespace: str, timeout: float = 60.0) -> None:
+    """``forget_metadata``, again while it meets a node created since its listing: a gateway
+    that starts anywhere on this ZooKeeper (another test, another session) loads every vhost
+    and stands for its leader, a candidate znode under the namespace being deleted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            trio.run(forget_metadata, zookeeper, namespace)
+            return
+        except MetadataUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)  # polling interval of a retried cleanup, with a deadline
 
 
 async def forget_metadata(zookeeper: str, namespace: str) -> None:

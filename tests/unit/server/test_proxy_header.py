@@ -142,3 +142,21 @@ async def test_a_local_health_check_is_logged_quietly(
 )
 def test_proxy_trust(entries: tuple[str, ...], peer: str | None, trusted: bool) -> None:
     assert ProxyTrust.parse(entries).trusts(peer) is trusted
+
+
+async def test_a_silent_connection_from_a_trusted_proxy_is_a_quiet_health_check(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.connection")
+    async with served(proxy_header=True) as (client, connection):
+        await client.stream.aclose()  # HAProxy's plain TCP check: connect, close
+    closed = [r for r in caplog.records if r.getMessage().startswith("connection closed")]
+    assert [r.levelno for r in closed] == [logging.DEBUG]
+    assert connection.close_reason == "closed without sending anything (a health check)"
+
+
+async def test_a_header_cut_short_is_logged(autojump_clock: trio.abc.Clock) -> None:
+    async with served(proxy_header=True) as (client, connection):
+        await client.send_raw(encode(CLIENT)[:5])
+        await client.stream.aclose()
+    assert connection.close_reason == "peer closed the socket inside its PROXY protocol header"
