@@ -11,9 +11,9 @@
    templates' checks (a template cannot read the schema).
 3. ``dashboards/*.json``: the chart's own copy of the repository's Grafana dashboards. A chart
    can only read files inside its directory (``.Files``), and ``helm package`` does not follow
-   symlinks portably, so the chart carries copies; tests/helm_chart fails when they differ.
+   symlinks portably, so the chart carries copies; tests/starlight_rabbitmq_chart fails when they differ.
 
-tests/helm_chart/test_chart_sources.py runs ``--check``.
+tests/starlight_rabbitmq_chart/test_chart_render.py runs ``--check``.
 """
 
 from __future__ import annotations
@@ -77,15 +77,14 @@ def _key_schema(spec: ConfigKey) -> dict[str, Any]:
 
 
 def config_properties() -> dict[str, dict[str, Any]]:
-    """Every key a user may set under `config`, typed."""
+    """Every key of the gateway, typed. The secret keys and those the chart sets itself are
+    listed too, so that the chart's own check (templates/_helpers.tpl) can say where they go
+    instead of the schema's bare "additional properties not allowed"."""
     properties = {
-        spec.name: _key_schema(spec)
-        for spec in describe_keys()
-        if spec.name not in RETIRED_KEYS and not spec.secret and spec.name not in CHART_MANAGED
+        spec.name: _key_schema(spec) for spec in describe_keys() if spec.name not in RETIRED_KEYS
     }
     for name, schema in PENDING_KEYS.items():
-        if name not in CHART_MANAGED:
-            properties.setdefault(name, dict(schema, **_pattern_of(schema)))
+        properties.setdefault(name, dict(schema, **_pattern_of(schema)))
     return dict(sorted(properties.items()))
 
 
