@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds the gateway image from Containerfile with buildah (podman or docker when buildah is
 # absent), for a CI job or a developer machine:
-#   scripts/build_image.sh [--tag IMAGE] [--without-nar] [--debian-base] [--output oci-archive:FILE]
+#   scripts/build_image.sh [--tag IMAGE] [--without-nar] [--debian-base] [--ca-bundle FILE]
+#                          [--output oci-archive:FILE]
 #   --tag          image name (default starlight-rabbitmq:<version from pyproject.toml>)
 #   --without-nar  do not build the proxy-extension NAR (extension_shim/, Maven): the image then
 #                  serves the fleet mode only
 #   --debian-base  build the Python base image from Debian's packages with mmdebstrap instead of
 #                  pulling python:3.11-slim-bookworm (for machines that reach no image registry)
+#   --ca-bundle F  CA certificates (PEM bundle) that pip trusts while building, for networks
+#                  whose TLS goes through an intercepting proxy; not copied into the image
 #   --output DEST  also push the image to DEST, e.g. oci-archive:/tmp/s4r.tar (buildah only)
 # buildah runs with vfs storage and chroot isolation unless STORAGE_DRIVER / BUILDAH_ISOLATION
 # say otherwise: that combination needs no kernel overlay support and no nested namespaces, so it
@@ -18,12 +21,14 @@ tag="starlight-rabbitmq:$version"
 with_nar=1
 debian_base=0
 output=""
+ca_bundle=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --without-nar) with_nar=0; shift ;;
     --debian-base) debian_base=1; shift ;;
     --output) output="$2"; shift 2 ;;
+    --ca-bundle) ca_bundle="$2"; shift 2 ;;
     *) echo "build_image: unknown argument $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +52,11 @@ cp "$repo/pyproject.toml" "$repo/README.md" "$context/"
 cp -r "$repo/gateway" "$context/gateway"
 find "$context/gateway" -name __pycache__ -prune -exec rm -rf {} +
 mkdir "$context/nar"
+if [ -n "$ca_bundle" ]; then
+  cp "$ca_bundle" "$context/build-ca.pem"
+else
+  : >"$context/build-ca.pem"
+fi
 if [ "$with_nar" = 1 ]; then
   if [ ! -f "$repo/extension_shim/pom.xml" ]; then
     echo "build_image: extension_shim/pom.xml is missing, so no NAR can be built" \
@@ -63,6 +73,10 @@ build_args=()
 if [ "$debian_base" = 1 ]; then
   [ "$builder" = buildah ] || { echo "build_image: --debian-base needs buildah" >&2; exit 1; }
   base="localhost/starlight-python-base:bookworm"
+  build_args+=(--build-arg "PYTHON_IMAGE=$base")
+fi
+# A base built before is reused (buildah rmi it to rebuild from newer Debian packages).
+if [ "$debian_base" = 1 ] && ! buildah inspect --type image "$base" >/dev/null 2>&1; then
   rootfs="$context.rootfs.tar"
   trap 'rm -rf "$context" "$rootfs"' EXIT
   # Debian's python3 with venv (ensurepip) and the tools Containerfile runs (useradd: passwd).
@@ -72,7 +86,6 @@ if [ "$debian_base" = 1 ]; then
   buildah add --quiet "$container" "$rootfs" /
   buildah config --env LANG=C.UTF-8 --cmd python3 "$container"
   buildah commit --quiet --rm "$container" "$base" >/dev/null
-  build_args+=(--build-arg "PYTHON_IMAGE=$base")
 fi
 
 echo "build_image: building $tag with $builder"

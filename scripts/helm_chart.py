@@ -11,7 +11,7 @@
    templates' checks (a template cannot read the schema).
 3. ``dashboards/*.json``: the chart's own copy of the repository's Grafana dashboards. A chart
    can only read files inside its directory (``.Files``), and ``helm package`` does not follow
-   symlinks portably, so the chart carries copies; tests/starlight_rabbitmq_chart fails when they differ.
+   symlinks portably, so the chart carries copies; a test fails when they differ.
 
 tests/starlight_rabbitmq_chart/test_chart_render.py runs ``--check``.
 """
