@@ -129,7 +129,15 @@ PY
   rm -rf "$src"
 }
 
-build_helm
-build_unittest
-build_etcd
-build_kube_apiserver
+timed() {  # step: runs it, and says how long it took when it built something
+  local start=$SECONDS
+  "$1"
+  if [ $((SECONDS - start)) -gt 1 ]; then
+    echo "k8s_tools: ${1#build_} took $((SECONDS - start)) s"
+  fi
+}
+
+timed build_helm
+timed build_unittest
+timed build_etcd
+timed build_kube_apiserver

@@ -75,7 +75,7 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- fail (printf "config.%s is set by the chart (from service.*, metrics.port, proxyProtocol.* or the pod's identity): remove it from config" $key) }}
 {{- end }}
 {{- end }}
-{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- if and (include "starlight-rabbitmq.fleet" .) .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret with tls.crt and tls.key" }}
 {{- end }}
 {{- if and .Values.proxyProtocol.enabled (not .Values.proxyProtocol.trustedNetworks) }}
