@@ -78,6 +78,13 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- if and (include "starlight-rabbitmq.fleet" .) .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret with tls.crt and tls.key" }}
 {{- end }}
+{{- if and (include "starlight-rabbitmq.fleet" .) (not .Values.pulsar.releaseName) }}
+{{- range $key := list "brokerServiceURL" "brokerWebServiceURL" "configurationStoreServers" }}
+{{- if not (get $.Values.config $key) }}
+{{- fail (printf "config.%s is needed when pulsar.releaseName is empty (no Pulsar release to take it from)" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.proxyProtocol.enabled (not .Values.proxyProtocol.trustedNetworks) }}
 {{- fail "proxyProtocol.enabled needs proxyProtocol.trustedNetworks: the CIDRs of the load balancer that sends the PROXY v2 header" }}
 {{- end }}
