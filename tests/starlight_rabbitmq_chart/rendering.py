@@ -32,6 +32,8 @@ EVERYTHING_ON_VALUES = (
     "secrets.values.brokerClientAuthenticationParameters=token:x,secrets.existingSecret=more",
     "--set",
     "workers=2,service.externalTrafficPolicy=Local",
+    "--set",
+    "autoscaling.behavior.scaleDown.stabilizationWindowSeconds=600",
 )
 
 EVERYTHING_ON = OPTIONAL_APIS + EVERYTHING_ON_VALUES
