@@ -268,7 +268,7 @@ def gateway_process(
         f"configurationStoreServers={zookeeper}\n"
         f"amqpListeners=amqp://127.0.0.1:{port}\n"
         f"amqpDefaultNamespace={namespace}\n"
-        "httpServerPort=0\n"
+        "metricsListener=http://127.0.0.1:0\n"
     )
     log = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}

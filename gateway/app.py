@@ -36,7 +36,7 @@ from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
 from gateway.server.server import StartupError
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.settings import ListenAddress, ProxyTrust, ServerSettings
 
 log = logging.getLogger("gateway")
 
@@ -45,9 +45,10 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
     """Translate configuration keys into what the protocol core and the shell need."""
     return ServerSettings(
         listeners=tuple(
-            ListenAddress(listener.scheme, listener.host, listener.port)
+            ListenAddress(listener.scheme, listener.host, listener.port, listener.path)
             for listener in config.amqpListeners
         ),
+        proxy_trust=ProxyTrust.parse(config.amqpProxyProtocolTrustedNetworks),
         connection=ConnectionSettings(
             channel_max=config.amqpSessionCountLimit,
             frame_max=config.amqpNetworkBufferSize,
@@ -141,6 +142,7 @@ class GatewayRuntime:
     backend: PulsarBackend
     store: MetadataStore
     admin: PulsarAdmin
+    client: PulsarClient
 
 
 @asynccontextmanager
@@ -180,7 +182,7 @@ async def open_gateway(
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
             nursery.start_soon(FleetDuties(resources).run)
             try:
-                yield GatewayRuntime(config, backend, store, admin)
+                yield GatewayRuntime(config, backend, store, admin, client)
             finally:
                 with trio.CancelScope(shield=True):
                     await backend.aclose()

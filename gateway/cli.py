@@ -20,8 +20,12 @@ from gateway.backend.interface import Backend
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.metadata.store import MetadataUnavailable
 from gateway.model.vhost import VhostMapper
+from gateway.observability.http import Endpoints, MetricsServer
+from gateway.observability.metrics import Identity
 from gateway.server.listeners import bind_tcp, reuse_port_supported
+from gateway.server.monitoring import Monitoring, worker_node
 from gateway.server.server import GatewayServer, StartupError
+from gateway.server.supervisor_metrics import SupervisorMetrics
 from gateway.server.workers import Supervisor, WorkerLink, worker_command
 
 log = logging.getLogger("gateway")
@@ -84,6 +88,7 @@ class _Stopper:
     def __init__(self, scope: trio.CancelScope) -> None:
         self._scope = scope
         self.server: GatewayServer | None = None
+        self.monitoring: Monitoring | None = None
         self.requested = False
 
     def request(self, why: str) -> None:
@@ -92,6 +97,8 @@ class _Stopper:
             self._scope.cancel()
             return
         self.requested = True
+        if self.monitoring is not None:
+            self.monitoring.draining()  # /readyz answers 503 from now on
         if self.server is None:
             log.info("%s during start-up: stopping", why)
             self._scope.cancel()
@@ -129,15 +136,39 @@ async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: 
         # a long load; connections are refused until serve() listens.
         await server.bind()
         try:
-            readiness = await load_every_vhost(runtime)
-            log.info("%s", readiness.summary())
-            async with trio.open_nursery() as nursery:
-                await nursery.start(server.serve)
-                stopper.server = server
-                if link is not None:
-                    await link.ready()
+            async with trio.open_nursery() as background:
+                # Served from the start: /healthz answers and /readyz says what is missing
+                # while the vhosts load.
+                monitoring = Monitoring(
+                    config,
+                    runtime,
+                    node=worker_node(config.node_name, None if link is None else link.index),
+                    listen=_metrics_address(config, link),
+                )
+                metrics_port = await background.start(monitoring.run)
+                stopper.monitoring = monitoring
+                readiness = await load_every_vhost(runtime)
+                monitoring.metadata_loaded()
+                log.info("%s", readiness.summary())
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(server.serve)
+                    monitoring.listening()
+                    stopper.server = server
+                    if link is not None:
+                        await link.ready(metrics_port)
+                background.cancel_scope.cancel()
         finally:
             server.close_sockets()
+
+
+def _metrics_address(config: GatewayConfig, link: WorkerLink | None) -> tuple[str, int] | None:
+    """Where this process serves /metrics: a worker of ``--workers`` on a free loopback port
+    that only its supervisor reads (the supervisor serves metricsListener, summed)."""
+    if config.metricsListener is None:
+        return None
+    if link is not None:
+        return ("127.0.0.1", 0)
+    return (config.metricsListener.host, config.metricsListener.port)
 
 
 @contextlib.asynccontextmanager
@@ -185,6 +216,8 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
     if settings.tls is not None:
         build_server_context(settings.tls)
     for listener in settings.listeners:
+        if listener.unix:
+            raise StartupError(f"{listener}: --workers cannot share a Unix socket listener")
         # Fail with one line here rather than once per worker: a bind without SO_REUSEPORT
         # is refused while anyone listens on the port, even a SO_REUSEPORT group.
         try:
@@ -200,7 +233,26 @@ async def supervise(args: argparse.Namespace, config: GatewayConfig) -> int:
             sys.executable, config=args.config, log_level=args.log_level, index=index, fd=fd
         ),
     )
-    code = await supervisor.run()
+    async with trio.open_nursery() as nursery:
+        if config.metricsListener is not None:
+            # One endpoint for the fleet of workers: their metrics summed.
+            summed = SupervisorMetrics(
+                supervisor, Identity(node=config.node_name, cluster=config.amqpClusterName)
+            )
+            endpoint = MetricsServer(
+                config.metricsListener.host,
+                config.metricsListener.port,
+                Endpoints(metrics=summed.metrics, readiness=summed.readiness),
+            )
+            try:
+                await nursery.start(endpoint.serve)
+            except OSError as error:
+                raise StartupError(
+                    f"cannot listen on metricsListener {config.metricsListener}: "
+                    f"{error.strerror or error}"
+                ) from None
+        code = await supervisor.run()
+        nursery.cancel_scope.cancel()
     log.info("stopped (exit code %d)", code)
     return code
 

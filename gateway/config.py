@@ -116,7 +116,8 @@ class Kind(enum.Enum):
     INT = "integer"
     BOOL = "boolean"
     STRING_LIST = "comma-separated list"
-    LISTENERS = "comma-separated amqp[s]:// URLs"
+    LISTENERS = "comma-separated amqp[s]:// or amqp+unix:// URLs"
+    NETWORKS = "comma-separated CIDR networks (or unix)"
     MECHANISMS = "comma-separated SASL mechanisms"
     TLS_PROTOCOLS = "comma-separated TLS versions"
     TLS_CIPHERS = "comma-separated cipher suites"
@@ -127,6 +128,8 @@ class Kind(enum.Enum):
     WEB_URL = "http:// URL"
     ZOOKEEPER = "ZooKeeper connection string"
     AUTH_PLUGIN = "authentication plugin"
+    METRICS_URL = "http://<host>:<port> URL, or empty"
+    TOPIC = "Pulsar topic name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,22 +210,51 @@ _PKCS12_ONLY = (
 )
 
 
+#: The scheme of a listener on a Unix domain socket: ``amqp+unix:///absolute/path.sock``.
+UNIX_SCHEME: Final = "amqp+unix"
+#: In amqpProxyProtocolTrustedNetworks: the peers of amqp+unix listeners.
+UNIX_PEERS: Final = "unix"
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     """One entry of ``amqpListeners``."""
 
-    scheme: str  # "amqp" or "amqps"
-    host: str  # without IPv6 brackets
-    port: int
+    scheme: str  # "amqp", "amqps" or "amqp+unix"
+    host: str  # without IPv6 brackets; "" for amqp+unix
+    port: int  # 0 for amqp+unix
+    path: str = ""  # the socket file of an amqp+unix listener
 
     @property
     def tls(self) -> bool:
         return self.scheme == "amqps"
 
     @property
+    def unix(self) -> bool:
+        return self.scheme == UNIX_SCHEME
+
+    @property
     def url(self) -> str:
+        if self.unix:
+            return f"{self.scheme}://{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsListener:
+    """``metricsListener``: where /metrics, /healthz and /readyz are served."""
+
+    host: str  # without IPv6 brackets
+    port: int  # 0: a free port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def __str__(self) -> str:
         return self.url
@@ -257,7 +289,9 @@ class GatewayConfig:
             "amqp://127.0.0.1:5672",
             """Addresses the gateway listens on for AMQP clients, comma-separated
             `amqp://<host>:<port>` or `amqps://<host>:<port>` (the port defaults to 5672 and
-            5671). An `amqps` listener needs a certificate (see TLS).""",
+            5671). An `amqps` listener needs a certificate (see TLS). `amqp+unix:///<absolute
+            path>` listens on a Unix domain socket (created with mode 0600; the Pulsar proxy
+            extension's relay uses one).""",
             _A,
         )
     )
@@ -740,16 +774,83 @@ class GatewayConfig:
             minimum=1,
         )
     )
-    httpServerPort: int = field(
+    metricsListener: MetricsListener | None = field(
         metadata=_key(
-            Kind.INT,
-            "8081",
-            """TCP port of the HTTP endpoint serving /metrics, /healthz and /readyz, bound on
-            all interfaces. 0 disables it.""",
+            Kind.METRICS_URL,
+            "http://0.0.0.0:15692",
+            """The HTTP listener serving /metrics (Prometheus), /healthz (the process is
+            alive) and /readyz (ready for clients: listening, ZooKeeper connected, Pulsar
+            reachable, metadata loaded, not draining), as `http://<host>:<port>`; 15692 is
+            RabbitMQ's Prometheus port. Port 0 picks a free port. Empty disables it. Replaces
+            the earlier `httpServerPort` key.""",
             _GW,
             ours=True,
-            minimum=0,
-            maximum=65535,
+        )
+    )
+    amqpClusterName: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "starlight-rabbitmq",
+            """The `rabbitmq_cluster` label of `rabbitmq_identity_info`: the name of the fleet
+            as RabbitMQ's dashboards show it. Give every replica of one fleet the same name.""",
+            _GW,
+            ours=True,
+        )
+    )
+    amqpNodeName: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "",
+            """The `rabbitmq_node` label of the metrics and the replica name in usage events:
+            this replica. Empty means `rabbit@<host name>` (RabbitMQ's node naming; in
+            Kubernetes the host name is the pod name). Give each replica its own.""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsEnabled: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "true",
+            """Publish one usage event per active vhost every usageEventsIntervalSeconds to
+            usageEventsTopic (the input of the Spark rollup; docs/observability.md).""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsTopic: str = field(
+        metadata=_key(
+            Kind.TOPIC,
+            "persistent://public/starlight-system/usage-events",
+            """The Pulsar topic of the usage events (its namespace is created if missing, with
+            producer deduplication on).""",
+            _GW,
+            ours=True,
+        )
+    )
+    usageEventsIntervalSeconds: int = field(
+        metadata=_key(
+            Kind.INT,
+            "10",
+            "Seconds per usage-event window.",
+            _GW,
+            ours=True,
+            minimum=1,
+        )
+    )
+    amqpProxyProtocolTrustedNetworks: tuple[str, ...] = field(
+        metadata=_key(
+            Kind.NETWORKS,
+            "",
+            """Peers allowed to send a PROXY protocol v2 header (HAProxy `send-proxy-v2`, a
+            cloud load balancer, the Pulsar proxy extension's relay): comma-separated CIDR
+            networks such as `10.0.0.0/8` or `127.0.0.1/32`, and `unix` for the peers of
+            amqp+unix listeners. A connection from such a peer must start with the header,
+            and the client address it carries is the connection's peer in logs, login
+            throttling and authorization. A PROXY header from any other peer is refused.
+            Empty: no PROXY header is accepted.""",
+            _GW,
+            ours=True,
         )
     )
     zooKeeperSessionTimeoutMs: int = field(
@@ -806,6 +907,11 @@ class GatewayConfig:
     def zookeeper_session_timeout(self) -> float:
         """ZooKeeper session timeout in seconds, as kazoo's ``timeout`` wants it."""
         return self.zooKeeperSessionTimeoutMs / 1000.0
+
+    @property
+    def node_name(self) -> str:
+        """``amqpNodeName``, or ``rabbit@<host name>`` when it is empty."""
+        return self.amqpNodeName or f"rabbit@{socket.gethostname()}"
 
     @property
     def tls_listeners(self) -> tuple[Listener, ...]:
@@ -1006,8 +1112,12 @@ def _parse_listener(item: str) -> Listener:
     if not match:
         raise _Invalid(f"{what} is not of the form amqp[s]://<host>:<port>")
     scheme = match["scheme"].lower()
+    if scheme == UNIX_SCHEME:
+        return _parse_unix_listener(match["rest"], what)
     if scheme not in ("amqp", "amqps"):
-        raise _Invalid(f"{what} has scheme {_show(match['scheme'])}; use amqp:// or amqps://")
+        raise _Invalid(
+            f"{what} has scheme {_show(match['scheme'])}; use amqp:// or amqps:// (or amqp+unix:///path)"
+        )
     hostport = match["rest"]
     if hostport.endswith("/"):
         hostport = hostport[:-1]
@@ -1017,20 +1127,55 @@ def _parse_listener(item: str) -> Listener:
     return Listener(scheme=scheme, host=host, port=port)
 
 
+# Linux's sun_path is 108 bytes including the terminating NUL.
+_UNIX_PATH_MAX: Final = 107
+
+
+def _parse_unix_listener(path: str, what: str) -> Listener:
+    """``amqp+unix:///absolute/path``: what follows ``//`` is the absolute path."""
+    if not path.startswith("/") or path == "/":
+        raise _Invalid(f"{what} must be amqp+unix:///<absolute path of the socket file>")
+    if path.endswith("/") or "\x00" in path or any(c.isspace() for c in path):
+        raise _Invalid(f"{what} has an invalid socket path {_show(path)}")
+    if len(os.fsencode(path)) > _UNIX_PATH_MAX:
+        raise _Invalid(f"{what}: the socket path is longer than {_UNIX_PATH_MAX} bytes")
+    return Listener(scheme=UNIX_SCHEME, host="", port=0, path=path)
+
+
 def _parse_listeners(spec: ConfigKey, text: str) -> tuple[Listener, ...]:
     items = _split_list(text)
     if not items:
         raise _Invalid("must list at least one amqp:// or amqps:// listener")
     listeners: list[Listener] = []
-    seen: dict[tuple[str, int], Listener] = {}
+    seen: dict[tuple[str, int, str], Listener] = {}
     for item in items:
         listener = _parse_listener(item)
-        previous = seen.get((listener.host, listener.port))
+        address = (listener.host, listener.port, listener.path)
+        previous = seen.get(address)
         if previous is not None:
             raise _Invalid(f"listeners {previous.url} and {listener.url} use the same address")
-        seen[(listener.host, listener.port)] = listener
+        seen[address] = listener
         listeners.append(listener)
     return tuple(listeners)
+
+
+def _parse_networks(spec: ConfigKey, text: str) -> tuple[str, ...]:
+    """CIDR networks in their canonical form (``10.1.2.3/8`` is refused: host bits set), and
+    ``unix``."""
+    result = []
+    for item in _split_list(text):
+        if item.lower() == UNIX_PEERS:
+            result.append(UNIX_PEERS)
+            continue
+        try:
+            network = ipaddress.ip_network(item, strict=True)
+        except ValueError as error:
+            raise _Invalid(
+                f"{_show(item)} is not a CIDR network such as 10.0.0.0/8 or 127.0.0.1/32, "
+                f"nor unix ({error})"
+            ) from None
+        result.append(str(network))
+    return _dedupe(result)
 
 
 def _parse_mechanisms(spec: ConfigKey, text: str) -> tuple[str, ...]:
@@ -1201,6 +1346,37 @@ def _parse_auth_plugin(spec: ConfigKey, text: str) -> str:
     return text
 
 
+def _parse_metrics_url(spec: ConfigKey, text: str) -> MetricsListener | None:
+    if not text:
+        return None
+    what = f"{_show(text)}"
+    match = _URL_RE.fullmatch(text)
+    if not match or match["scheme"].lower() != "http":
+        raise _Invalid(f"{what} is not of the form http://<host>:<port> (or empty to disable)")
+    hostport = match["rest"].rstrip("/")
+    if any(c in hostport for c in "/?#@"):
+        raise _Invalid(f"{what} must be only http://<host>:<port> (no path, user or query)")
+    # Port 0 is allowed here (a free port), unlike the AMQP listeners.
+    if hostport.endswith(":0"):
+        host, _ = _split_host_port(hostport[:-2], what, 15692)
+        return MetricsListener(host, 0)
+    host, port = _split_host_port(hostport, what, 15692)
+    return MetricsListener(host, port)
+
+
+_TOPIC_RE: Final = re.compile(r"persistent://([^/\s]+)/([^/\s]+)/([^/\s]+)")
+
+
+def _parse_topic(spec: ConfigKey, text: str) -> str:
+    match = _TOPIC_RE.fullmatch(text)
+    if not match or not all(_PULSAR_NAME_RE.fullmatch(part) for part in match.groups()):
+        raise _Invalid(
+            "must be persistent://<tenant>/<namespace>/<topic> (Pulsar names: letters, digits "
+            "and _ - = : .)" + _got(spec, text)
+        )
+    return text
+
+
 _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.STRING: _parse_string,
     Kind.HOST: _parse_host,
@@ -1209,6 +1385,7 @@ _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.BOOL: _parse_bool,
     Kind.STRING_LIST: _parse_string_list,
     Kind.LISTENERS: _parse_listeners,
+    Kind.NETWORKS: _parse_networks,
     Kind.MECHANISMS: _parse_mechanisms,
     Kind.TLS_PROTOCOLS: _parse_tls_protocols,
     Kind.TLS_CIPHERS: _parse_tls_ciphers,
@@ -1219,6 +1396,8 @@ _PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.WEB_URL: _parse_web_url,
     Kind.ZOOKEEPER: _parse_zookeeper,
     Kind.AUTH_PLUGIN: _parse_auth_plugin,
+    Kind.METRICS_URL: _parse_metrics_url,
+    Kind.TOPIC: _parse_topic,
 }
 
 

@@ -9,6 +9,7 @@ found it, and a stack started by `make stack-up` stays up.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,11 @@ from typing import Protocol
 import pytest
 
 REPO_DIR = Path(__file__).resolve().parent.parent
+
+# Every gateway a test starts as a process serves its metrics on a free loopback port, unless
+# the test says otherwise: the default (0.0.0.0:15692) would collide between gateways run at
+# the same time (STARLIGHT_<key> overrides the configuration file).
+os.environ.setdefault("STARLIGHT_metricsListener", "http://127.0.0.1:0")
 
 
 class StackEndpoints(Protocol):

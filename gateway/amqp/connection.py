@@ -76,6 +76,7 @@ from gateway.amqp.framing import (
     method_frame,
 )
 from gateway.amqp.properties import MessageProperties, encode_properties
+from gateway.amqp.proxy_protocol import looks_like_proxy_header
 
 __all__ = [
     "ConnectionSettings",
@@ -289,9 +290,7 @@ class ServerConnection:
             # §4.2.2: answer with the header we do support, then close.
             self._write(PROTOCOL_HEADER)
             self._state = _CLOSED
-            events.append(
-                ev.ConnectionTerminated(f"unsupported protocol header {bytes(self._header)!r}")
-            )
+            events.append(ev.ConnectionTerminated(_bad_header_reason(bytes(self._header))))
             return None
         start = commands.Connection.Start(
             version_major=0,
@@ -945,3 +944,13 @@ def _raw_properties(header: HeaderLike) -> bytes:
     if isinstance(header, MessageProperties):
         return encode_properties(header)
     return bytes(header.marshal())
+
+
+def _bad_header_reason(header: bytes) -> str:
+    if looks_like_proxy_header(header):
+        # A load balancer sends PROXY headers; only listeners told to trust it read them.
+        return (
+            "PROXY protocol header from a peer not in amqpProxyProtocolTrustedNetworks "
+            "(refused: only trusted proxies may say who the client is)"
+        )
+    return f"unsupported protocol header {header!r}"

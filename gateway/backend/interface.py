@@ -38,6 +38,8 @@ class QueueStatus:
     name: str
     message_count: int
     consumer_count: int
+    # The declare created the queue (rabbitmq_queues_created_total counts these).
+    created: bool = False
 
 
 class Delivery(Protocol):

@@ -131,6 +131,18 @@ class PulsarClient:
         return self._token
 
     @property
+    def wrapper(self) -> Any:
+        """The ``pulsar.Client`` (its high-level API, e.g. schema producers)."""
+        return self._wrapper
+
+    def open_counts(self) -> tuple[int, int]:
+        """(producers, consumers) open on this client (metrics)."""
+        from gateway.pulsar.producer import TrioProducer
+
+        producers = sum(1 for child in self._children if isinstance(child, TrioProducer))
+        return producers, len(self._children) - producers
+
+    @property
     def native(self) -> Any:
         """The ``_pulsar.Client`` (escape hatch for benchmarks and tests)."""
         return self._native

@@ -15,6 +15,7 @@ blocks the trio thread and never sees more than it can queue.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.bridge import (
     NativeCall,
     TrioWaker,
@@ -40,6 +42,11 @@ Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
 
 # submit() yields to the scheduler at least this often even when slots are free.
 _YIELD_EVERY = 16
+
+
+# Pulsar send latency (send_async → its callback handled) is timed for one send in SEND_SAMPLE
+# (a power of two): starlight_pulsar_send_seconds.
+SEND_SAMPLE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,16 @@ def _native_config(options: ProducerOptions) -> Any:
 class SendHandle:
     """The future result of one send. Complete on the trio thread, in send order."""
 
-    __slots__ = ("_callbacks", "_error", "_event", "_native_id", "_producer", "_result", "_state")
+    __slots__ = (
+        "_callbacks",
+        "_error",
+        "_event",
+        "_native_id",
+        "_producer",
+        "_result",
+        "_started",
+        "_state",
+    )
 
     _PENDING, _OK, _FAILED = 0, 1, 2
 
@@ -106,6 +122,8 @@ class SendHandle:
         self._error: PulsarClientError | None = None
         self._event: trio.Event | None = None
         self._callbacks: list[Callable[[SendHandle], None]] | None = None
+        # perf_counter() at send_async for one send in SEND_SAMPLE (0.0: not timed).
+        self._started = 0.0
 
     # C++ thread (io thread), or the trio thread when send_async fails synchronously.
     def _native_done(self, result: Any, native_id: Any) -> None:
@@ -121,6 +139,8 @@ class SendHandle:
 
     # Trio thread (TrioProducer._drain), in order.
     def _finish(self) -> None:
+        if self._started:
+            COUNTERS.pulsar_send_seconds.observe(time.perf_counter() - self._started)
         if is_ok(self._result):
             self._state = self._OK
         else:
@@ -206,6 +226,7 @@ class TrioProducer:
         self._completed: deque[SendHandle] = deque()
         self._waker = TrioWaker(self._drain, client.token)
         self._in_flight = 0
+        self._sends = 0  # for sampling the send latency
         self._submits = 0
         self._closed = False
         # Read by ProducerCache to find idle producers.
@@ -337,6 +358,9 @@ class TrioProducer:
             raise
         self._in_flight += 1
         self.last_used = trio.current_time()
+        self._sends += 1
+        if not self._sends & (SEND_SAMPLE - 1):
+            handle._started = time.perf_counter()
         try:
             self._native.send_async(message, handle._native_done)
         except BaseException:

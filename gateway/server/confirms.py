@@ -9,22 +9,32 @@ one ``multiple=True`` ack: under load that is one frame for many messages, as Ra
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 import trio
 
 from gateway.backend.interface import Stored
+from gateway.observability.counters import Histogram
 
 log = logging.getLogger("gateway.confirms")
 
 # send(delivery_tag, multiple, ok): queue a Basic.Ack (ok) or Basic.Nack on the channel.
 SendConfirm = Callable[[int, bool, bool], Awaitable[None]]
 
+# Publish→confirm latency is timed for one message in SAMPLE_EVERY (a power of two): reading
+# the clock twice per message would cost more than all the counting of the publish path, and
+# a sample of thousands a second describes the distribution as well.
+SAMPLE_EVERY = 16
+
 
 class ConfirmQueue:
-    def __init__(self, send: SendConfirm) -> None:
+    def __init__(self, send: SendConfirm, latency: Histogram | None = None) -> None:
+        """``latency``: where the sampled publish→confirm seconds go (none: not timed)."""
         self._send = send
+        self._latency = latency
+        self._sampled: dict[int, float] = {}
         self._waiting: deque[tuple[int, Stored]] = deque()
         self._arrived = trio.Event()
         self._next_seq = 1
@@ -34,6 +44,8 @@ class ConfirmQueue:
         """Track the next published message; returns its sequence number (delivery tag)."""
         seq = self._next_seq
         self._next_seq += 1
+        if not seq & (SAMPLE_EVERY - 1) and self._latency is not None:
+            self._sampled[seq] = time.perf_counter()
         self._waiting.append((seq, stored))
         self._arrived.set()
         return seq
@@ -56,6 +68,7 @@ class ConfirmQueue:
                 self._waiting.popleft()
                 if ok_upto:
                     await self._ack_upto(ok_upto)
+                self._observe(seq)
                 await self._send(seq, False, False)
                 self._confirmed_upto = seq
                 ok_upto = 0
@@ -63,7 +76,15 @@ class ConfirmQueue:
                 self._waiting.popleft()
                 ok_upto = seq
 
+    def _observe(self, upto: int) -> None:
+        """Time the sampled messages up to ``upto``, now that their confirm goes out."""
+        if self._sampled and self._latency is not None:
+            now = time.perf_counter()
+            for sampled in [s for s in self._sampled if s <= upto]:
+                self._latency.observe(now - self._sampled.pop(sampled))
+
     async def _ack_upto(self, seq: int) -> None:
+        self._observe(seq)
         multiple = seq - self._confirmed_upto > 1
         self._confirmed_upto = seq
         await self._send(seq, multiple, True)

@@ -21,10 +21,12 @@ import trio
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError
+from gateway.amqp.proxy_protocol import Command, ProxyHeaderError, ProxyHeaderReader
 from gateway.auth.authenticator import AuthenticationFailed, Authenticator, PeerIdentity
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_identity import common_name
 from gateway.backend.interface import Backend, Owner
+from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
 
@@ -49,10 +51,13 @@ class ClientConnection:
         peer: PeerIdentity,
         *,
         throttle: FailureThrottle | None = None,
+        proxy_header: bool = False,
     ) -> None:
         """``stream`` may be a ``trio.SSLStream`` not yet shaken hands (amqps listeners): the
         TLS handshake then runs first, under the same handshake deadline as the AMQP one.
-        ``throttle``: delays refusing repeated login failures from one address."""
+        ``throttle``: delays refusing repeated login failures from one address.
+        ``proxy_header``: the peer is a trusted proxy, so the connection starts with a PROXY
+        protocol v2 header (before TLS) naming the real client, who becomes ``peer``."""
         self._stream = stream
         self._throttle = throttle
         self._settings = settings
@@ -77,9 +82,15 @@ class ClientConnection:
         # connection from another task (the timer, when the peer stopped sending heartbeats).
         self._reader_scope = trio.CancelScope()
         self._tls_pending = isinstance(stream, trio.SSLStream)
+        self._proxy_pending = proxy_header
+        # A PROXY LOCAL header: the proxy itself connected (a health check), nobody relayed.
+        self._proxy_local = False
         self._close_deadline_set = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
+        # Set once the vhost is open: its counters count this connection until it ends.
+        self._counts: VhostCounters | None = None
+        COUNTERS.connections_opened += 1
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -100,6 +111,10 @@ class ClientConnection:
         finally:
             await self._close_session()
             await trio.aclose_forcefully(self._stream)
+            COUNTERS.connections_closed += 1
+            if self._counts is not None:
+                self._counts.connection_closed()
+                self._counts = None
             self._log_closed()
             self.finished.set()
 
@@ -116,6 +131,8 @@ class ClientConnection:
     async def _read_loop(self) -> None:
         self._reader_scope.deadline = trio.current_time() + self._settings.handshake_timeout
         with self._reader_scope:
+            if self._proxy_pending and not await self._read_proxy_header():
+                return
             if self._tls_pending and not await self._tls_handshake():
                 return
             while not self.protocol.is_closed:
@@ -125,6 +142,7 @@ class ClientConnection:
                     data = bytes(await self._stream.receive_some(READ_SIZE))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
+                COUNTERS.incoming_bytes += len(data)
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug(
                         "recv %s %d bytes %r",
@@ -140,8 +158,47 @@ class ClientConnection:
                     self._record_reason("client closed the socket")
                     return
         if self._reader_scope.cancelled_caught and not self.opened:
+            if self._proxy_pending:
+                self._record_reason("no complete PROXY protocol header in time")
             tls = "TLS " if self._tls_pending else ""
             self._record_reason(f"{tls}handshake not completed in time")
+
+    async def _read_proxy_header(self) -> bool:
+        """Read the PROXY v2 header a trusted proxy sends first; False (reason recorded) if
+        there is none. Reads exactly the header's bytes, so the client's first bytes (AMQP,
+        or a TLS client hello) stay in the socket for what comes next."""
+        transport = (
+            self._stream.transport_stream
+            if isinstance(self._stream, trio.SSLStream)
+            else self._stream
+        )
+        reader = ProxyHeaderReader()
+        while (needed := reader.bytes_needed()) > 0:
+            try:
+                data = bytes(await transport.receive_some(needed))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self._record_reason("peer closed the socket before its PROXY protocol header ended")
+                return False
+            try:
+                reader.feed(data)
+            except ProxyHeaderError as error:
+                # One log line, as for a bad AMQP protocol header; nothing is sent back (the
+                # peer is a proxy that did not speak the protocol it was trusted for).
+                self._record_reason(
+                    f"refused: bad PROXY protocol header from a trusted peer: {error}"
+                )
+                return False
+        header = reader.header
+        assert header is not None  # bytes_needed() is 0 only once the header is complete
+        self._proxy_pending = False
+        if header.command is Command.LOCAL:
+            self._proxy_local = True
+        elif header.source_address is not None:
+            log.debug("PROXY header: %s is relaying %s", self.peer.address, header.source_address)
+            self.peer = dataclasses.replace(self.peer, address=header.source_address)
+        return True
 
     async def _tls_handshake(self) -> bool:
         """Shake hands on an amqps connection; False (reason recorded) when it fails.
@@ -178,7 +235,9 @@ class ClientConnection:
                 with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
                     while len(chunks) < WRITE_BATCH:
                         chunks.append(self._outbox_reader.receive_nowait())
-                await self._stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                await self._stream.send_all(data)
+                COUNTERS.outgoing_bytes += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._record_reason("client stopped reading (socket broken)")
         finally:
@@ -250,6 +309,7 @@ class ClientConnection:
             events = self.protocol.take_events()
 
     def _close_for(self, channel: int, error: AMQPError) -> None:
+        COUNTERS.protocol_error(error.reply_code)
         if error.is_hard or channel == 0:
             self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
             self.protocol.close_connection(error)
@@ -284,6 +344,7 @@ class ClientConnection:
             # exclusive queues gone and its unacknowledged messages back in their queues.
             await self._close_session()
         elif isinstance(event, ev.ConnectionErrored):
+            COUNTERS.protocol_error(event.error.reply_code)
             self._record_reason(
                 f"closed by server: {event.error.reply_code} {event.error.reply_text}"
             )
@@ -311,15 +372,19 @@ class ClientConnection:
             self._record_reason(f"vhost refused: {error.reply_code} {error.reply_text}")
             self.protocol.refuse_vhost(error.reply_code, error.reply_text)
             return
-        self._session = AMQPSession(handle, self)
+        self._counts = COUNTERS.vhost(vhost)
+        self._counts.connection_opened()
+        self._session = AMQPSession(handle, self, self._counts)
         self.protocol.accept_vhost()
 
     async def _login(self, event: ev.LoginRequested) -> None:
+        COUNTERS.auth_attempts += 1
         try:
             self.user = await self._authenticator.authenticate(
                 event.mechanism, event.response, self.peer
             )
         except AuthenticationFailed as failure:
+            COUNTERS.auth_failed(event.mechanism)
             self._record_reason(f"authentication failed: {failure}")
             await self._failure_delay()
             self.protocol.refuse_login(str(failure))
@@ -349,7 +414,10 @@ class ClientConnection:
             self.close_reason = reason
 
     def _log_closed(self) -> None:
-        log.info(
+        # A proxy's health check (PROXY LOCAL, then nothing) is not a client: keep it quiet.
+        quiet = self._proxy_local and self.user is None
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "connection closed peer=%s vhost=%s user=%s reason=%s",
             self.peer.address,
             self.vhost,

@@ -16,7 +16,9 @@ gateway needs both things it cannot do:
 from __future__ import annotations
 
 import errno
+import os
 import socket as stdlib_socket
+import stat
 
 import trio
 
@@ -70,6 +72,32 @@ async def bind_tcp(host: str, port: int, *, reuse_port: bool) -> list[trio.socke
     if not sockets:
         raise OSError(errno.EAFNOSUPPORT, f"no usable address family for {host!r}")
     return sockets
+
+
+async def bind_unix(path: str) -> trio.socket.SocketType:
+    """A bound, not yet listening, Unix domain socket at ``path``, readable and writable by
+    this user only (mode 0600): whoever can connect may send PROXY headers when the listener
+    is trusted for them.
+
+    A socket file left behind by a previous run is replaced; any other file is not touched.
+    """
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    try:
+        # The socket file gets its mode from the umask at bind time: create it private.
+        previous = os.umask(0o177)
+        try:
+            await sock.bind(path)
+        finally:
+            os.umask(previous)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def start_listening(sock: trio.socket.SocketType) -> trio.SocketListener:

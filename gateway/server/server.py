@@ -7,7 +7,9 @@ the connection does the TLS handshake itself, under its handshake deadline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from functools import partial
 
@@ -19,8 +21,8 @@ from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_reload import ReloadingContext
 from gateway.backend.interface import Backend
 from gateway.server.connection import ClientConnection
-from gateway.server.listeners import bind_tcp, start_listening
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.listeners import bind_tcp, bind_unix, start_listening
+from gateway.server.settings import UNIX_SCHEME, ListenAddress, ServerSettings
 
 log = logging.getLogger("gateway.server")
 
@@ -57,6 +59,7 @@ class GatewayServer:
         self._sockets: list[trio.socket.SocketType] = []
         # The listener address each socket of _sockets was bound for (its scheme decides TLS).
         self._socket_addresses: list[ListenAddress] = []
+        self._unlinked: set[str] = set()
         self._tls = self._load_tls(settings)
         self._throttle = FailureThrottle(max_delay=settings.login_failure_max_delay)
         self.stopped = trio.Event()
@@ -80,7 +83,7 @@ class GatewayServer:
     def listening(self) -> list[ListenAddress]:
         """Each bound socket as its listener, with the real port (port 0 resolved)."""
         return [
-            ListenAddress(address.scheme, host, port)
+            address if address.unix else ListenAddress(address.scheme, host, port)
             for (host, port), address in zip(self.bound, self._socket_addresses, strict=True)
         ]
 
@@ -116,13 +119,22 @@ class GatewayServer:
                 raise
             self._sockets = sockets
             self._socket_addresses = addresses
-            self.bound = [sock.getsockname()[:2] for sock in sockets]
+            # A Unix socket's name is its path: (path, 0) keeps the (host, port) shape.
+            self.bound = [
+                (address.path, 0) if address.unix else sock.getsockname()[:2]
+                for sock, address in zip(sockets, addresses, strict=True)
+            ]
         return self.bound
 
     def close_sockets(self) -> None:
         """Close what ``bind`` opened when ``serve`` will not run (start-up failed)."""
-        for sock in self._sockets:
+        for sock, address in zip(self._sockets, self._socket_addresses, strict=True):
             sock.close()
+            if address.unix and address.path not in self._unlinked:
+                # The socket file would refuse connections forever: remove it with the socket.
+                self._unlinked.add(address.path)
+                with contextlib.suppress(OSError):
+                    os.unlink(address.path)
 
     async def serve(
         self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED
@@ -150,7 +162,11 @@ class GatewayServer:
                         acceptors.start_soon(
                             partial(
                                 trio.serve_listeners,
-                                partial(self._handle_stream, tls=address.scheme == "amqps"),
+                                partial(
+                                    self._handle_stream,
+                                    tls=address.scheme == "amqps",
+                                    unix=address.unix,
+                                ),
                                 [listener],
                                 handler_nursery=connections,
                             )
@@ -172,9 +188,15 @@ class GatewayServer:
         log.info("stopped")
 
     async def _bind(self, address: ListenAddress) -> list[trio.socket.SocketType]:
-        if address.scheme not in ("amqp", "amqps"):
-            raise StartupError(f"{address}: unknown listener scheme (amqp:// or amqps://)")
+        if address.scheme not in ("amqp", "amqps", UNIX_SCHEME):
+            raise StartupError(
+                f"{address}: unknown listener scheme (amqp://, amqps:// or amqp+unix://)"
+            )
         try:
+            if address.unix:
+                if self._reuse_port:
+                    raise StartupError(f"{address}: --workers cannot share a Unix socket")
+                return [await bind_unix(address.path)]
             return await bind_tcp(address.host, address.port, reuse_port=self._reuse_port)
         except OSError as error:
             raise StartupError(f"cannot listen on {address}: {error.strerror or error}") from None
@@ -191,10 +213,17 @@ class GatewayServer:
             for connection in list(self._connections):
                 await connection.finished.wait()
 
-    async def _handle_stream(self, stream: trio.SocketStream, *, tls: bool = False) -> None:
+    async def _handle_stream(
+        self, stream: trio.SocketStream, *, tls: bool = False, unix: bool = False
+    ) -> None:
         try:
-            host, port = stream.socket.getpeername()[:2]
-            peer = PeerIdentity(address=f"{host}:{port}")
+            if unix:
+                # The relay's end of a Unix socket has no name worth logging: say which socket.
+                peer_host = None
+                peer = PeerIdentity(address=f"unix:{stream.socket.getsockname()}")
+            else:
+                peer_host, port = stream.socket.getpeername()[:2]
+                peer = PeerIdentity(address=f"{peer_host}:{port}")
         except OSError:
             # The client hung up between accept and here; there is nobody to serve.
             await trio.aclose_forcefully(stream)
@@ -210,6 +239,7 @@ class GatewayServer:
             self._backend,
             peer,
             throttle=self._throttle,
+            proxy_header=self._settings.proxy_trust.trusts(peer_host),
         )
         self._connections.add(connection)
         try:

@@ -33,6 +33,7 @@ from gateway.backend.interface import (
 )
 from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
+from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.stall_watch import StallWatch
 
@@ -93,6 +94,7 @@ class ChannelState:
     # still ack them, and that must not be an unknown-tag error.
     forgotten: set[int] = field(default_factory=set)
     credit_changed: trio.Event = field(default_factory=trio.Event)
+    publisher: bool = False  # has published: one of rabbitmq_global_publishers
 
     def take_tag(self) -> int:
         tag = self.next_tag
@@ -131,9 +133,14 @@ def _error_for(method: Any, code: int, text: str) -> AMQPError:
 
 
 class AMQPSession:
-    def __init__(self, vhost: VirtualHost, link: SessionLink) -> None:
+    def __init__(
+        self, vhost: VirtualHost, link: SessionLink, counts: VhostCounters | None = None
+    ) -> None:
+        """``counts``: the vhost's counters (docs/observability.md); the publish, deliver and
+        ack paths add to its plain int attributes, which costs a few increments a message."""
         self._vhost = vhost
         self._link = link
+        self._counts = counts if counts is not None else VhostCounters("")
         self._protocol = link.protocol
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
         self._channels: dict[int, ChannelState] = {}
@@ -169,18 +176,28 @@ class AMQPSession:
             await self._method(event.channel, event.method)
         elif isinstance(event, ev.ChannelOpened):
             self._channels[event.channel] = ChannelState(event.channel)
+            self._counts.channels += 1
+            COUNTERS.channels_opened += 1
         elif isinstance(event, ev.FlowRequested):
             state = self._channels.get(event.channel)
             if state is not None:
                 state.flow_active = event.active
                 state.signal_credit()
         elif isinstance(event, ev.ChannelErrored | ev.ChannelClosed):
+            if isinstance(event, ev.ChannelErrored):
+                COUNTERS.protocol_error(event.error.reply_code)
             await self.channel_closed(event.channel)
 
     async def channel_closed(self, channel: int) -> None:
         """The channel is closing or closed: stop its work and give its messages back."""
         state = self._channels.pop(channel, None)
         if state is not None:
+            counts = self._counts
+            counts.channels -= 1
+            COUNTERS.channels_closed += 1
+            if state.publisher:
+                counts.publishers -= 1
+            counts.consumers -= len(state.consumers)
             await self._release_channel(state)
 
     async def close(self) -> None:
@@ -253,6 +270,9 @@ class AMQPSession:
             owner=self._link.owner,
         )
         state.last_queue = status.name
+        COUNTERS.queues_declared += 1
+        if status.created:
+            COUNTERS.queues_created += 1
         if not method.nowait:
             self._protocol.send_queue_declare_ok(
                 state.number, status.name, status.message_count, status.consumer_count
@@ -297,10 +317,26 @@ class AMQPSession:
         if state is None:
             return
         message = Message(event.exchange, event.routing_key, event.header, event.body)
+        counts = self._counts
+        size = len(event.body)
+        counts.received += 1
+        counts.received_bytes += size
+        COUNTERS.message_sizes.observe(size)
+        if not state.publisher:
+            state.publisher = True
+            counts.publishers += 1
         try:
             outcome = await self._publish_or_block(message, event.mandatory)
         except AMQPError as error:
             raise error.with_method(*_BASIC_PUBLISH) from None
+        if outcome.routed:
+            counts.routed += 1
+            counts.routed_bytes += size
+        elif event.mandatory:
+            counts.unroutable_returned += 1
+            counts.returned_bytes += size
+        else:
+            counts.unroutable_dropped += 1
         if not outcome.routed and event.mandatory:
             # RabbitMQ sends the Return before the confirm of the same message.
             self._protocol.send_return(
@@ -313,6 +349,7 @@ class AMQPSession:
                 event.body,
             )
         if state.confirms is not None:
+            counts.received_confirm += 1
             state.confirms.add(outcome.stored)
 
     async def _publish_or_block(self, message: Message, mandatory: bool) -> PublishOutcome:
@@ -328,15 +365,25 @@ class AMQPSession:
     async def _confirm_select(self, state: ChannelState, method: Any) -> None:
         if state.confirms is None:
             channel = state.number
+            counts = self._counts
+            confirmed_upto = 0
 
             async def send_confirm(tag: int, multiple: bool, ok: bool) -> None:
+                # Tags are sequential on a confirm channel: this frame settles every message
+                # after the previous confirm up to ``tag``.
+                nonlocal confirmed_upto
+                settled, confirmed_upto = tag - confirmed_upto, tag
+                if ok:
+                    counts.confirmed += settled
+                else:
+                    counts.nacked_publishes += settled
                 if ok:
                     self._protocol.send_ack(channel, tag, multiple)
                 else:
                     self._protocol.send_nack(channel, tag, multiple)
                 await self._link.flush()
 
-            state.confirms = ConfirmQueue(send_confirm)
+            state.confirms = ConfirmQueue(send_confirm, COUNTERS.publish_confirm_seconds)
             state.confirm_scope = trio.CancelScope()
             self._link.nursery.start_soon(
                 self._run_in_scope, state.confirm_scope, state.confirms.run
@@ -376,6 +423,7 @@ class AMQPSession:
         )
         consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
         state.consumers[tag] = consumer
+        self._counts.consumers += 1
         if not method.nowait:
             self._protocol.send_method(state.number, commands.Basic.ConsumeOk(consumer_tag=tag))
         # Consume-Ok must reach the client before the first Deliver of this consumer.
@@ -383,6 +431,7 @@ class AMQPSession:
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
     async def _deliver_loop(self, state: ChannelState, consumer: Consumer) -> None:
+        counts = self._counts
         with consumer.scope:
             try:
                 while True:
@@ -401,6 +450,15 @@ class AMQPSession:
                         state.unacked[tag] = Unacked(delivery, consumer)
                         consumer.unacked += 1
                     message = delivery.message
+                    size = len(message.body)
+                    counts.delivered_bytes += size
+                    if consumer.no_ack:
+                        counts.delivered_consume_auto_ack += 1
+                        counts.acknowledged_bytes += size
+                    else:
+                        counts.delivered_consume_manual_ack += 1
+                    if delivery.redelivered:
+                        counts.redelivered += 1
                     self._protocol.send_deliver(
                         state.number,
                         consumer.tag,
@@ -436,6 +494,7 @@ class AMQPSession:
         """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does."""
         if state.consumers.pop(consumer.tag, None) is None:
             return
+        self._counts.consumers -= 1
         await self._forget_consumer(state, consumer)
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
         await self._link.flush()
@@ -443,6 +502,7 @@ class AMQPSession:
     async def _basic_cancel(self, state: ChannelState, method: Any) -> None:
         consumer = state.consumers.pop(method.consumer_tag, None)
         if consumer is not None:
+            self._counts.consumers -= 1
             consumer.scope.cancel()
             await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
@@ -472,14 +532,24 @@ class AMQPSession:
     async def _basic_get(self, state: ChannelState, method: Any) -> None:
         queue = self._queue_name(state, method.queue)
         got = await self._vhost.get(queue, owner=self._link.owner)
+        counts = self._counts
         if got is None:
+            counts.get_empty += 1
             self._protocol.send_method(state.number, commands.Basic.GetEmpty())
             return
         delivery, remaining = got
         tag = state.take_tag()
-        if not method.no_ack:
-            state.unacked[tag] = Unacked(delivery, None)
         message = delivery.message
+        size = len(message.body)
+        counts.delivered_bytes += size
+        if delivery.redelivered:
+            counts.redelivered += 1
+        if method.no_ack:
+            counts.delivered_get_auto_ack += 1
+            counts.acknowledged_bytes += size
+        else:
+            counts.delivered_get_manual_ack += 1
+            state.unacked[tag] = Unacked(delivery, None)
         self._protocol.send_get_ok(
             state.number,
             tag,
@@ -524,10 +594,13 @@ class AMQPSession:
                     return
                 raise amqp_error(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
             entries = [entry]
+        counts = self._counts
         for entry in entries:
             if entry.consumer is not None:
                 entry.consumer.unacked -= 1
             if requeue is None:
+                counts.acknowledged += 1
+                counts.acknowledged_bytes += len(entry.delivery.message.body)
                 await entry.delivery.ack()
             else:
                 await entry.delivery.reject(requeue)

@@ -2,20 +2,66 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_context import TlsSettings
 
+UNIX_SCHEME = "amqp+unix"
+
 
 @dataclass(frozen=True)
 class ListenAddress:
-    scheme: str  # "amqp" or "amqps"
+    scheme: str  # "amqp", "amqps" or "amqp+unix"
     host: str
     port: int
+    path: str = ""  # the socket file of an amqp+unix listener
+
+    @property
+    def unix(self) -> bool:
+        return self.scheme == UNIX_SCHEME
 
     def __str__(self) -> str:
+        if self.unix:
+            return f"{self.scheme}://{self.path}"
         return f"{self.scheme}://{self.host}:{self.port}"
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class ProxyTrust:
+    """Who may open a connection with a PROXY protocol v2 header (amqpProxyProtocolTrustedNetworks).
+
+    A trusted peer must send one; anyone else's is refused by the protocol core."""
+
+    networks: tuple[IPNetwork, ...] = ()
+    #: The peers of amqp+unix listeners.
+    unix: bool = False
+
+    @classmethod
+    def parse(cls, entries: tuple[str, ...]) -> ProxyTrust:
+        """From the configuration's canonical entries (CIDRs and ``unix``)."""
+        return cls(
+            networks=tuple(ipaddress.ip_network(entry) for entry in entries if entry != "unix"),
+            unix="unix" in entries,
+        )
+
+    def trusts(self, peer_host: str | None) -> bool:
+        """``peer_host``: the peer's IP address as the socket gives it; None on a Unix socket."""
+        if peer_host is None:
+            return self.unix
+        if not self.networks:
+            return False
+        try:
+            address = ipaddress.ip_address(peer_host.partition("%")[0])  # drop an IPv6 zone
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # an IPv4 client on a dual-stack socket
+        return any(address in network for network in self.networks)
 
 
 @dataclass(frozen=True)
@@ -34,5 +80,7 @@ class ServerSettings:
     login_failure_max_delay: float = 2.0
     # amqpDebugBinaryDataLength: how much of each frame the debug log shows.
     debug_binary_length: int = 80
+    # Peers that must (and alone may) start with a PROXY protocol v2 header.
+    proxy_trust: ProxyTrust = field(default_factory=ProxyTrust)
     # Outgoing chunks queued per connection before the reader stops reading (back-pressure).
     write_queue_depth: int = 64

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from gateway.amqp.connection import ServerConnection
+from gateway.observability.counters import COUNTERS
 
 REASON = "the message store is not keeping up"
 
@@ -35,6 +36,9 @@ class StallWatch:
         self.started = 0
         self.finished = 0
         self.blocked = False
+        # A publish has waited a whole period (starlight_blocked_connections counts these,
+        # whether or not the client accepts Connection.Blocked).
+        self.stalled = False
         self._watching = False
 
     def publish_started(self, nursery: trio.Nursery) -> None:
@@ -45,6 +49,9 @@ class StallWatch:
 
     async def publish_finished(self) -> None:
         self.finished += 1
+        if self.stalled:
+            self.stalled = False
+            COUNTERS.blocked_publishes -= 1
         if self.blocked:
             self.blocked = False
             self._protocol.send_unblocked()
@@ -59,6 +66,10 @@ class StallWatch:
                 if now == last:
                     if self.finished == self.started:
                         return  # no publish for a whole period: stop looking until the next
+                    if not self.stalled:
+                        self.stalled = True
+                        COUNTERS.blocked_publishes += 1
+                        COUNTERS.blocked_total += 1
                     if not self.blocked and self._protocol.send_blocked(REASON):
                         # Set before flushing, so that a publish finishing meanwhile unblocks.
                         self.blocked = True

@@ -11,8 +11,10 @@ kernel spreads connections over them. The supervisor never touches a client conn
 
 Each worker gets one end of a socketpair (``WorkerLink``):
 
-- the worker writes ``ready`` once it listens (after loading every vhost), which tells the
-  supervisor that its start-up worked;
+- the worker writes ``ready <port>`` once it listens (after loading every vhost), which tells
+  the supervisor that its start-up worked, and on which loopback port the worker serves its own
+  /metrics and /readyz (0: none); the supervisor serves ``metricsListener`` with the sum of
+  the workers' metrics (``gateway/server/fleet_metrics.py``);
 - the worker reads EOF when the supervisor is gone (killed with SIGKILL, say), and stops
   gracefully rather than serving on unsupervised.
 
@@ -49,7 +51,18 @@ import trio
 
 log = logging.getLogger("gateway.workers")
 
-READY = b"ready\n"
+READY = b"ready"
+
+
+def parse_ready(line: bytes) -> int | None:
+    """The metrics port of a worker's ``ready [<port>]`` line; None if it is not one."""
+    words = line.split()
+    if not words or words[0] != READY:
+        return None
+    if len(words) > 1 and words[1].isdigit():
+        return int(words[1])
+    return 0
+
 
 # A worker started this recently that dies again is failing, not crashing once in a while.
 STABLE_AFTER = 30.0
@@ -90,11 +103,11 @@ class WorkerLink:
             self._trio_socket = trio.socket.from_stdlib_socket(self._stdlib_socket)
         return self._trio_socket
 
-    async def ready(self) -> None:
-        """Tell the supervisor that this worker listens."""
+    async def ready(self, metrics_port: int = 0) -> None:
+        """Tell the supervisor that this worker listens (and where its metrics are)."""
         # OSError: the supervisor is gone, and wait_supervisor_gone() says so.
         with contextlib.suppress(OSError):
-            await self._socket().send(READY)
+            await self._socket().send(b"ready %d\n" % metrics_port)
 
     async def wait_supervisor_gone(self) -> None:
         """Return when the supervisor's end closes: it exited, or was killed."""
@@ -125,6 +138,8 @@ class _Worker:
     ever_ready: bool = False
     # The signals forwarded to the current process (a worker still starting may die of one).
     forwarded: set[int] = field(default_factory=set)
+    # Where the current process serves its /metrics and /readyz (0: nowhere, or not ready).
+    metrics_port: int = 0
 
 
 class Supervisor:
@@ -155,6 +170,15 @@ class Supervisor:
     @property
     def pids(self) -> list[int | None]:
         return [worker.pid for worker in self._workers]
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def metrics_ports(self) -> list[int]:
+        """The loopback metrics port of each worker that is ready now (0: not ready)."""
+        return [worker.metrics_port for worker in self._workers]
 
     async def run(self) -> int:
         async with trio.open_nursery() as nursery:
@@ -286,6 +310,7 @@ class Supervisor:
                             return  # it closed its end: it is exiting
                         data += chunk
                     ready_at = time.monotonic()
+                    worker.metrics_port = parse_ready(data) or 0
                     worker.ever_ready = True
                     log.info("worker %d ready (pid %d)", worker.index, process.pid)
                     if all(other.ever_ready for other in self._workers):
@@ -308,6 +333,7 @@ class Supervisor:
                     await link_done.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            worker.metrics_port = 0
             link.close()
             if process.returncode is None:
                 # Cancelled (the supervisor itself is being torn down): leave no orphan.

@@ -25,6 +25,7 @@ from gateway.config import (
     GatewayConfig,
     Kind,
     Listener,
+    MetricsListener,
     Section,
     config_from_text,
     describe_keys,
@@ -103,7 +104,16 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "authorizationEnabled": ("false", False),
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
-    "httpServerPort": ("8081", 8081),
+    "amqpProxyProtocolTrustedNetworks": ("", ()),
+    "metricsListener": ("http://0.0.0.0:15692", MetricsListener("0.0.0.0", 15692)),
+    "amqpClusterName": ("starlight-rabbitmq", "starlight-rabbitmq"),
+    "amqpNodeName": ("", ""),
+    "usageEventsEnabled": ("true", True),
+    "usageEventsTopic": (
+        "persistent://public/starlight-system/usage-events",
+        "persistent://public/starlight-system/usage-events",
+    ),
+    "usageEventsIntervalSeconds": ("10", 10),
     "zooKeeperSessionTimeoutMs": ("30000", 30000),
 }
 
@@ -199,6 +209,8 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.TLS_PROTOCOLS: tuple[str, ...],
     Kind.TLS_CIPHERS: tuple[str, ...],
     Kind.LISTENERS: tuple[Listener, ...],
+    Kind.NETWORKS: tuple[str, ...],
+    Kind.METRICS_URL: MetricsListener | None,
 }
 
 
@@ -502,7 +514,7 @@ def test_missing_required_key_can_come_from_the_environment() -> None:
         ("amqpNetworkBufferSize=4096", "amqpNetworkBufferSize", 4096),
         ("amqpMaxMessageSize=1", "amqpMaxMessageSize", 1),
         ("amqpConnectionCloseTimeout=0", "amqpConnectionCloseTimeout", 0),
-        ("httpServerPort=0", "httpServerPort", 0),
+        ("usageEventsIntervalSeconds=1", "usageEventsIntervalSeconds", 1),
         ("amqpBatchingEnabled=FALSE", "amqpBatchingEnabled", False),
         ("amqpMapShortVhostToTenant=True", "amqpMapShortVhostToTenant", True),
         ("tlsAllowInsecureConnection=true", "tlsAllowInsecureConnection", True),
@@ -622,7 +634,7 @@ def test_zookeeper_connection_strings(value: str, expected: str) -> None:
         ("amqpNetworkBufferSize=4095", ["4096"]),
         ("amqpNetworkBufferSize=4294967296", ["4294967295"]),
         ("amqpMaxMessageSize=0", [">= 1"]),
-        ("httpServerPort=70000", ["from 0 to 65535"]),
+        ("usageEventsIntervalSeconds=0", [">= 1"]),
         ("zooKeeperSessionTimeoutMs=10", [">= 1000"]),
         ("amqpHandshakeTimeoutMs=0", [">= 1"]),
         ("authenticationEnabled=yes", ["true or false", "'yes'"]),
@@ -1084,3 +1096,95 @@ def test_arbitrary_bytes_on_disk_load_or_raise_config_error(data: bytes) -> None
             load_config(path, {})
         except ConfigError as error:
             assert_clean(error)
+
+
+# --------------------------------------------------------------------------------------------
+# PROXY protocol trust and Unix socket listeners
+# --------------------------------------------------------------------------------------------
+
+
+def test_trusted_networks_are_canonical_and_deduplicated() -> None:
+    config = load("amqpProxyProtocolTrustedNetworks=127.0.0.1/32, UNIX,10.0.0.0/8,unix\n")
+    assert config.amqpProxyProtocolTrustedNetworks == ("127.0.0.1/32", "unix", "10.0.0.0/8")
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("10.1.2.3/8", "has host bits set"),
+        ("localhost", "not a CIDR network"),
+        ("10.0.0.0/33", "not a CIDR network"),
+    ],
+)
+def test_bad_trusted_networks(value: str, fragment: str) -> None:
+    message = config_error(f"amqpProxyProtocolTrustedNetworks={value}\n")
+    assert "amqpProxyProtocolTrustedNetworks" in message and fragment in message, message
+
+
+def test_unix_listener() -> None:
+    config = load("amqpListeners=amqp+unix:///tmp/gw.sock,amqp://127.0.0.1:5672\n")
+    unix = config.amqpListeners[0]
+    assert unix == Listener("amqp+unix", "", 0, "/tmp/gw.sock")
+    assert unix.unix and not unix.tls
+    assert unix.url == "amqp+unix:///tmp/gw.sock"
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("amqp+unix://relative.sock", "absolute path"),
+        ("amqp+unix:///", "absolute path"),
+        ("amqp+unix:///dir/", "invalid socket path"),
+        ("amqp+unix:///" + "x" * 120, "longer than 107 bytes"),
+        ("amqp+unix:///a.sock,amqp+unix:///a.sock", "use the same address"),
+    ],
+)
+def test_bad_unix_listeners(value: str, fragment: str) -> None:
+    message = config_error(f"amqpListeners={value}\n")
+    assert fragment in message, message
+
+
+# --------------------------------------------------------------------------------------------
+# Observability keys
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", None),
+        ("http://127.0.0.1:9000", MetricsListener("127.0.0.1", 9000)),
+        ("http://127.0.0.1:0", MetricsListener("127.0.0.1", 0)),
+        ("http://[::1]:15692/", MetricsListener("::1", 15692)),
+        ("http://0.0.0.0", MetricsListener("0.0.0.0", 15692)),
+    ],
+)
+def test_metrics_listener(text: str, expected: MetricsListener | None) -> None:
+    assert load(f"metricsListener={text}\n").metricsListener == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["https://0.0.0.0:1", "0.0.0.0:15692", "http://h:99999", "http://h:1/metrics"]
+)
+def test_bad_metrics_listener_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(f"metricsListener={text}\n")
+    assert "metricsListener" in assert_clean(caught.value)
+
+
+def test_http_server_port_is_gone() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'httpServerPort'"):
+        load("httpServerPort=8081\n")
+
+
+@pytest.mark.parametrize("text", ["usage", "persistent://a/b", "non-persistent://a/b/c"])
+def test_bad_usage_topic_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError, match="usageEventsTopic"):
+        load(f"usageEventsTopic={text}\n")
+
+
+def test_node_name_defaults_to_the_host_name() -> None:
+    import socket
+
+    assert load().node_name == f"rabbit@{socket.gethostname()}"
+    assert load("amqpNodeName=rabbit@gw-3\n").node_name == "rabbit@gw-3"

@@ -49,6 +49,16 @@ class PulsarBackend:
             log.info("vhost %s opened on namespace %s", vhost, key)
         return opened
 
+    def held_by_queue(self) -> dict[tuple[str, str], int]:
+        """(namespace, queue) -> messages this replica's clients hold unacknowledged (the
+        rabbitmq_queue_messages_unacked of this replica; read at scrape time)."""
+        held: dict[tuple[str, str], int] = {}
+        for key, vhost in self._vhosts.items():
+            for queue, count in vhost.held().items():
+                if count:
+                    held[(key, queue)] = count
+        return held
+
     async def aclose(self) -> None:
         for vhost in self._vhosts.values():
             await vhost.aclose()

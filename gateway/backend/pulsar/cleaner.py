@@ -48,6 +48,7 @@ from gateway.metadata.store import (
 from gateway.model.entities import ExchangeType
 from gateway.model.naming import subscription_for
 from gateway.model.routing import compile_topic
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.names import topic_rest_path
@@ -74,11 +75,15 @@ async def repeat_rounds(
         try:
             await one_round()
         except MetadataUnavailable as error:
+            COUNTERS.leader_round(job, failed=True)
             log.info("%s of %s: metadata unavailable (%s)", job, namespace, error)
         except KeyError:
             return  # the namespace was closed here: nothing left to do
         except Exception:
+            COUNTERS.leader_round(job, failed=True)
             log.warning("%s of %s failed; next round", job, namespace, exc_info=True)
+        else:
+            COUNTERS.leader_round(job)
         if not wait_first:
             await trio.sleep(interval)
 
@@ -116,6 +121,7 @@ class SubscriptionCleaner:
             await self._replace(queue, local, REMOVE, None)  # its queue reads it again
             return
         if await self._vhost.remove_subscription(queue, topic):
+            COUNTERS.leader_removed("cleaner")
             log.info("cleaner: removed the subscription of queue '%s' on %s", queue, topic)
 
     async def _drain(self, view: VhostView, queue: str, local: str, record: DrainRecord) -> None:

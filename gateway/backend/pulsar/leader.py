@@ -33,11 +33,13 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, QueueCondition, VhostView
 from gateway.model.vhost import Namespace
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.admin import PulsarAdmin
 
 log = logging.getLogger("gateway.leader")
@@ -125,6 +127,7 @@ class NamespaceLeader:
         self._drain_interval = drain_interval
         self._reconcile_interval = reconcile_interval
         self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
+        self.queue_stats = QueueStatsRefresher(vhost, admin, namespace)
         self.reconciler = SubscriptionReconciler(vhost, store, admin, namespace)
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
@@ -139,6 +142,7 @@ class NamespaceLeader:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reap_loop)
+                nursery.start_soon(self.queue_stats.run)
                 nursery.start_soon(self.cleaner.run, self._drain_interval)
                 nursery.start_soon(self.reconciler.run, self._reconcile_interval)
         finally:
@@ -191,5 +195,6 @@ class NamespaceLeader:
         except ConditionNotMet:
             return False
         if deleted:
+            COUNTERS.leader_removed("reaper")
             log.info("leader: deleted queue '%s' in %s: %s", name, self._namespace, why)
         return deleted

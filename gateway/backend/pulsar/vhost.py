@@ -60,6 +60,7 @@ from gateway.model.routing import (
     publish_topic,
 )
 from gateway.model.vhost import Namespace
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
 from gateway.pulsar.errors import (
     AdminError,
@@ -328,7 +329,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             before_create=subscribe_default,
         )
         if created:
-            return QueueStatus(name, 0, 0)
+            return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
@@ -363,6 +364,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if getter is not None:
             held += getter.outstanding
         return max(0, total - held)
+
+    def held(self) -> dict[str, int]:
+        """Per queue, the deliveries this replica's clients hold unacknowledged."""
+        held: dict[str, int] = {}
+        for queue, subscriptions in self._consumers.items():
+            held[queue] = sum(s.outstanding for s in subscriptions)
+        for queue, getter in self._getters.items():
+            held[queue] = held.get(queue, 0) + getter.outstanding
+        return held
 
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
@@ -405,6 +415,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._close_getter(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
+        if deleted:
+            COUNTERS.queues_deleted += 1
         if deleted and alone:
             for topic in topics:
                 await self.remove_subscription(name, topic)

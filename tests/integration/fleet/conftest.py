@@ -43,9 +43,15 @@ class Fleet:
         self.processes: list[GatewayProcess] = []
 
     def start(
-        self, name: str, *args: str, port: int | None = None, zookeeper: str | None = None
+        self,
+        name: str,
+        *args: str,
+        port: int | None = None,
+        zookeeper: str | None = None,
+        extra: str = "",
     ) -> GatewayProcess:
-        """Start one (not waiting for it to be ready: start several, then wait)."""
+        """Start one (not waiting for it to be ready: start several, then wait); ``extra``:
+        configuration lines of this one only."""
         port = port or free_port()
         config = write_config(
             self._directory,
@@ -54,7 +60,7 @@ class Fleet:
             zookeeper=zookeeper or self.zookeeper,
             web_url=self._stack.web_url,
             broker_url=self._stack.broker_url,
-            extra=self._extra_config,
+            extra=self._extra_config + extra,
         )
         process = GatewayProcess(name, config, port, args)
         self.processes.append(process)

@@ -46,7 +46,7 @@ def write_config(
         f"amqpDefaultNamespace={namespace}\n"
         f"amqpListeners=amqp://127.0.0.1:{port}\n"
         # Several gateways on one host: the HTTP endpoint's fixed default port would collide.
-        "httpServerPort=0\n" + extra
+        "metricsListener=http://127.0.0.1:0\n" + extra
     )
     return path
 

@@ -25,11 +25,11 @@ from gateway.server.listeners import bind_tcp, start_listening
 from gateway.server.server import GatewayServer, StartupError
 from gateway.server.settings import ListenAddress, ServerSettings
 from gateway.server.workers import (
-    READY,
     Backoff,
     Supervisor,
     WorkerLink,
     describe_exit,
+    parse_ready,
     worker_command,
 )
 
@@ -123,8 +123,12 @@ async def test_worker_link_reports_ready_and_sees_the_supervisor_go() -> None:
     link = WorkerLink(0, theirs.detach())
     supervisor_end = trio.socket.from_stdlib_socket(ours)
     with trio.fail_after(5):
-        await link.ready()
-        assert await supervisor_end.recv(64) == READY
+        await link.ready(4321)
+        line = await supervisor_end.recv(64)
+        assert line == b"ready 4321\n"
+        assert parse_ready(line) == 4321
+        assert parse_ready(b"ready\n") == 0  # a worker without a metrics listener
+        assert parse_ready(b"hello\n") is None
         supervisor_end.close()
         await link.wait_supervisor_gone()
     link.close()

@@ -1,0 +1,97 @@
+"""Queue depth gauges (rabbitmq_queue_messages_ready/_unacked, rabbitmq_queue_consumers) from
+Pulsar's subscription statistics, refreshed in the background by the leader of each namespace.
+
+Never per scrape, never from every replica: one replica (the namespace's leader) walks the
+queues of the namespace at most every ``interval`` seconds, with at most ``calls_per_second``
+admin calls (one topic's stats answer for every queue subscribed to it). 100,000 queues cost
+100,000 / ``calls_per_second`` seconds per refresh, spread out, whatever the scrape rate; the
+exported gauges are as old as the last refresh. Only the leader exports its namespace's queues,
+so a fleet's sum counts each queue once (RabbitMQ's queue leader reports its queue likewise).
+
+Messages is the subscriptions' backlog (every message not acknowledged; Pulsar counts backlog
+entries: with batching on, a batch counts once); ready is that backlog less what Pulsar has
+dispatched to the replicas' consumers (so messages a replica read ahead but no client holds yet
+count in neither ready nor unacked); consumers come from the metadata store (every replica's
+AMQP consumers), not from Pulsar (which sees one consumer per binding). Unacked is not from
+here: each replica exports what its own clients hold (PulsarBackend.held_by_queue).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.model.naming import subscription_for
+from gateway.observability.counters import COUNTERS, QueueGauge
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.admin_stats import TopicStats
+from gateway.pulsar.errors import NotFound
+
+log = logging.getLogger("gateway.queue_stats")
+
+__all__ = ["QueueStatsRefresher"]
+
+QUEUE_STATS_INTERVAL = 15.0
+QUEUE_STATS_CALLS_PER_SECOND = 50.0
+
+
+class QueueStatsRefresher:
+    def __init__(
+        self,
+        vhost: PulsarVirtualHost,
+        admin: PulsarAdmin,
+        namespace: str,
+        *,
+        interval: float = QUEUE_STATS_INTERVAL,
+        calls_per_second: float = QUEUE_STATS_CALLS_PER_SECOND,
+    ) -> None:
+        self._vhost = vhost
+        self._admin = admin
+        self._namespace = namespace
+        self._interval = interval
+        self._pause = 1.0 / calls_per_second
+        self.calls = 0  # admin calls made (tests check the bound)
+
+    async def run(self) -> None:
+        COUNTERS.leading.add(self._namespace)
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                except KeyError:
+                    return  # the namespace was closed here
+                except Exception as error:
+                    log.info("queue stats of %s not refreshed: %s", self._namespace, error)
+                await trio.sleep(self._interval)
+        finally:
+            COUNTERS.leading.discard(self._namespace)
+            COUNTERS.queues.pop(self._namespace, None)
+
+    async def refresh(self) -> None:
+        view = self._vhost.catalog.view
+        topics: dict[str, TopicStats | None] = {}
+        gauges: dict[str, QueueGauge] = {}
+        for queue in list(view.queues):
+            subscription = subscription_for(queue)
+            ready = messages = 0
+            for topic in sorted(self._vhost.bound_topics(view, queue)):
+                if topic not in topics:
+                    topics[topic] = await self._stats(topic)
+                stats = topics[topic]
+                found = None if stats is None else stats.subscriptions.get(subscription)
+                if found is not None:
+                    ready += max(0, found.msg_backlog - found.unacked_messages)
+                    messages += found.msg_backlog
+            gauges[queue] = QueueGauge(ready, messages, view.consumers.get(queue, 0))
+        COUNTERS.queues[self._namespace] = gauges
+
+    async def _stats(self, topic: str) -> TopicStats | None:
+        self.calls += 1
+        try:
+            return await self._admin.topic_stats(topic)
+        except NotFound:
+            return None  # no message was ever published there: nothing waits
+        finally:
+            await trio.sleep(self._pause)
