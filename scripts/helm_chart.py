@@ -45,20 +45,6 @@ CHART_MANAGED = (
     "amqpProxyProtocolTrustedNetworks",
 )
 
-# Keys added by branches merged in the same wave as the chart (observability, PROXY protocol).
-# They are typed here until gateway/config.py has them; afterwards gateway/config.py wins.
-PENDING_KEYS: dict[str, dict[str, Any]] = {
-    "metricsListener": {"type": "string"},
-    "amqpNodeName": {"type": "string"},
-    "amqpClusterName": {"type": "string"},
-    "usageEventsEnabled": {"type": "boolean"},
-    "usageEventsTopic": {"type": "string"},
-    "usageEventsIntervalSeconds": {"type": "integer", "minimum": 1},
-    "amqpProxyProtocolTrustedNetworks": {"type": "string"},
-}
-# Replaced by metricsListener in the same wave; never rendered by the chart.
-RETIRED_KEYS = frozenset({"httpServerPort"})
-
 # A value is one line of gateway.conf: a line break would start another key.
 ONE_LINE = "^[^\\r\\n]*$"
 
@@ -80,16 +66,8 @@ def config_properties() -> dict[str, dict[str, Any]]:
     """Every key of the gateway, typed. The secret keys and those the chart sets itself are
     listed too, so that the chart's own check (templates/_helpers.tpl) can say where they go
     instead of the schema's bare "additional properties not allowed"."""
-    properties = {
-        spec.name: _key_schema(spec) for spec in describe_keys() if spec.name not in RETIRED_KEYS
-    }
-    for name, schema in PENDING_KEYS.items():
-        properties.setdefault(name, dict(schema, **_pattern_of(schema)))
+    properties = {spec.name: _key_schema(spec) for spec in describe_keys()}
     return dict(sorted(properties.items()))
-
-
-def _pattern_of(schema: dict[str, Any]) -> dict[str, str]:
-    return {"pattern": ONE_LINE} if schema["type"] == "string" else {}
 
 
 def secret_keys() -> list[str]:
