@@ -46,13 +46,14 @@ lint: install
 	$(VENV)/bin/ruff format --check gateway tests scripts bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict scripts/stack.py scripts/pulsar_proxy.py
+	$(VENV)/bin/mypy --strict scripts/helm_chart.py
 
 # The whole suite. The test session starts the local stack if it is not up and stops what it
 # started, so the machine is left as it was found. A test that hangs fails on its own
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint test-tools shim
+test: install lint test-tools shim k8s-tools
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 # The real servers the suite starts on loopback besides Pulsar (Debian's packages).
@@ -71,6 +72,16 @@ shim:
 # Pulsar proxy with the NAR loaded (proxyExtensions=rabbitmq) serving AMQP on 127.0.0.1:5672.
 run-proxy: install stack-up
 	python3 scripts/pulsar_proxy.py run
+
+# helm, the helm-unittest plugin, etcd and kube-apiserver for the Helm chart's tests, built from
+# the Go module proxy into ~/.cache/starlight-tools (~15 min the first time, instant afterwards).
+.PHONY: k8s-tools image
+k8s-tools:
+	scripts/k8s_tools.sh
+
+# The gateway image (Containerfile) with buildah; see docs/helm.md. Not part of `make test`.
+image:
+	scripts/build_image.sh $(IMAGE_ARGS)
 
 unit: install
 	$(VENV)/bin/pytest tests/unit

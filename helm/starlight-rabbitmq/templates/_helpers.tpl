@@ -1,0 +1,159 @@
+{{/* Names and labels, as in `helm create`'s scaffold. */}}
+{{- define "starlight-rabbitmq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.labels" -}}
+helm.sh/chart: {{ include "starlight-rabbitmq.chart" . }}
+{{ include "starlight-rabbitmq.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "starlight-rabbitmq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "starlight-rabbitmq.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Whether this release runs the gateway pods itself (mode fleet). */}}
+{{- define "starlight-rabbitmq.fleet" -}}
+{{- if eq .Values.mode "fleet" }}true{{ end }}
+{{- end }}
+
+{{/* Host names of the Pulsar release's services (apache/pulsar-helm-chart naming). */}}
+{{- define "starlight-rabbitmq.pulsarHost" -}}
+{{- $ns := default .root.Release.Namespace .root.Values.pulsar.namespace -}}
+{{- printf "%s-%s.%s.svc.%s" .root.Values.pulsar.releaseName .component $ns .root.Values.pulsar.clusterDomain }}
+{{- end }}
+
+{{/* Mount points of the files the chart hands to the gateway. */}}
+{{- define "starlight-rabbitmq.confDir" -}}/etc/starlight-rabbitmq{{- end }}
+{{- define "starlight-rabbitmq.tlsDir" -}}/etc/starlight-rabbitmq/tls{{- end }}
+{{- define "starlight-rabbitmq.jwtDir" -}}/etc/starlight-rabbitmq/jwt{{- end }}
+{{- define "starlight-rabbitmq.brokerCaDir" -}}/etc/starlight-rabbitmq/broker-ca{{- end }}
+
+{{/*
+Checks that values.schema.json cannot express; each failure names the value to change.
+*/}}
+{{- define "starlight-rabbitmq.validate" -}}
+{{- $secretKeys := splitList " " (include "starlight-rabbitmq.secretKeys" .) -}}
+{{- $managed := splitList " " (include "starlight-rabbitmq.chartManagedKeys" .) -}}
+{{- range $key, $_ := .Values.config }}
+{{- if has $key $secretKeys }}
+{{- fail (printf "config.%s holds a secret: set it under secrets.values (or in secrets.existingSecret), which the chart puts in a Secret, not a ConfigMap" $key) }}
+{{- end }}
+{{- if has $key $managed }}
+{{- fail (printf "config.%s is set by the chart (from service.*, metrics.port, proxyProtocol.* or the pod's identity): remove it from config" $key) }}
+{{- end }}
+{{- end }}
+{{- if and (include "starlight-rabbitmq.fleet" .) .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret with tls.crt and tls.key" }}
+{{- end }}
+{{- if and (include "starlight-rabbitmq.fleet" .) (not .Values.pulsar.releaseName) }}
+{{- range $key := list "brokerServiceURL" "brokerWebServiceURL" "configurationStoreServers" }}
+{{- if not (get $.Values.config $key) }}
+{{- fail (printf "config.%s is needed when pulsar.releaseName is empty (no Pulsar release to take it from)" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.proxyProtocol.enabled (not .Values.proxyProtocol.trustedNetworks) }}
+{{- fail "proxyProtocol.enabled needs proxyProtocol.trustedNetworks: the CIDRs of the load balancer that sends the PROXY v2 header" }}
+{{- end }}
+{{- if and (or .Values.jwt.secretKeyKey .Values.jwt.publicKeyKey) (not .Values.jwt.existingSecret) }}
+{{- fail "jwt.secretKeyKey / jwt.publicKeyKey need jwt.existingSecret: the Secret that holds the key" }}
+{{- end }}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
+{{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable (null the other)" }}
+{{- end }}
+{{- end }}
+
+{{/* A value as gateway.conf writes it: numbers without an exponent, booleans as true/false. */}}
+{{- define "starlight-rabbitmq.confValue" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+
+{{/* The gateway.conf keys derived from other values. */}}
+{{- define "starlight-rabbitmq.derivedConfig" -}}
+{{- $conf := dict -}}
+{{- $listeners := list "amqp://0.0.0.0:5672" -}}
+{{- if .Values.tls.enabled }}
+{{- $listeners = append $listeners "amqps://0.0.0.0:5671" -}}
+{{- $_ := set $conf "tlsCertificateFilePath" (printf "%s/tls.crt" (include "starlight-rabbitmq.tlsDir" .)) -}}
+{{- $_ := set $conf "tlsKeyFilePath" (printf "%s/tls.key" (include "starlight-rabbitmq.tlsDir" .)) -}}
+{{- if .Values.tls.caKey }}
+{{- $_ := set $conf "tlsTrustCertsFilePath" (printf "%s/%s" (include "starlight-rabbitmq.tlsDir" .) .Values.tls.caKey) -}}
+{{- end }}
+{{- end }}
+{{- $_ := set $conf "amqpListeners" (join "," $listeners) -}}
+{{- $_ := set $conf "metricsListener" (printf "http://0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- $_ := set $conf "amqpClusterName" (include "starlight-rabbitmq.fullname" .) -}}
+{{- if .Values.proxyProtocol.enabled }}
+{{- $_ := set $conf "amqpProxyProtocolTrustedNetworks" (join "," .Values.proxyProtocol.trustedNetworks) -}}
+{{- end }}
+{{- if .Values.pulsar.releaseName }}
+{{- $_ := set $conf "brokerServiceURL" (printf "pulsar://%s:6650" (include "starlight-rabbitmq.pulsarHost" (dict "root" . "component" "broker"))) -}}
+{{- $_ := set $conf "brokerWebServiceURL" (printf "http://%s:8080" (include "starlight-rabbitmq.pulsarHost" (dict "root" . "component" "broker"))) -}}
+{{- $_ := set $conf "configurationStoreServers" (printf "%s:2181" (include "starlight-rabbitmq.pulsarHost" (dict "root" . "component" "zookeeper"))) -}}
+{{- end }}
+{{- if .Values.jwt.secretKeyKey }}
+{{- $_ := set $conf "tokenSecretKey" (printf "file://%s/%s" (include "starlight-rabbitmq.jwtDir" .) .Values.jwt.secretKeyKey) -}}
+{{- end }}
+{{- if .Values.jwt.publicKeyKey }}
+{{- $_ := set $conf "tokenPublicKey" (printf "file://%s/%s" (include "starlight-rabbitmq.jwtDir" .) .Values.jwt.publicKeyKey) -}}
+{{- end }}
+{{- if .Values.brokerTls.existingSecret }}
+{{- $_ := set $conf "brokerClientTrustCertsFilePath" (printf "%s/%s" (include "starlight-rabbitmq.brokerCaDir" .) .Values.brokerTls.caKey) -}}
+{{- end }}
+{{- toYaml $conf }}
+{{- end }}
+
+{{/* gateway.conf: the derived keys, then `config` (which wins), sorted by key. */}}
+{{- define "starlight-rabbitmq.gatewayConf" -}}
+# Rendered by the starlight-rabbitmq Helm chart from its values; docs/configuration.md.
+{{- $conf := merge (deepCopy .Values.config) (include "starlight-rabbitmq.derivedConfig" . | fromYaml) }}
+{{- range $key := keys $conf | sortAlpha }}
+{{ $key }}={{ include "starlight-rabbitmq.confValue" (get $conf $key) }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds the gateway may take to stop: preStop + closing clients + margin. */}}
+{{- define "starlight-rabbitmq.terminationGracePeriod" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- $closeMs := 2000 }}
+{{- if hasKey .Values.config "amqpConnectionCloseTimeout" }}
+{{- $closeMs = int .Values.config.amqpConnectionCloseTimeout }}
+{{- end }}
+{{- add .Values.lifecycle.preStopSleepSeconds (div (add $closeMs 999) 1000) .Values.lifecycle.shutdownMarginSeconds }}
+{{- else }}
+{{- .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}

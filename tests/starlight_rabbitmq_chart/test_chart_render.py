@@ -1,0 +1,223 @@
+"""The chart rendered offline: helm lint, helm template (defaults and every example), the
+helm-unittest suites, values.schema.json's refusals, and the Kubernetes OpenAPI schemas of the
+oldest and newest Kubernetes the chart supports (kubernetes-validate --strict)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.config import config_from_text, describe_keys
+from tests.starlight_rabbitmq_chart.rendering import (
+    EVERYTHING_ON,
+    Manifest,
+    by_kind,
+    documents,
+    gateway_conf,
+)
+from tests.starlight_rabbitmq_chart.tools import (
+    CHART_DIR,
+    EXAMPLES_DIR,
+    REPO_DIR,
+    Helm,
+    example_files,
+)
+
+#: Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate ships.
+OLDEST_KUBERNETES = "1.25.0"
+NEWEST_KUBERNETES = "1.37.0"
+
+
+def test_chart_sources_are_current() -> None:
+    """values.schema.json's key list, templates/_keys.tpl and the dashboard copies."""
+    result = subprocess.run(
+        [sys.executable, str(REPO_DIR / "scripts" / "helm_chart.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_schema_lists_every_gateway_key() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    config_keys = set(schema["properties"]["config"]["properties"])
+    missing = {spec.name for spec in describe_keys()} - config_keys
+    assert not missing, f"keys of gateway/config.py the chart cannot set: {sorted(missing)}"
+
+
+def test_lint(helm: Helm) -> None:
+    result = helm.run("lint", "--strict", CHART_DIR)
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("example", example_files(), ids=lambda path: path.name)
+def test_lint_with_example(helm: Helm, example: Path) -> None:
+    helm.run("lint", "--strict", CHART_DIR, "-f", example)
+
+
+def test_helm_unittest_suites(helm: Helm) -> None:
+    result = helm.run("unittest", CHART_DIR, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = re.search(r"Tests:\s+(\d+) passed, (\d+) total", result.stdout)
+    assert passed is not None, result.stdout
+    assert passed[1] == passed[2] and int(passed[1]) >= 30, result.stdout
+
+
+def test_defaults_render_the_fleet_with_a_disruption_budget(helm: Helm) -> None:
+    kinds = by_kind(helm.template())
+    assert sorted(kinds) == [
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
+    services = {doc["metadata"]["name"]: doc for doc in kinds["Service"]}
+    assert services["s4r-starlight-rabbitmq"]["spec"]["type"] == "LoadBalancer"
+    assert services["s4r-starlight-rabbitmq-metrics"]["spec"]["clusterIP"] == "None"
+    (deployment,) = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize(
+    "example", [None, *example_files()], ids=lambda p: p.name if p else "defaults"
+)
+def test_rendered_gateway_conf_is_accepted_by_the_gateway(helm: Helm, example: Path | None) -> None:
+    rendered = helm.template(*(["-f", str(example)] if example else []))
+    if not any(doc["kind"] == "Deployment" for doc in documents(rendered)):
+        return  # mode pulsarProxy: no gateway pods, no gateway.conf (checked below)
+    conf = gateway_conf(rendered)
+    # The gateway's own loader, with the per-pod environment the Deployment sets.
+    environ = {
+        "STARLIGHT_advertisedAddress": "10.0.0.7",
+        "STARLIGHT_amqpNodeName": "s4r-starlight-rabbitmq-7d9f-x2x5q",
+    }
+    (deployment,) = [doc for doc in documents(rendered) if doc["kind"] == "Deployment"]
+    if deployment["spec"]["template"]["spec"]["containers"][0].get("envFrom"):
+        # What the example's secret holds (its comment says how to create it).
+        environ["STARLIGHT_brokerClientAuthenticationParameters"] = "token:eyJhbGciOi"
+    config = config_from_text(conf, environ, source="gateway.conf")
+    assert config.amqpListeners[0].url == "amqp://0.0.0.0:5672"
+    assert config.advertisedAddress == "10.0.0.7"
+    assert config.amqpNodeName == "s4r-starlight-rabbitmq-7d9f-x2x5q"
+    assert config.amqpClusterName == "s4r-starlight-rabbitmq"
+    assert config.metricsListener is not None
+
+
+def test_pulsar_proxy_mode_renders_only_the_load_balancer(helm: Helm) -> None:
+    rendered = helm.template("-f", EXAMPLES_DIR / "alongside-pulsar-proxy.yaml")
+    kinds = by_kind(rendered)
+    assert set(kinds) <= {"Service", "ConfigMap"}
+    (service,) = kinds["Service"]
+    assert service["spec"]["selector"] == {
+        "app": "pulsar",
+        "release": "pulsar",
+        "component": "proxy",
+    }
+    assert all("gateway.conf" not in doc.get("data", {}) for doc in kinds.get("ConfigMap", []))
+
+
+def test_pulsar_chart_values_load_the_nar_into_the_proxy() -> None:
+    """The values for apache/pulsar-helm-chart: the init container copies the NAR that the
+    image carries into the volume the proxy reads its extensions from."""
+    values = yaml.safe_load(
+        (EXAMPLES_DIR / "alongside-pulsar-proxy.pulsar-values.yaml").read_text()
+    )
+    proxy = values["proxy"]
+    config = proxy["configData"]
+    assert config["PULSAR_PREFIX_proxyExtensions"] == "rabbitmq"
+    assert config["PULSAR_PREFIX_amqpListeners"].startswith("amqp://")
+    (init,) = proxy["initContainers"]
+    (volume,) = proxy["extraVolumes"]
+    (mount,) = proxy["extraVolumeMounts"]
+    assert init["volumeMounts"][0]["name"] == volume["name"] == mount["name"]
+    assert mount["mountPath"] == config["PULSAR_PREFIX_proxyExtensionsDirectory"]
+    copy = " ".join(init["command"])
+    nar_dir = re.search(r"cp (\S+)/starlight-rabbitmq-\*\.nar", copy)
+    assert nar_dir is not None, copy
+    containerfile = (REPO_DIR / "Containerfile").read_text()
+    assert nar_dir[1] in containerfile, f"the image has no {nar_dir[1]}"
+
+
+def test_everything_on_renders_each_optional_object(helm: Helm) -> None:
+    kinds = by_kind(helm.template(*EVERYTHING_ON))
+    for kind in ("HorizontalPodAutoscaler", "ServiceMonitor", "NetworkPolicy", "Secret"):
+        assert kind in kinds, f"no {kind} rendered"
+    (hpa,) = kinds["HorizontalPodAutoscaler"]
+    assert [metric["type"] for metric in hpa["spec"]["metrics"]] == ["Resource", "Pods"]
+
+
+def test_dashboards_become_configmaps_for_grafanas_sidecar(helm: Helm, tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART_DIR, chart)
+    dashboard = {"title": "Gateway overview", "panels": []}
+    (chart / "dashboards" / "overview.json").write_text(json.dumps(dashboard))
+    rendered = helm.run("template", "s4r", chart, "--set", "dashboards.enabled=true").stdout
+    (config_map,) = [
+        doc for doc in documents(rendered) if doc["metadata"]["name"].endswith("dashboard-overview")
+    ]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["overview.json"]) == dashboard
+    shipped = sorted((CHART_DIR / "dashboards").glob("*.json"))
+    with_real_files = helm.template("--set", "dashboards.enabled=true")
+    dashboards = [d for d in documents(with_real_files) if "-dashboard-" in d["metadata"]["name"]]
+    assert len(dashboards) == len(shipped)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--set", "config.amqpHeartbeatDelay=often"], "amqpHeartbeatDelay"),
+        (["--set", "config.amqpHeartbeatDelai=60"], "amqpHeartbeatDelai"),
+        (["--set", "config.amqpSessionCountLimit=70000"], "amqpSessionCountLimit"),
+        (["--set", "mode=sidecar"], "mode"),
+        (["--set", "service.port=0"], "port"),
+        (["--set", "replicaCunt=3"], "replicaCunt"),
+        (["--set", "proxyProtocol.trustedNetworks={everyone}"], "trustedNetworks"),
+    ],
+)
+def test_schema_rejects_a_bad_value_naming_it(helm: Helm, arguments: list[str], named: str) -> None:
+    result = helm.run("template", "s4r", CHART_DIR, *arguments, check=False)
+    assert result.returncode != 0, f"{arguments} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert named in result.stderr, result.stderr
+
+
+def _validate(manifests: list[Manifest], version: str) -> list[str]:
+    problems = []
+    for manifest in manifests:
+        where = f"{manifest['kind']}/{manifest['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(manifest, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            # Custom resources have no OpenAPI schema in Kubernetes itself.
+            if not manifest["apiVersion"].startswith("monitoring.coreos.com/"):
+                problems.append(f"{where}: no schema for {manifest['apiVersion']}")
+        except kubernetes_validate.ValidationError as error:
+            problems.append(f"{where}: {error.message} at {list(error.path)}")
+    return problems
+
+
+@pytest.mark.parametrize("version", [OLDEST_KUBERNETES, NEWEST_KUBERNETES])
+@pytest.mark.parametrize(
+    "values",
+    ["defaults", "everything-on", *(path.name for path in example_files())],
+)
+def test_manifests_match_kubernetes_openapi_strictly(helm: Helm, version: str, values: str) -> None:
+    if values == "defaults":
+        arguments: tuple[str, ...] = ()
+    elif values == "everything-on":
+        arguments = EVERYTHING_ON
+    else:
+        arguments = ("-f", str(EXAMPLES_DIR / values))
+    rendered = helm.template("--kube-version", version, *arguments)
+    problems = _validate(documents(rendered), version)
+    assert not problems, "\n".join(problems)
