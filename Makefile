@@ -79,7 +79,7 @@ run-proxy: install stack-up
 k8s-tools:
 	scripts/k8s_tools.sh
 
-# The gateway image (Containerfile) with buildah; see docs/helm.md. Not part of `make test`.
+# The gateway image (helm/image/Containerfile) with buildah; see docs/helm.md. Not part of `make test`.
 image:
 	scripts/build_image.sh $(IMAGE_ARGS)
 

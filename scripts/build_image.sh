@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the gateway image from Containerfile with buildah (podman or docker when buildah is
+# Builds the gateway image from helm/image/Containerfile with buildah (podman or docker when buildah is
 # absent), for a CI job or a developer machine:
 #   scripts/build_image.sh [--tag IMAGE] [--without-nar] [--debian-base] [--ca-bundle FILE]
 #                          [--output oci-archive:FILE]
@@ -79,7 +79,7 @@ fi
 if [ "$debian_base" = 1 ] && ! buildah inspect --type image "$base" >/dev/null 2>&1; then
   rootfs="$context.rootfs.tar"
   trap 'rm -rf "$context" "$rootfs"' EXIT
-  # Debian's python3 with venv (ensurepip) and the tools Containerfile runs (useradd: passwd).
+  # Debian's python3 with venv (ensurepip) and the tools helm/image/Containerfile runs (useradd: passwd).
   mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
     bookworm "$rootfs"
   container="$(buildah from scratch)"
@@ -89,7 +89,7 @@ if [ "$debian_base" = 1 ] && ! buildah inspect --type image "$base" >/dev/null 2
 fi
 
 echo "build_image: building $tag with $builder"
-"$builder" build "${build_args[@]}" -f "$repo/Containerfile" -t "$tag" "$context"
+"$builder" build "${build_args[@]}" -f "$repo/helm/image/Containerfile" -t "$tag" "$context"
 if [ -n "$output" ]; then
   [ "$builder" = buildah ] || { echo "build_image: --output needs buildah" >&2; exit 1; }
   buildah push --quiet "$tag" "$output"

@@ -143,7 +143,7 @@ def test_pulsar_chart_values_load_the_nar_into_the_proxy() -> None:
     copy = " ".join(init["command"])
     nar_dir = re.search(r"cp (\S+)/starlight-rabbitmq-\*\.nar", copy)
     assert nar_dir is not None, copy
-    containerfile = (REPO_DIR / "Containerfile").read_text()
+    containerfile = (REPO_DIR / "helm" / "image" / "Containerfile").read_text()
     assert nar_dir[1] in containerfile, f"the image has no {nar_dir[1]}"
 
 
