@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
+from gateway.observability.counters import COUNTERS
 from gateway.pulsar.access_check import BrokerAccessError, check_admin, check_binary
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
@@ -163,7 +164,9 @@ async def open_gateway(
         raise
     if store is None:
         store = ZooKeeperMetadataStore(
-            config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
+            config.configurationStoreServers,
+            session_timeout=config.zookeeper_session_timeout,
+            watch_lag=COUNTERS.metadata_watch_lag.observe,
         )
     try:
         await _check_reachable(admin, store, access, credentials)

@@ -227,6 +227,24 @@ FLEET: tuple[Panel, ...] = (
         (joined("starlight_zookeeper_connected"), "{{rabbitmq_node}}"),
     ),
     series(
+        "Metadata watch lag",
+        "Seconds from a metadata write on one replica (an exchange or queue declared, a "
+        "binding with arguments) to another replica's view showing it, from the znode's "
+        "ZooKeeper mtime: how stale a replica's view can be. Seconds mean a replica that was "
+        "disconnected from ZooKeeper and caught up.",
+        (
+            "histogram_quantile(0.5, sum by (le) "
+            f"({rate('starlight_metadata_watch_lag_seconds_bucket')}))",
+            "p50",
+        ),
+        (
+            "histogram_quantile(0.99, sum by (le) "
+            f"({rate('starlight_metadata_watch_lag_seconds_bucket')}))",
+            "p99",
+        ),
+        unit="s",
+    ),
+    series(
         "Namespaces led per replica",
         "How the leader-elected work (reaper, cleaner, reconciler, queue stats) spreads.",
         (f"sum by (rabbitmq_node) ({joined('starlight_leader')})", "{{rabbitmq_node}}"),

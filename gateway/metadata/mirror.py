@@ -379,23 +379,24 @@ class NamespaceMirror:
                 self._drop(bucket, child)
             del self._folders[folder][bucket_name]
 
-    def apply_data(self, folder: Folder, child: str, data: bytes | None) -> None:
-        """A read of a child's data (None: the node was gone when read)."""
+    def apply_data(self, folder: Folder, child: str, data: bytes | None) -> bool:
+        """A read of a child's data (None: the node was gone when read). True when it added
+        or replaced an entity in the view (what the watch lag counts: something new seen)."""
         bucket = self._folders[folder].get(bucket_for(folder, child))
         if bucket is None:
-            return
+            return False
         if data is None:
             # Deleted after the listing that named it; the next listing confirms it.
             self._drop(bucket, child)
-            return
+            return False
         if child not in bucket.names:
-            return  # a newer listing no longer has it
+            return False  # a newer listing no longer has it
         try:
             entity = decode_entity(folder, child, data)
         except (ValueError, KeyError, TypeError) as error:
             log.warning("metadata: ignoring znode %r in %s: %s", child, folder, error)
-            return
-        self._put(bucket, child, entity)
+            return False
+        return self._put(bucket, child, entity)
 
     # ------------------------------------------------------------------ own writes
 
@@ -437,16 +438,18 @@ class NamespaceMirror:
             bucket = buckets[name] = _Bucket()
         return bucket
 
-    def _put(self, bucket: _Bucket, child: str, entity: Entity) -> None:
-        """The one place that adds or replaces an entity (and keeps the index)."""
+    def _put(self, bucket: _Bucket, child: str, entity: Entity) -> bool:
+        """The one place that adds or replaces an entity (and keeps the index); False when
+        the view already had it."""
         known = bucket.entities.get(child)
         if known == entity:
-            return
+            return False
         if known is not None:
             self._index.remove(child, known)
         bucket.entities[child] = entity
         self._index.add(child, entity)
         self._changed()
+        return True
 
     def _drop(self, bucket: _Bucket, child: str) -> None:
         """The one place that removes an entity."""

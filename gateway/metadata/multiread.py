@@ -9,10 +9,15 @@ its ``Transaction`` (``MultiHeader`` + record per operation, then a closing head
 
 Unlike a transaction, a multiRead is not atomic and a failed read does not fail the others:
 each result is the node's data or ``MISSING`` (no such node).
+
+Each answer also carries the node's Stat; with ``mtimes=True`` the request keeps each node's
+``mtime`` (ms since the epoch, the ZooKeeper server's clock at the node's last write), which
+the store uses for the metadata watch lag. One ``unpack_from`` per node, done only when asked.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -31,6 +36,9 @@ __all__ = ["MISSING", "MultiRead"]
 MULTI_READ: Final = 22  # ZooDefs.OpCode.multiRead
 GET_DATA: Final = 4  # ZooDefs.OpCode.getData
 _ERROR: Final = -1
+# Stat is czxid, mzxid, ctime, mtime, ...: mtime is the long after three longs.
+_MTIME: Final = struct.Struct("!q")
+_MTIME_OFFSET: Final = 3 * 8
 
 
 class _Missing:
@@ -44,12 +52,16 @@ MISSING: Final = _Missing()
 class MultiRead:
     """A kazoo request: ``client._call(MultiRead(paths), async_result)``; the result is a list
     with, per path, its data (``bytes``) or ``MISSING``. Any other per-path error (NoAuth, ...)
-    is raised for the whole request."""
+    is raised for the whole request.
+
+    With ``mtimes=True``, :attr:`mtimes` holds, after the answer, each path's Stat mtime (None
+    where the node was missing)."""
 
     type = MULTI_READ
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], *, mtimes: bool = False) -> None:
         self.paths = list(paths)
+        self.mtimes: list[int | None] | None = [] if mtimes else None
 
     def __repr__(self) -> str:
         return f"MultiRead({len(self.paths)} paths)"
@@ -66,12 +78,16 @@ class MultiRead:
 
     def deserialize(self, buffer: bytes, offset: int) -> list[bytes | _Missing]:
         results: list[bytes | _Missing] = []
+        if self.mtimes is not None:
+            self.mtimes = []
         while True:
             header, offset = MultiHeader.deserialize(buffer, offset)
             if header.done:
                 break
             if header.type == GET_DATA:
                 data, offset = read_buffer(buffer, offset)
+                if self.mtimes is not None:
+                    self.mtimes.append(_MTIME.unpack_from(buffer, offset + _MTIME_OFFSET)[0])
                 offset += stat_struct.size
                 results.append(b"" if data is None else bytes(data))
             elif header.type == _ERROR:
@@ -80,6 +96,8 @@ class MultiRead:
                 error: Any = EXCEPTIONS[code]()
                 if isinstance(error, NoNodeError):
                     results.append(MISSING)
+                    if self.mtimes is not None:
+                        self.mtimes.append(None)
                 else:
                     raise error
             else:

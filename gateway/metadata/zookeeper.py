@@ -22,6 +22,9 @@ writes therefore go through ``transaction()`` even for a single create.)
 **Watches.** One-shot children watches on each folder (to learn new buckets) and each bucket.
 A watch event re-lists that bucket (one listing in flight per path; events meanwhile mark it
 dirty), the mirror diffs the listing, and the new children's data is read with a multiRead.
+Once a namespace is loaded, those reads also keep each node's Stat mtime: an entity that
+enters the view reports the time since its write to ``watch_lag`` (watch_lag.py); the first
+load's reads do not (100,000 queues read at start-up are not lag).
 
 **Faults.** On SUSPENDED or LOST, writes are refused at once with ``MetadataUnavailable`` and
 the views stay as they are; answers to reads issued before are ignored (an epoch counter). On
@@ -118,6 +121,7 @@ from gateway.metadata.store import (
     QueueCondition,
     VhostView,
 )
+from gateway.metadata.watch_lag import WatchLag, lag_seconds
 from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
 
 __all__ = ["ZooKeeperMetadataStore"]
@@ -330,8 +334,11 @@ class ZooKeeperMetadataStore:
         request_timeout: float = 10.0,
         connect_timeout: float = 15.0,
         open_timeout: float = 300.0,
+        watch_lag: WatchLag | None = None,
     ) -> None:
         self._hosts = hosts
+        # Told the lag of each change other replicas made, once it is in a loaded view.
+        self._watch_lag = watch_lag
         self._layout = Layout(prefix)
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
@@ -1966,13 +1973,22 @@ class ZooKeeperMetadataStore:
                 self._read_one(state, folder, child)
             return
         chroot = self._client.chroot or ""
+        # Reads issued before the first load finished are answered before it does (it waits
+        # for every outstanding answer), so this leaves the whole load unmeasured.
+        measure = self._watch_lag is not None and state.loaded.is_set()
         for start in range(0, len(children), READ_BATCH):
             batch = children[start : start + READ_BATCH]
             paths = [chroot + self._layout.node(state.name, folder, child) for child in batch]
+            request = MultiRead(paths, mtimes=measure)
             state.outstanding += 1
             epoch = self._epoch
 
-            def apply(result: Any, batch: list[str] = batch, epoch: int = epoch) -> None:
+            def apply(
+                result: Any,
+                batch: list[str] = batch,
+                epoch: int = epoch,
+                request: MultiRead = request,
+            ) -> None:
                 if epoch != self._epoch or not self._live(state):
                     return
                 state.outstanding -= 1
@@ -1986,34 +2002,47 @@ class ZooKeeperMetadataStore:
                     if not isinstance(error, _CONNECTION_ERRORS):
                         log.warning("metadata: reading %d znodes failed: %r", len(batch), error)
                 else:
-                    for child, data in zip(batch, datas, strict=True):
-                        state.mirror.apply_data(folder, child, None if data is MISSING else data)
+                    mtimes = request.mtimes
+                    for index, (child, data) in enumerate(zip(batch, datas, strict=True)):
+                        seen = state.mirror.apply_data(
+                            folder, child, None if data is MISSING else data
+                        )
+                        if seen and mtimes is not None:
+                            self._observe_lag(mtimes[index])
                 self._settle(state)
 
             async_result = self._client.handler.async_result()
             self._link(async_result, apply)
             # kazoo has no public way to send a request type it does not know.
-            self._client._call(MultiRead(paths), async_result)
+            self._client._call(request, async_result)
 
     def _read_one(self, state: _Namespace, folder: Folder, child: str) -> None:
         state.outstanding += 1
         epoch = self._epoch
+        measure = state.loaded.is_set()
 
         def apply(result: Any) -> None:
             if epoch != self._epoch or not self._live(state):
                 return
             state.outstanding -= 1
             try:
-                data, _stat = result.get_nowait()
+                data, stat = result.get_nowait()
             except NoNodeError:
                 state.mirror.apply_data(folder, child, None)
             except (KazooException, OSError):
                 pass
             else:
-                state.mirror.apply_data(folder, child, data or b"")
+                if state.mirror.apply_data(folder, child, data or b"") and measure:
+                    self._observe_lag(stat.mtime)
             self._settle(state)
 
         self._link(self._client.get_async(self._layout.node(state.name, folder, child)), apply)
+
+    def _observe_lag(self, mtime_ms: int | None) -> None:
+        """Report the lag of a change that just entered the view (answers are applied on
+        arrival, so now is when this replica's view shows it)."""
+        if self._watch_lag is not None and mtime_ms is not None:
+            self._watch_lag(lag_seconds(mtime_ms))
 
     def _settle(self, state: _Namespace) -> None:
         """After an answer: wake waiters, and finish the first load when nothing is left."""

@@ -20,6 +20,7 @@ __all__ = [
     "COUNTERS",
     "LATENCY_BUCKETS",
     "MESSAGE_SIZE_BUCKETS",
+    "WATCH_LAG_BUCKETS",
     "Histogram",
     "ProcessCounters",
     "QueueGauge",
@@ -55,6 +56,27 @@ LATENCY_BUCKETS: Final = (
     2.5,
     5.0,
     10.0,
+)
+
+
+#: Seconds, for starlight_metadata_watch_lag_seconds: a change usually shows in milliseconds;
+#: the long tail is a replica that was disconnected from ZooKeeper and caught up on reconnect.
+WATCH_LAG_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 
 
@@ -203,6 +225,8 @@ class ProcessCounters:
     message_sizes: Histogram = field(default_factory=lambda: Histogram(MESSAGE_SIZE_BUCKETS))
     publish_confirm_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     pulsar_send_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+    # A metadata write by another replica → this replica's view shows it (ZooKeeper's mtime).
+    metadata_watch_lag: Histogram = field(default_factory=lambda: Histogram(WATCH_LAG_BUCKETS))
     # Gauge: connections whose reader waits for Pulsar (Connection.Blocked territory).
     blocked_publishes: int = 0
     blocked_total: int = 0  # times a publish waited long enough to block its connection

@@ -422,6 +422,12 @@ class GatewayCollector(Collector):
             "callback handled by the gateway, one send in 16",
             c.pulsar_send_seconds,
         )
+        yield _histogram(
+            "starlight_metadata_watch_lag_seconds",
+            "Seconds from a metadata write by another replica (the znode's mtime, ZooKeeper's "
+            "clock) to this replica's view showing it; not observed for the first load",
+            c.metadata_watch_lag,
+        )
         yield GaugeMetricFamily(
             "starlight_blocked_connections",
             "Connections whose publish waits for Pulsar longer than 1 s (back-pressure: "

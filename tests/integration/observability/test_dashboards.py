@@ -49,6 +49,9 @@ RATE_WINDOW = "10s"
 # Per-second rates of the load below.
 PUBLISH_RATE = {"replica-1": 40.0, "replica-2": 20.0}
 UNROUTABLE_EVERY = 10  # every 10th publish of replica-1 is mandatory and unroutable
+# Metadata churn, so that each replica sees the other's changes (the watch lag panel): every
+# replica declares and deletes an exchange of its own this often.
+CHURN_PERIOD = 0.5
 
 
 class Prometheus:
@@ -104,7 +107,8 @@ class Prometheus:
 
 
 class Load:
-    """Steady publishers (confirms) on both replicas and one consumer on the second."""
+    """Steady publishers (confirms) on both replicas, one consumer on the second, and
+    exchanges declared and deleted on both (metadata changes for the other to see)."""
 
     def __init__(self, ports: dict[str, int]) -> None:
         self._ports = ports
@@ -112,6 +116,9 @@ class Load:
         self._threads = [
             threading.Thread(target=self._publish, args=(name,), daemon=True) for name in ports
         ] + [threading.Thread(target=self._consume, daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._churn, args=(name,), daemon=True) for name in ports
+        ]
         self.errors: list[BaseException] = []
 
     def __enter__(self) -> Load:
@@ -172,6 +179,22 @@ class Load:
                 if method is not None:
                     channel.basic_ack(method.delivery_tag)
             channel.cancel()
+            connection.close()
+
+        self._guard(work)
+
+    def _churn(self, name: str) -> None:
+        def work() -> None:
+            connection = pika.BlockingConnection(
+                pika.ConnectionParameters("127.0.0.1", self._ports[name])
+            )
+            channel = connection.channel()
+            round_ = 0
+            while not self._stop.wait(CHURN_PERIOD):
+                exchange = f"churn-{name}-{round_}"
+                channel.exchange_declare(exchange, "fanout")
+                channel.exchange_delete(exchange)
+                round_ += 1
             connection.close()
 
         self._guard(work)
@@ -272,7 +295,7 @@ def check_magnitude(title: str, query: str, result: list[dict[str, Any]]) -> Non
     elif title == "Replicas":
         assert total == 2
     elif title == "Connections":
-        assert total == 3  # two publishers and one consumer
+        assert total == 5  # two publishers, one consumer, two metadata churners
     elif title == "Consumers":
         assert total == 1
     elif title == "Publishers":
@@ -294,7 +317,7 @@ def check_magnitude(title: str, query: str, result: list[dict[str, Any]]) -> Non
         assert values and all(v == 1 for v in values), values
     elif title == "Readiness checks failing":
         assert total == 0
-    elif title in ("Publish → confirm latency", "Pulsar send latency"):
+    elif title in ("Publish → confirm latency", "Pulsar send latency", "Metadata watch lag"):
         assert all(0 < v < 5 for v in values), values
 
 
@@ -307,6 +330,7 @@ def test_every_dashboard_query_returns_data_of_the_right_magnitude(
         "pulsar-path.json",
     ]
     evaluated = 0
+    lag_checked = False
     for path in DASHBOARDS:
         dashboard = json.loads(path.read_text())
         for variable in dashboard["templating"]["list"]:
@@ -320,8 +344,10 @@ def test_every_dashboard_query_returns_data_of_the_right_magnitude(
             result = observed.query(query)
             assert result, f"{path.name}: {title}: no data for {query}"
             check_magnitude(title, query, result)
+            lag_checked |= title == "Metadata watch lag"
             evaluated += 1
     assert evaluated >= 40
+    assert lag_checked
 
 
 def test_rabbitmqs_overview_dashboard_shows_every_panel(observed: Prometheus) -> None:
