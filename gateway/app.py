@@ -37,29 +37,26 @@ from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache
 from gateway.server.server import StartupError
-from gateway.server.settings import ListenAddress, ProxyTrust, ServerSettings
+from gateway.server.settings import ProxyTrust, ServerSettings
 
 log = logging.getLogger("gateway")
 
 
 def server_settings(config: GatewayConfig) -> ServerSettings:
-    """Translate configuration keys into what the protocol core and the shell need."""
+    """What the protocol core and the shell need, from the values the configuration derives."""
     return ServerSettings(
-        listeners=tuple(
-            ListenAddress(listener.scheme, listener.host, listener.port, listener.path)
-            for listener in config.amqpListeners
-        ),
+        listeners=config.amqpListeners,
         proxy_trust=ProxyTrust.parse(config.amqpProxyProtocolTrustedNetworks),
         connection=ConnectionSettings(
-            channel_max=config.amqpSessionCountLimit,
-            frame_max=config.amqpNetworkBufferSize,
-            heartbeat=config.amqpHeartbeatDelay,
+            channel_max=config.channel_max,
+            frame_max=config.frame_max,
+            heartbeat=config.heartbeat,
             heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
             max_message_size=config.amqpMaxMessageSize,
-            mechanisms=tuple(config.amqpAuthenticationMechanisms),
+            mechanisms=config.amqpAuthenticationMechanisms,
         ),
-        close_timeout=config.amqpConnectionCloseTimeout / 1000,
-        handshake_timeout=config.amqpHandshakeTimeoutMs / 1000,
+        close_timeout=config.connection_close_timeout,
+        handshake_timeout=config.handshake_timeout,
         tls=tls_settings_for(config),
         debug_binary_length=config.amqpDebugBinaryDataLength,
     )

@@ -30,6 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+# The shell binds what amqpListeners lists: one listener type from here to the socket.
+from gateway.server.address import UNIX_SCHEME, Listener
+
 __all__ = [
     "ENV_PREFIX",
     "ConfigError",
@@ -211,38 +214,8 @@ _PKCS12_ONLY = (
 )
 
 
-#: The scheme of a listener on a Unix domain socket: ``amqp+unix:///absolute/path.sock``.
-UNIX_SCHEME: Final = "amqp+unix"
 #: In amqpProxyProtocolTrustedNetworks: the peers of amqp+unix listeners.
 UNIX_PEERS: Final = "unix"
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """One entry of ``amqpListeners``."""
-
-    scheme: str  # "amqp", "amqps" or "amqp+unix"
-    host: str  # without IPv6 brackets; "" for amqp+unix
-    port: int  # 0 for amqp+unix
-    path: str = ""  # the socket file of an amqp+unix listener
-
-    @property
-    def tls(self) -> bool:
-        return self.scheme == "amqps"
-
-    @property
-    def unix(self) -> bool:
-        return self.scheme == UNIX_SCHEME
-
-    @property
-    def url(self) -> str:
-        if self.unix:
-            return f"{self.scheme}://{self.path}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
-
-    def __str__(self) -> str:
-        return self.url
 
 
 @dataclass(frozen=True, slots=True)

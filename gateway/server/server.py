@@ -20,9 +20,10 @@ from gateway.auth.authenticator import Authenticator, PeerIdentity
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_reload import ReloadingContext
 from gateway.backend.interface import Backend
+from gateway.server.address import UNIX_SCHEME, Listener
 from gateway.server.connection import ClientConnection
 from gateway.server.listeners import bind_tcp, bind_unix, start_listening
-from gateway.server.settings import UNIX_SCHEME, ListenAddress, ServerSettings
+from gateway.server.settings import ServerSettings
 
 log = logging.getLogger("gateway.server")
 
@@ -58,7 +59,7 @@ class GatewayServer:
         # Bound by bind(), listening only once serve() starts: see listeners.py.
         self._sockets: list[trio.socket.SocketType] = []
         # The listener address each socket of _sockets was bound for (its scheme decides TLS).
-        self._socket_addresses: list[ListenAddress] = []
+        self._socket_addresses: list[Listener] = []
         self._unlinked: set[str] = set()
         self._tls = self._load_tls(settings)
         self._throttle = FailureThrottle(max_delay=settings.login_failure_max_delay)
@@ -67,7 +68,7 @@ class GatewayServer:
 
     @staticmethod
     def _load_tls(settings: ServerSettings) -> ReloadingContext | None:
-        if not any(address.scheme == "amqps" for address in settings.listeners):
+        if not any(address.tls for address in settings.listeners):
             return None
         if settings.tls is None:
             raise StartupError("amqps listeners need TLS settings (a certificate and key)")
@@ -80,10 +81,10 @@ class GatewayServer:
         return self._tls
 
     @property
-    def listening(self) -> list[ListenAddress]:
+    def listening(self) -> list[Listener]:
         """Each bound socket as its listener, with the real port (port 0 resolved)."""
         return [
-            address if address.unix else ListenAddress(address.scheme, host, port)
+            address if address.unix else Listener(address.scheme, host, port)
             for (host, port), address in zip(self.bound, self._socket_addresses, strict=True)
         ]
 
@@ -107,7 +108,7 @@ class GatewayServer:
         """
         if not self._sockets:
             sockets: list[trio.socket.SocketType] = []
-            addresses: list[ListenAddress] = []
+            addresses: list[Listener] = []
             try:
                 for address in self._settings.listeners:
                     bound = await self._bind(address)
@@ -164,7 +165,7 @@ class GatewayServer:
                                 trio.serve_listeners,
                                 partial(
                                     self._handle_stream,
-                                    tls=address.scheme == "amqps",
+                                    tls=address.tls,
                                     unix=address.unix,
                                 ),
                                 [listener],
@@ -187,7 +188,7 @@ class GatewayServer:
             self.stopped.set()
         log.info("stopped")
 
-    async def _bind(self, address: ListenAddress) -> list[trio.socket.SocketType]:
+    async def _bind(self, address: Listener) -> list[trio.socket.SocketType]:
         if address.scheme not in ("amqp", "amqps", UNIX_SCHEME):
             raise StartupError(
                 f"{address}: unknown listener scheme (amqp://, amqps:// or amqp+unix://)"

@@ -7,26 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_context import TlsSettings
-
-UNIX_SCHEME = "amqp+unix"
-
-
-@dataclass(frozen=True)
-class ListenAddress:
-    scheme: str  # "amqp", "amqps" or "amqp+unix"
-    host: str
-    port: int
-    path: str = ""  # the socket file of an amqp+unix listener
-
-    @property
-    def unix(self) -> bool:
-        return self.scheme == UNIX_SCHEME
-
-    def __str__(self) -> str:
-        if self.unix:
-            return f"{self.scheme}://{self.path}"
-        return f"{self.scheme}://{self.host}:{self.port}"
-
+from gateway.server.address import Listener
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -66,7 +47,7 @@ class ProxyTrust:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    listeners: tuple[ListenAddress, ...] = (ListenAddress("amqp", "127.0.0.1", 5672),)
+    listeners: tuple[Listener, ...] = (Listener("amqp", "127.0.0.1", 5672),)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     # amqpConnectionCloseTimeout: how long a Connection.Close waits for Close-Ok.
     close_timeout: float = 2.0

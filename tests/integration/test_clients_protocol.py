@@ -16,10 +16,11 @@ import pytest
 from pamqp import commands, frame
 
 from gateway.amqp.connection import ConnectionSettings
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.address import Listener
+from gateway.server.settings import ServerSettings
 from tests.support.gateway_thread import GatewayInThread
 
-LOOPBACK = (ListenAddress("amqp", "127.0.0.1", 0),)
+LOOPBACK = (Listener("amqp", "127.0.0.1", 0),)
 
 
 @pytest.fixture

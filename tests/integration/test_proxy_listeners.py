@@ -17,7 +17,8 @@ import pytest
 import trio
 
 from gateway.amqp.proxy_protocol import Command, ProxyHeader, encode
-from gateway.server.settings import ListenAddress, ProxyTrust, ServerSettings
+from gateway.server.address import Listener
+from gateway.server.settings import ProxyTrust, ServerSettings
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.scripted_client import PROTOCOL_HEADER, ScriptedClient, commands
 
@@ -35,7 +36,7 @@ def socket_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory.rmdir()
 
 
-def gateway(trust: tuple[str, ...], *listeners: ListenAddress) -> GatewayInThread:
+def gateway(trust: tuple[str, ...], *listeners: Listener) -> GatewayInThread:
     settings = ServerSettings(listeners=listeners, proxy_trust=ProxyTrust.parse(trust))
     return GatewayInThread(settings)
 
@@ -79,7 +80,7 @@ def test_tcp_listener_trusting_loopback_takes_the_client_address(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.connection")
-    with gateway(("127.0.0.1/32",), ListenAddress("amqp", "127.0.0.1", 0)) as running:
+    with gateway(("127.0.0.1/32",), Listener("amqp", "127.0.0.1", 0)) as running:
 
         async def main() -> None:
             stream = await trio.open_tcp_stream("127.0.0.1", running.port)
@@ -94,7 +95,7 @@ def test_untrusted_tcp_peer_sending_a_header_is_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.connection")
-    with gateway(("10.0.0.0/8",), ListenAddress("amqp", "127.0.0.1", 0)) as running:
+    with gateway(("10.0.0.0/8",), Listener("amqp", "127.0.0.1", 0)) as running:
 
         async def main() -> bytes:
             stream = await trio.open_tcp_stream("127.0.0.1", running.port)
@@ -117,7 +118,7 @@ def test_unix_listener_trusted_for_proxy_headers(
     socket_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.connection")
-    listener = ListenAddress("amqp+unix", "", 0, socket_path)
+    listener = Listener("amqp+unix", "", 0, socket_path)
     with gateway(("unix",), listener) as running:
         assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o600
         assert [str(address) for address in running.server.listening] == [
@@ -139,7 +140,7 @@ def test_a_stale_socket_file_is_replaced(socket_path: str) -> None:
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(socket_path)
     stale.close()  # leaves the file behind, as a killed process would
-    with gateway(("unix",), ListenAddress("amqp+unix", "", 0, socket_path)):
+    with gateway(("unix",), Listener("amqp+unix", "", 0, socket_path)):
         assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
 
 
@@ -156,7 +157,7 @@ def haproxy_in_front(tmp_path: Path) -> Iterator[tuple[GatewayInThread, int]]:
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not os.path.exists(haproxy):
         pytest.skip("haproxy is not installed (make test-tools installs it)")
-    with gateway(("127.0.0.1/32",), ListenAddress("amqp", "127.0.0.1", 0)) as running:
+    with gateway(("127.0.0.1/32",), Listener("amqp", "127.0.0.1", 0)) as running:
         front = free_port()
         config = tmp_path / "haproxy.cfg"
         config.write_text(

@@ -12,8 +12,9 @@ import trio
 from gateway.auth.authenticator import AcceptAnyone, Authenticator
 from gateway.backend.interface import Backend
 from gateway.backend.unsupported import UnsupportedBackend
+from gateway.server.address import Listener
 from gateway.server.server import GatewayServer
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.settings import ServerSettings
 
 START_TIMEOUT = 60.0
 
@@ -29,9 +30,7 @@ class GatewayInThread:
     ) -> None:
         """``backend_factory`` builds the backend inside the gateway's own trio loop (a real
         backend's clients belong to the loop that created them)."""
-        self.settings = settings or ServerSettings(
-            listeners=(ListenAddress("amqp", "127.0.0.1", 0),)
-        )
+        self.settings = settings or ServerSettings(listeners=(Listener("amqp", "127.0.0.1", 0),))
         self._authenticator = authenticator or AcceptAnyone()
         self._backend_factory = backend_factory
         self.server = GatewayServer(

@@ -22,8 +22,8 @@ from gateway.app import server_settings
 from gateway.auth.factory import authenticator_for
 from gateway.backend.memory import MemoryBackend
 from gateway.config import GatewayConfig, config_from_text
+from gateway.server.address import Listener
 from gateway.server.connection import ClientConnection
-from gateway.server.settings import ListenAddress
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.pki import Pki, TokenKeys, make_pki, token_keys
 
@@ -77,7 +77,7 @@ def start(pki: Pki, text: str, *, handshake_timeout: float | None = None) -> Sec
     settings = server_settings(config)
     settings = dataclasses.replace(
         settings,
-        listeners=tuple(ListenAddress(a.scheme, a.host, 0) for a in settings.listeners),
+        listeners=tuple(Listener(a.scheme, a.host, 0) for a in settings.listeners),
         handshake_timeout=handshake_timeout or settings.handshake_timeout,
     )
     gateway = GatewayInThread(

@@ -21,9 +21,10 @@ import trio
 from gateway.auth.authenticator import AcceptAnyone
 from gateway.backend.unsupported import UnsupportedBackend
 from gateway.cli import parse_args
+from gateway.server.address import Listener
 from gateway.server.listeners import bind_tcp, start_listening
 from gateway.server.server import GatewayServer, StartupError
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.settings import ServerSettings
 from gateway.server.workers import (
     Backoff,
     Supervisor,
@@ -255,7 +256,7 @@ async def test_reuse_port_sockets_share_a_port_and_others_are_refused() -> None:
 
 
 async def test_a_bound_server_refuses_connections_until_it_serves() -> None:
-    settings = ServerSettings(listeners=(ListenAddress("amqp", "127.0.0.1", 0),))
+    settings = ServerSettings(listeners=(Listener("amqp", "127.0.0.1", 0),))
     server = GatewayServer(settings, AcceptAnyone(), UnsupportedBackend())
     [(host, port)] = await server.bind()
     assert port != 0
@@ -276,7 +277,7 @@ async def test_a_taken_port_is_a_startup_error_naming_the_listener() -> None:
     port = holder.getsockname()[1]
     try:
         for reuse_port in (False, True):
-            address = ListenAddress("amqp", "127.0.0.1", port)
+            address = Listener("amqp", "127.0.0.1", port)
             server = GatewayServer(
                 ServerSettings(listeners=(address,)),
                 AcceptAnyone(),
