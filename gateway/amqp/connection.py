@@ -36,6 +36,7 @@ from gateway.amqp.capabilities import server_properties
 from gateway.amqp.channel import Channel, ChannelState
 from gateway.amqp.codec import (
     CLIENT_METHODS,
+    SPECS,
     decode_method,
     encode_method,
     method_name,
@@ -496,11 +497,19 @@ class ServerConnection:
                 self._write_method(number, _CHANNEL_OPEN_OK)
                 events.append(ev.ChannelOpened(number))
                 return
+            # Name the method in the Close only if it is one: a Close's class/method ids
+            # must identify a method of the spec (an unknown one is named in the text).
+            if index in SPECS:
+                raise ConnectionException(
+                    ReplyCode.CHANNEL_ERROR,
+                    f"expected 'channel.open' on channel {number}",
+                    index >> 16,
+                    index & 0xFFFF,
+                )
             raise ConnectionException(
                 ReplyCode.CHANNEL_ERROR,
-                f"expected 'channel.open' on channel {number}",
-                index >> 16,
-                index & 0xFFFF,
+                f"expected 'channel.open' on channel {number}, "
+                f"got unknown method {index >> 16}.{index & 0xFFFF}",
             )
         raise ConnectionException(
             ReplyCode.CHANNEL_ERROR, f"expected 'channel.open' on channel {number}"
