@@ -96,5 +96,12 @@ bench: install stack-up
 	$(PYTHON) bench/bench_gateway_vs_pulsar.py
 	$(PYTHON) bench/bench_perftest.py
 
+# A million fuzzed inputs through the sans-IO AMQP core: inputs/s, how they ended, and any
+# failing input shrunk into fuzz-failures/ (docs/reliability.md). `make test` runs 20,000.
+.PHONY: fuzz
+FUZZ_INPUTS ?= 1000000
+fuzz: install
+	$(PYTHON) bench/fuzz_core.py --inputs $(FUZZ_INPUTS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from gateway.amqp import events as ev
-from gateway.amqp.codec import SPECS
+from gateway.amqp.codec import CLIENT_METHODS, SPECS
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
 from gateway.amqp.errors import HARD_CODES, SOFT_CODES, AMQPError, ReplyCode, code_name
 from gateway.amqp.fieldtable import encode_table
@@ -392,6 +392,9 @@ class _Checker:
         self.parsed = 0
         self.connection_close: tuple[int, int, int] | None = None
         self.closing_channels: set[int] = set()
+        self.open_channels: set[int] = set()
+        self.channel_closes_written: set[int] = set()
+        self.erroring_channels: set[int] = set()
         self.channel_codes: set[int] = set()
         self.bad_header = False
         self.ended = False
@@ -466,6 +469,7 @@ class _Checker:
                 raise Violation(f"Channel.Close with reply code {code}")
             _check_ids(code, class_id, method_id)
             self.closing_channels.add(channel)
+            self.channel_closes_written.add(channel)
             self.channel_codes.add(code)
             if not self.kind:
                 self.kind = (
@@ -483,8 +487,33 @@ class _Checker:
                 self.errored.append(error)
             elif isinstance(event, _TERMINAL):
                 self.ended = True
-            elif isinstance(event, _SHELL_WORK) and not self.errored:
-                self.reached_shell = True
+            elif isinstance(event, ev.ChannelOpened):
+                self.open_channels.add(event.channel)
+            elif isinstance(event, ev.ChannelClosed):
+                self.open_channels.discard(event.channel)
+                self.erroring_channels.discard(event.channel)
+            elif isinstance(event, ev.ChannelErrored):
+                if event.error.reply_code not in SOFT_CODES:
+                    raise Violation(f"ChannelErrored with reply code {event.error.reply_code}")
+                if event.channel not in self.channel_closes_written:
+                    raise Violation(f"ChannelErrored({event.channel}) without a Channel.Close")
+                self.erroring_channels.add(event.channel)
+            elif isinstance(event, _SHELL_WORK):
+                self._shell_work(event)
+
+    def _shell_work(self, event: ev.Event) -> None:
+        """What is handed to the shell comes from an open channel and is well formed."""
+        channel: int = getattr(event, "channel", 0)
+        if channel and (channel not in self.open_channels or channel in self.erroring_channels):
+            raise Violation(f"{type(event).__name__} on channel {channel}, which is not open")
+        if isinstance(event, ev.PublishReceived):
+            event.properties  # noqa: B018 - promised never to fail once the event is out
+            if len(event.body) > self.settings.max_message_size:
+                raise Violation(f"a message of {len(event.body)} octets got through")
+        elif isinstance(event, ev.MethodReceived) and type(event.method) not in CLIENT_METHODS:
+            raise Violation(f"handed the shell {type(event.method).__name__}")
+        if not self.errored:
+            self.reached_shell = True
 
 
 def _close_fields(payload: bytes) -> tuple[int, int, int]:
@@ -542,8 +571,9 @@ def run_case(
         now += rng.choice([0.0, 0.5, 30.0])
         events = conn.receive_data(chunk, now)
         while True:
-            checker.take_events(events)
+            # Output first: an event may refer to what was written in the same call.
             checker.take_output(conn.data_to_send())
+            checker.take_events(events)
             answered = _answer(conn, rng, 1.0 if like_a_gateway else 0.93)
             if not answered:
                 break
@@ -551,11 +581,13 @@ def run_case(
             events = conn.take_events()
         if rng.random() < 0.1 and not like_a_gateway:
             now += rng.choice([1.0, 200.0])
-            checker.take_events(conn.handle_timer(now))
+            events = conn.handle_timer(now)
             checker.take_output(conn.data_to_send())
+            checker.take_events(events)
     if rng.random() < 0.5 and not like_a_gateway:
-        checker.take_events(conn.receive_data(b"", now))
+        events = conn.receive_data(b"", now)
         checker.take_output(conn.data_to_send())
+        checker.take_events(events)
     return _outcome(conn, checker, refused_by_shell)
 
 
