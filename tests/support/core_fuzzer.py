@@ -39,7 +39,15 @@ from dataclasses import dataclass, field
 from gateway.amqp import events as ev
 from gateway.amqp.codec import CLIENT_METHODS, SPECS
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
-from gateway.amqp.errors import HARD_CODES, SOFT_CODES, AMQPError, ReplyCode, code_name
+from gateway.amqp.errors import (
+    HARD_CODES,
+    SOFT_CODES,
+    AMQPError,
+    ChannelError,
+    ConnectionException,
+    ReplyCode,
+    code_name,
+)
 from gateway.amqp.fieldtable import encode_table
 from gateway.amqp.framing import PROTOCOL_HEADER
 
@@ -434,8 +442,8 @@ class _Checker:
                 raise Violation("wrote a malformed heartbeat")
             return
         if frame_type in (2, 3) and self.content_allowed:
-            if self.connection_close is not None:
-                raise Violation("wrote content after Connection.Close")
+            if self.connection_close is not None or channel in self.closing_channels:
+                raise Violation(f"wrote content on channel {channel} after a Close")
             return
         if frame_type != 1:
             raise Violation(f"wrote a frame of type {frame_type} (no content was asked for)")
@@ -561,6 +569,9 @@ def run_case(
     ``like_a_gateway`` predicts what a gateway that lets everyone in does with the same bytes
     sent at once: every login and vhost accepted, no timer, no EOF."""
     rng = random.Random(case.answers)
+    # The shell's own actions draw from a stream of their own, so that adding or changing
+    # them leaves every input's other random choices as they were.
+    shell = random.Random(case.answers ^ 0x5E11)
     now = 0.0
     conn = ServerConnection(settings, now)
     checker = _Checker(settings)
@@ -579,6 +590,10 @@ def run_case(
                 break
             refused_by_shell = refused_by_shell or answered == "refused"
             events = conn.take_events()
+        if not like_a_gateway and shell.random() < 0.15:
+            refused_by_shell = _shell_acts(conn, shell, checker) or refused_by_shell
+            checker.take_output(conn.data_to_send())
+            checker.take_events(conn.take_events())
         if rng.random() < 0.1 and not like_a_gateway:
             now += rng.choice([1.0, 200.0])
             events = conn.handle_timer(now)
@@ -589,6 +604,30 @@ def run_case(
         checker.take_output(conn.data_to_send())
         checker.take_events(events)
     return _outcome(conn, checker, refused_by_shell)
+
+
+def _shell_acts(conn: ServerConnection, rng: random.Random, checker: _Checker) -> bool:
+    """Do what a gateway's shell does on its own between reads: deliver, confirm, close a
+    channel (404, as for a deleted queue) or the connection (320, as on shutdown). The core
+    must refuse to write any of it once a channel or the connection is closing. Returns True
+    when that was a Connection.Close written by the shell."""
+    channels = sorted(conn.open_channels) or [1]
+    channel = rng.choice(channels)
+    roll = rng.random()
+    if roll < 0.4:
+        body = b"d" * rng.choice([0, 10, 4088, 5000, 9000])
+        header = rng.choice([b"\x00\x00", b"\x10\x00\x02"])  # none / delivery-mode 2
+        if conn.send_deliver(channel, "ctag", rng.randint(1, 9), False, "", "q", header, body):
+            checker.content_allowed = True
+    elif roll < 0.6:
+        conn.send_ack(channel, rng.randint(1, 9), rng.random() < 0.3)
+    elif roll < 0.85:
+        conn.close_channel(channel, ChannelError(ReplyCode.NOT_FOUND, "no queue 'q'", 60, 20))
+    else:
+        was_closing = conn.state in (ConnectionState.CLOSING, ConnectionState.CLOSED)
+        conn.close_connection(ConnectionException(ReplyCode.CONNECTION_FORCED, "shutdown"))
+        return not was_closing and conn.state is ConnectionState.CLOSING
+    return False
 
 
 def _answer(conn: ServerConnection, rng: random.Random, accept_rate: float) -> str:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
+import pytest
+
 from gateway.amqp import events as ev
+from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import ReplyCode
 from tests.support.core_fuzzer import (
     SETTINGS,
@@ -48,14 +51,29 @@ def test_fuzzed_inputs_never_break_the_cores_promises() -> None:
             f"{len(failures)} of {INPUTS} inputs failed; first, input {seed}: {message}\n"
             + small.describe()
         )
-    # The generator reaches every error the core itself can find (the other codes come from
-    # the shell and the backend): a generator that stopped reaching them would test nothing.
-    assert codes >= {311, 403, 501, 502, 503, 504, 505, 530, 540}
+    # The generator reaches every error the core itself can find, and the shell's own closes
+    # (320, 404): a generator that stopped reaching them would test nothing.
+    assert codes >= {311, 320, 403, 404, 501, 502, 503, 504, 505, 530, 540}
     assert kinds["bad protocol header -> our header"] > 0
     assert sum(n for k, n in kinds.items() if k.startswith("no error (state open")) > 0
 
 
-def test_the_checker_catches_a_broken_promise() -> None:
+def test_the_fuzzer_catches_a_core_that_writes_after_a_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fuzzer's checks can fail: with the core's "may I still send?" test broken, the
+    shell's deliveries and confirms after a Close are caught."""
+
+    def can_send_while_closing(self: ServerConnection, channel: int) -> bool:
+        return self.state in (ConnectionState.OPEN, ConnectionState.CLOSING)
+
+    monkeypatch.setattr(ServerConnection, "_can_send", can_send_while_closing)
+    found = [failure_of(make_case(seed)) for seed in range(FIRST_SEED, FIRST_SEED + 3000)]
+    assert any(m and "after Connection.Close" in m for m in found)
+    assert any(m and "after its Close" in m for m in found)
+
+
+def test_the_checker_catches_a_close_naming_no_method() -> None:
     """The fuzzer's checks can fail: a Close naming a method that does not exist is caught
     (what the fuzzer found in ``_unopened_channel_frame``, checked on hand-made output)."""
     close = struct.pack(">IH", 0x000A0032, 504) + b"\x00" + struct.pack(">HH", 3262, 14776)
