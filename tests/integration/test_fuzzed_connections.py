@@ -20,7 +20,8 @@ import pytest
 
 from gateway.amqp.framing import PROTOCOL_HEADER
 from gateway.backend.memory import MemoryBackend
-from gateway.server.settings import ListenAddress, ServerSettings
+from gateway.server.address import Listener
+from gateway.server.settings import ServerSettings
 from tests.support.core_fuzzer import SETTINGS, check_gateway_output, make_case, run_case
 from tests.support.gateway_thread import GatewayInThread
 
@@ -31,9 +32,7 @@ ANSWER_DEADLINE = 15.0
 
 @pytest.fixture
 def gateway() -> Iterator[GatewayInThread]:
-    settings = ServerSettings(
-        listeners=(ListenAddress("amqp", "127.0.0.1", 0),), connection=SETTINGS
-    )
+    settings = ServerSettings(listeners=(Listener("amqp", "127.0.0.1", 0),), connection=SETTINGS)
     with GatewayInThread(settings, backend=MemoryBackend()) as running:
         yield running
 
