@@ -38,7 +38,7 @@ from gateway.backend.pulsar.delivery import (
     exchange_and_key,
 )
 from gateway.backend.pulsar.drains import Drains, position_of
-from gateway.backend.pulsar.messages import to_pulsar
+from gateway.backend.pulsar.messages import REQUEUED, to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -622,7 +622,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._r.client.subscribe(
                 topics,
                 subscription_for(queue),
-                ConsumerOptions(receiver_queue_size=read_ahead),
+                ConsumerOptions(
+                    receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+                ),
             ),
             f"consuming from '{queue}'",
         )
@@ -632,8 +634,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._admits(queue),
             self._consumer_closed,
             self._redeliveries,
+            self._requeue_copy,
             exclusive=exclusive,
         )
+
+    async def _requeue_copy(self, queue: str, message: Message) -> None:
+        """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
+        default exchange's: only this queue reads it) and wait until Pulsar stored it."""
+        topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
+        properties = to_pulsar(message)
+        properties[REQUEUED] = "true"
+        stored = await self._r.producers.submit(topic, message.body, properties)
+        await stored.durable()
 
     async def follow(self) -> None:
         """Keep this replica's consumers in step with the metadata, whichever replica changed
