@@ -226,9 +226,16 @@ class MemoryVirtualHost(CatalogVirtualHost):
         return PublishOutcome(routed=bool(names))
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> MemorySubscription:
-        self.catalog.queue(self.catalog.view, queue, owner)
+        entity = self.catalog.queue(self.catalog.view, queue, owner)
+        self.catalog.check_consume(entity, arguments or {})
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(

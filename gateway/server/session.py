@@ -373,6 +373,7 @@ class AMQPSession:
             exclusive=method.exclusive,
             owner=self._link.owner,
             prefetch=0 if method.no_ack else state.prefetch_window(),
+            arguments=method.arguments,
         )
         consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
         state.consumers[tag] = consumer

@@ -688,9 +688,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> RegisteredSubscription:
-        await self.catalog.find_queue(queue, owner)
+        entity = await self.catalog.find_queue(queue, owner)
+        self.catalog.check_consume(entity, arguments or {})
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
