@@ -79,7 +79,7 @@ class PulsarDelivery:
         self.message = message
         self._key, seen = subscription.redeliveries.delivered(received)
         self.redelivered = seen or requeued_copy
-        subscription.outstanding += 1
+        subscription.delivery_made(received.topic)
 
     @property
     def _consumer(self) -> TrioConsumer:
@@ -91,7 +91,7 @@ class PulsarDelivery:
         self._settled = True
         if not requeued:
             self._subscription.redeliveries.settled(self._key)
-        self._subscription.delivery_settled()
+        self._subscription.delivery_settled(self._received.topic)
 
     async def ack(self) -> None:
         self._settle(requeued=False)
@@ -162,10 +162,12 @@ class PulsarQueueSubscription:
         self._admits = admits
         self._on_closed = on_closed
         self.redeliveries = redeliveries
-        # Deliveries handed out and not yet acknowledged or rejected.
+        # Deliveries handed out and not yet acknowledged or rejected, in all and per topic.
         self.outstanding = 0
-        # Set on a retired Basic.Get consumer: called once nothing is outstanding any more.
-        self.when_settled: Callable[[], None] | None = None
+        self._outstanding_from: dict[str, int] = {}
+        # Set once retired (a Basic.Get consumer no longer used): runs the async work of
+        # letting go of it, topic by topic as their deliveries are settled.
+        self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self.ended = False
         self.closed = False
 
@@ -205,21 +207,49 @@ class PulsarQueueSubscription:
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)
 
-    def delivery_settled(self) -> None:
-        self.outstanding -= 1
-        if self.outstanding == 0 and self.when_settled is not None:
-            self.when_settled()
+    def delivery_made(self, topic: str) -> None:
+        self.outstanding += 1
+        self._outstanding_from[topic] = self._outstanding_from.get(topic, 0) + 1
 
-    def retire(self, close: Callable[[], None]) -> None:
-        """Stop fetching and give back what was prefetched; ``close`` once every delivery
-        made is settled (closing earlier would make Pulsar redeliver messages a client
-        still holds)."""
+    def delivery_settled(self, topic: str) -> None:
+        self.outstanding -= 1
+        left = self._outstanding_from[topic] - 1
+        if left:
+            self._outstanding_from[topic] = left
+            return
+        del self._outstanding_from[topic]
+        if self._retired is not None:
+            self._let_go(self._retired, topic)
+
+    def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+        """Stop fetching and give back what was fetched and not handed out: a retired
+        Basic.Get consumer closes each topic's Pulsar consumer once the deliveries made from
+        that topic are settled, and closes altogether once all are. (Closing a Pulsar consumer
+        earlier would make Pulsar redeliver messages a client still holds; keeping one longer
+        would keep the message its read-ahead took meanwhile from every other consumer.)
+        ``spawn`` starts the async work in the background."""
+        if self._retired is not None:
+            return
+        self._retired = spawn
         if not self.closed:
             self.consumer.stop_receiving()
         if self.outstanding == 0:
-            close()
-        else:
-            self.when_settled = close
+            spawn(self.close)
+            return
+        for topic in self.consumer.topics:
+            if topic not in self._outstanding_from:
+                self._let_go(spawn, topic)
+
+    def _let_go(self, spawn: Callable[[Callable[[], Awaitable[None]]], None], topic: str) -> None:
+        """Retired, and nothing is outstanding from ``topic`` any more."""
+        if self.outstanding == 0:
+            spawn(self.close)
+            return
+
+        async def remove() -> None:
+            await self.remove_topic(topic)
+
+        spawn(remove)
 
     async def add_topic(self, topic: str) -> None:
         if not self.closed:

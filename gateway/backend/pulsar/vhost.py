@@ -30,7 +30,13 @@ import trio
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
-from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
+from gateway.backend.interface import (
+    Message,
+    Owner,
+    PublishOutcome,
+    QueueStatus,
+    SubscriptionEnded,
+)
 from gateway.backend.pulsar.delivery import (
     Admits,
     PulsarDelivery,
@@ -787,8 +793,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._getter_used[queue] = trio.current_time()
         delivery = getter.receive_nowait()
         if delivery is None:
-            with trio.move_on_after(GET_WAIT):
-                delivery = await getter.receive()
+            try:
+                with trio.move_on_after(GET_WAIT):
+                    delivery = await getter.receive()
+            except SubscriptionEnded:
+                # Retired while we waited (a consumer of the queue started), or the queue
+                # went (404, as a Get arriving a moment later would find).
+                await self.catalog.find_queue(queue, owner)
         if delivery is None:
             self._left_after_get.pop(queue, None)
             return None
@@ -822,7 +833,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._getter_used.pop(queue, None)
         self._left_after_get.pop(queue, None)
         if getter is not None:
-            getter.retire(lambda: self._r.nursery.start_soon(getter.close))
+            getter.retire(self._r.nursery.start_soon)
 
     async def _sweep_getters(self) -> None:
         try:
@@ -830,7 +841,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await trio.sleep(GETTER_IDLE / 2)
                 now = trio.current_time()
                 for queue, used in list(self._getter_used.items()):
-                    if now - used >= GETTER_IDLE:
+                    getter = self._getters.get(queue)
+                    # Not while its client holds messages it got: a new getter could not
+                    # see what this one's read-ahead took meanwhile (one message per topic)
+                    # until they are settled.
+                    if now - used >= GETTER_IDLE and (getter is None or not getter.outstanding):
                         await self._close_getter(queue)
         finally:
             self._sweeping_getters = False
