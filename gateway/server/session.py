@@ -404,6 +404,12 @@ class AMQPSession:
                     # elsewhere may have used the credit meanwhile: hold this message until
                     # there is credit again (RabbitMQ's limiter never overshoots).
                     await self._hold_until_credit(state, consumer, delivery)
+                    if consumer.scope.cancel_called:
+                        # Cancelled (Basic.Cancel, channel close) while the message was on
+                        # its way; Cancel-Ok may be out already, and nothing follows it.
+                        with trio.CancelScope(shield=True):
+                            await delivery.reject(requeue=True)
+                        return
                     tag = state.take_tag()
                     if not consumer.no_ack:
                         state.unacked[tag] = Unacked(delivery, consumer)
