@@ -174,6 +174,16 @@ class Catalog:
             )
         return exchange
 
+    def alternate(self, view: VhostView, exchange: Exchange) -> Exchange | None:
+        """The exchange named by ``exchange``'s ``alternate-exchange`` argument, if it
+        exists (RabbitMQ: unroutable messages go there; a missing one routes nothing)."""
+        named = exchange.arguments.get("alternate-exchange")
+        if named is None or named.kind != "S":
+            return None
+        value = named.value
+        name = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+        return self.exchange(view, name)
+
     def routes(self, view: VhostView, exchange: Exchange, message: Message) -> set[str]:
         """The queues ``message`` reaches through ``exchange`` in this view."""
         key = message.routing_key

@@ -221,6 +221,16 @@ class MemoryVirtualHost(CatalogVirtualHost):
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
         names = self.catalog.routes(view, exchange, message)
+        seen = {exchange.name}
+        # Unroutable: on to the alternate exchange, and its own, until one routes
+        # (rabbit_exchange:route, each exchange tried once).
+        while not names:
+            alternate = self.catalog.alternate(view, exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            names = self.catalog.routes(view, exchange, message)
         for name in names:
             self._messages(name).push(message)
         return PublishOutcome(routed=bool(names))

@@ -21,6 +21,7 @@ drained or recorded subscriptions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -517,18 +518,31 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         key = message.routing_key
-        bound_elsewhere = False
-        if exchange.type is ExchangeType.TOPIC and (exchange.name, key) not in self._prepared_keys:
-            bound_elsewhere = await self._prepare_topic_key(exchange, key)
-            view = self._view
-        routed = bound_elsewhere or bool(self.catalog.routes(view, exchange, message))
+        routed = await self._routes(exchange, message)
+        seen = {exchange.name}
+        while not routed:
+            # Unroutable here: RabbitMQ sends it on to the exchange's alternate exchange, and
+            # that one's, until one routes it (rabbit_exchange:route, each exchange once).
+            alternate = await self._alternate(exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            # The view said unroutable; a binding made on another replica a moment ago may
+            # not be in it yet: ZooKeeper decides before the message goes elsewhere.
+            if await self._bound_in_zookeeper(exchange, key):
+                routed = True
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            routed = await self._routes(exchange, message)
         if not routed and mandatory:
             # About to tell the client "unroutable": a binding made on another replica a
             # moment ago may not be in the view yet (the rare, slow path of a mandatory miss).
             routed = await self._bound_in_zookeeper(exchange, key)
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
-        # subscription wants anyway.
+        # subscription wants anyway. A message routed through an alternate exchange goes to
+        # that exchange's topic and keeps its own exchange and routing key (Basic.Deliver
+        # names the exchange it was published to, as on RabbitMQ).
         named = (exchange.type, exchange.name, key)
         topic = self._publish_topics.get(named)
         if topic is None:
@@ -539,6 +553,30 @@ class PulsarVirtualHost(CatalogVirtualHost):
         except PulsarClientError as error:
             raise to_amqp_error(error, f"publishing to {topic}") from None
         return PublishOutcome(routed=routed, stored=stored)
+
+    async def _routes(self, exchange: Exchange, message: Message) -> bool:
+        """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
+        (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
+        key = message.routing_key
+        unprepared = (exchange.name, key) not in self._prepared_keys
+        if (
+            exchange.type is ExchangeType.TOPIC
+            and unprepared
+            and await self._prepare_topic_key(exchange, key)
+        ):
+            return True
+        return bool(self.catalog.routes(self._view, exchange, message))
+
+    async def _alternate(self, exchange: Exchange) -> Exchange | None:
+        """``exchange``'s alternate exchange, looked up in ZooKeeper if the view lacks it."""
+        if "alternate-exchange" not in exchange.arguments:
+            return None
+        found = self.catalog.alternate(self._view, exchange)
+        if found is None:
+            name = exchange.arguments["alternate-exchange"].value
+            with contextlib.suppress(AMQPError):  # missing: routes nothing, as on RabbitMQ
+                found = await self.catalog.require_fresh_exchange(str(name))
+        return found
 
     async def _bound_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
         """Whether a binding of ``exchange`` that ZooKeeper has now routes ``key``. Headers

@@ -124,10 +124,14 @@ def test_quorum_queues_are_durable_shared_and_kept(
         channel.queue_declare(name, arguments={"x-queue-type": "quorum"}, **flags)
 
 
-def test_alternate_exchange_is_refused(channel: BlockingChannel) -> None:
+def test_alternate_exchange_must_name_an_exchange(channel: BlockingChannel) -> None:
     name = unique("x")
-    with channel_closed(406, _invalid("alternate-exchange", "exchange", name, NOT_OURS)):
-        channel.exchange_declare(name, "direct", arguments={"alternate-exchange": "ae"})
+    text = (
+        f"PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in "
+        f"exchange '{name}' in vhost '/'"
+    )
+    with channel_closed(406, text):
+        channel.exchange_declare(name, "direct", arguments={"alternate-exchange": 1})
 
 
 def test_other_exchange_arguments_are_kept(channel: BlockingChannel) -> None:

@@ -237,7 +237,6 @@ CASES = [
             (Access.READ, "exchange", "new_x"),
             (Access.WRITE, "exchange", "x"),
         ],
-        ("alternate-exchange", "exchange", "new_x"),
     ),
     Case(
         "exchange.delete",

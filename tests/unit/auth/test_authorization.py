@@ -63,11 +63,13 @@ async def _declare_queue(
 
 
 async def _world() -> MemoryBackend:
-    """Exchanges x, ae and dlx; queue q bound to x with key k, holding one message."""
+    """Exchanges x, ae, dlx and xae (whose alternate exchange is ae); queue q bound to x with
+    key k, holding one message."""
     backend = MemoryBackend()
     admin = await backend.open_vhost("/", ADMIN)
     for name in ("x", "ae", "dlx"):
         await _declare_exchange(admin, name)
+    await _declare_exchange(admin, "xae", {"alternate-exchange": Field("S", "ae")})
     await _declare_queue(admin, "q", ADMIN_OWNER)
     await admin.bind_queue("q", "x", "k", {}, owner=ADMIN_OWNER)
     await admin.publish(Message("", "q", EMPTY_HEADER, b"m"))
@@ -105,10 +107,6 @@ class Case:
     not_implemented: str | None = None
 
 
-AE_REFUSED = (
-    "PRECONDITION_FAILED - invalid arg 'alternate-exchange' for exchange 'new' in vhost '/': "
-    "not implemented by Starlight for RabbitMQ"
-)
 DLX_REFUSED = (
     "PRECONDITION_FAILED - invalid arg 'x-dead-letter-exchange' for queue 'new' in vhost '/': "
     "not implemented by Starlight for RabbitMQ"
@@ -133,7 +131,11 @@ CASES = [
             (Access.READ, "exchange", "new"),
             (Access.WRITE, "exchange", "ae"),
         ],
-        AE_REFUSED,
+    ),
+    Case(
+        "exchange.declare existing with an alternate exchange",
+        lambda v: _declare_exchange(v, "xae", arguments={"alternate-exchange": Field("S", "ae")}),
+        [(Access.CONFIGURE, "exchange", "xae")],
     ),
     Case(
         "exchange.declare passive",
