@@ -6,8 +6,8 @@ recovers, cancels and channel closes keeps RabbitMQ's contract.
 - A message is never delivered while a client holds it unacknowledged.
 - A message delivered before comes back with ``redelivered=true``.
 - A consumer never holds more unacknowledged deliveries than its prefetch.
-- When everything is closed, every unsettled message is in the queue, marked redelivered if
-  it had been delivered.
+- When everything is closed (channels, consumers, the whole connection), every unsettled
+  message is in the queue, marked redelivered if it had been delivered.
 
 Cancelling a consumer gives its unacknowledged messages back at once (docs/mapping.md: the
 gateway closes the Pulsar consumers behind it); later acks of those tags are accepted and do
@@ -58,6 +58,7 @@ OPS = st.tuples(
             "recover",
             "cancel",
             "close",
+            "reconnect",
         ]
     ),
     st.integers(0, 2),
@@ -124,9 +125,15 @@ class Ledger:
 
 class Run:
     def __init__(
-        self, connection: pika.BlockingConnection, ledger: Ledger, queue: str, gets: bool
+        self,
+        connection: pika.BlockingConnection,
+        ledger: Ledger,
+        queue: str,
+        gets: bool,
+        reconnect: Callable[[], pika.BlockingConnection],
     ) -> None:
         self.connection = connection
+        self.reconnect = reconnect
         self.ledger = ledger
         self.queue = queue
         self.gets = gets
@@ -155,6 +162,18 @@ class Run:
 
     def apply(self, op: Op, prefetch_limits: bool) -> None:
         name, ci, item, flag, flag2 = op
+        if name == "reconnect":
+            # The whole connection closes: every channel's unacknowledged messages go back.
+            # What no-ack consumers were sent meanwhile is settled, and pika drops it.
+            self.connection.process_data_events(time_limit=0)
+            if any(c.no_ack for channel in self.channels for c in channel.consumers.values()):
+                self.ledger.no_ack_consumer_cancelled()
+            self.connection.close()
+            for channel in self.channels:
+                self._release(channel, sorted(channel.unacked), requeue=True)
+            self.channels.clear()
+            self.connection = self.reconnect()
+            return
         if name == "open":
             if len(self.channels) < 3:
                 self.channels.append(Channel(self.connection.channel()))
@@ -275,10 +294,13 @@ def run_example(
         setup.queue_declare(queue)
         publish(connection, queue, bodies)
         setup.close()
-        run = Run(connection, Ledger(bodies), queue, gets)
-        for op in ops:
-            run.apply(op, prefetch_limits)
-        run.finish(timeout)
+        run = Run(connection, Ledger(bodies), queue, gets, lambda: connect(port))
+        try:
+            for op in ops:
+                run.apply(op, prefetch_limits)
+            run.finish(timeout)
+        finally:
+            connection = run.connection
     finally:
         if connection.is_open:
             connection.close()
