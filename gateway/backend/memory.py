@@ -94,7 +94,7 @@ class MemorySubscription:
         self, before_wait: Callable[[], Awaitable[None]] | None = None
     ) -> MemoryDelivery:
         while True:
-            if self.queue.deleted or self.closed:
+            if self.queue.deleted:
                 raise SubscriptionEnded(self.queue.name)
             delivery = self.queue.take()
             if delivery is not None:
