@@ -13,6 +13,7 @@ import trio
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_config import tls_settings_for
 from gateway.backend.pulsar.backend import PulsarBackend
+from gateway.backend.pulsar.batching import batch_settlement
 from gateway.backend.pulsar.leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.config import GatewayConfig
@@ -168,11 +169,19 @@ async def open_gateway(
     try:
         await _check_reachable(admin, store, access, credentials)
         async with trio.open_nursery() as nursery:
+            batching = await batch_settlement(admin, config.amqpBatchingEnabled)
             producers = ProducerCache(
-                client, ProducerOptions(batching_enabled=config.amqpBatchingEnabled)
+                client, ProducerOptions(batching_enabled=batching.producers_batch)
             )
             await nursery.start(producers.run_sweeper)
-            resources = PulsarResources(client, admin, producers, store, nursery)
+            resources = PulsarResources(
+                client,
+                admin,
+                producers,
+                store,
+                nursery,
+                batch_index_acks=batching.broker_tracks_indexes,
+            )
             mapper = VhostMapper(
                 config.amqpDefaultTenant,
                 config.amqpDefaultNamespace,

@@ -11,7 +11,10 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
 * The Java client's version-gated code and tests read ``version``: we advertise the RabbitMQ
   version whose behaviour we follow, and our own version under ``starlight_version``.
 
-``direct_reply_to`` and ``consumer_priorities`` are not advertised: not implemented.
+Advertised is exactly what the gateway implements (a client that sees a capability uses it):
+``exchange_exchange_bindings`` (Exchange.Bind is answered 540), ``consumer_priorities``
+(``x-priority`` is refused, docs/compatibility.md) and ``direct_reply_to`` are not; nor is
+anything false listed, as RabbitMQ lists only what it has.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ __all__ = ["SERVER_CAPABILITIES", "server_properties"]
 
 SERVER_CAPABILITIES: dict[str, bool] = {
     "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
     "connection.blocked": True,

@@ -72,6 +72,7 @@ from gateway.amqp.framing import (
     FRAME_METHOD,
     FRAME_MIN_SIZE,
     HEARTBEAT_FRAME,
+    INITIAL_FRAME_MAX,
     PROTOCOL_HEADER,
     FrameReader,
     method_frame,
@@ -186,7 +187,7 @@ class ServerConnection:
     def __init__(self, settings: ConnectionSettings, now: float) -> None:
         self.settings = settings
         self._state = ConnectionState.AWAITING_HEADER
-        self._reader = FrameReader(settings.frame_max)
+        self._reader = FrameReader(min(INITIAL_FRAME_MAX, settings.frame_max))
         self._header = bytearray()
         self._out: list[bytes] = []
         self._pending: list[ev.Event] = []
@@ -260,7 +261,7 @@ class ServerConnection:
         if self._held:
             # Waiting for accept_*/refuse_*: nothing is parsed meanwhile. A client may pipeline
             # a few frames, not megabytes: bound what it can make us buffer.
-            if self._reader.buffered > 4 * self._frame_max:
+            if self._reader.buffered > 4 * self._reader.max_payload:
                 self._state = _CLOSED
                 self._held = False
                 events.append(

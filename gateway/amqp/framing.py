@@ -28,6 +28,10 @@ FRAME_HEADER_SIZE = 7
 FRAME_OVERHEAD = 8
 # §4.2.3: "frame-min-size" — the smallest frame_max a peer may negotiate.
 FRAME_MIN_SIZE = 4096
+# Until Tune-Ok no frame_max is agreed: RabbitMQ then refuses a frame whose payload exceeds
+# its initial_frame_max (rabbit_reader, a fatal frame_too_large): 4096 up to 4.0, 8192 since
+# 4.1 (rabbitmq-server#13541: JWTs sent as passwords in Start-Ok need the room). We follow 4.1.
+INITIAL_FRAME_MAX = 8192
 
 # The only header we speak. §4.2.2: on any other, the server "MUST respond with a valid
 # protocol header and then close the socket connection". RabbitMQ also tolerates the 0-9

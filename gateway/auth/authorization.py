@@ -312,10 +312,18 @@ class AuthorizingVirtualHost:
         return await self.inner.publish(message, mandatory=mandatory)
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> QueueSubscription:
         self._check(Access.READ, "queue", queue)
-        return await self.inner.consume(queue, exclusive=exclusive, owner=owner, prefetch=prefetch)
+        return await self.inner.consume(
+            queue, exclusive=exclusive, owner=owner, prefetch=prefetch, arguments=arguments
+        )
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
         self._check(Access.READ, "queue", queue)

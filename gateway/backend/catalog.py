@@ -21,6 +21,11 @@ from gateway.metadata.store import (
     QueueCondition,
     VhostView,
 )
+from gateway.model.arguments import (
+    check_consume_arguments,
+    check_exchange_arguments,
+    check_queue_arguments,
+)
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -93,6 +98,13 @@ class Catalog:
             raise not_found("exchange", name, self.vhost)
         return exchange
 
+    def check_consume(self, queue: Queue, arguments: Mapping[str, Field]) -> None:
+        """Basic.Consume's arguments, for ``queue`` (406 for what is not implemented)."""
+        if arguments:
+            check_consume_arguments(
+                resource("queue", queue.name, self.vhost), queue.arguments, arguments
+            )
+
     def queue(self, view: VhostView, name: str, owner: Owner) -> Queue:
         """The queue, if it exists (404) and ``owner`` may use it (405)."""
         queue = view.queues.get(name)
@@ -162,6 +174,16 @@ class Catalog:
             )
         return exchange
 
+    def alternate(self, view: VhostView, exchange: Exchange) -> Exchange | None:
+        """The exchange named by ``exchange``'s ``alternate-exchange`` argument, if it
+        exists (RabbitMQ: unroutable messages go there; a missing one routes nothing)."""
+        named = exchange.arguments.get("alternate-exchange")
+        if named is None or named.kind != "S":
+            return None
+        value = named.value
+        name = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+        return self.exchange(view, name)
+
     def routes(self, view: VhostView, exchange: Exchange, message: Message) -> set[str]:
         """The queues ``message`` reaches through ``exchange`` in this view."""
         key = message.routing_key
@@ -195,6 +217,7 @@ class Catalog:
             name, ExchangeType.parse(type), durable, auto_delete, internal, arguments
         )
         if existing is None:
+            check_exchange_arguments(resource("exchange", name, self.vhost), arguments)
             existing = await self.write(self._store.create_exchange(self.namespace, requested))
         check_equivalent(existing, requested, vhost=self.vhost)
 
@@ -251,6 +274,13 @@ class Catalog:
         view = self.view
         if passive:
             return await self.find_queue(name, owner), False
+        check_queue_arguments(
+            resource("queue", name, self.vhost),
+            arguments,
+            durable=durable and not exclusive,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+        )
         requested = declared_queue(
             name,
             durable=durable,

@@ -196,9 +196,16 @@ class VirtualHost(Protocol):
         ...
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> QueueSubscription:
-        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa.
+        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa;
+        406 for consumer ``arguments`` the backend does not implement (``x-priority``).
 
         ``prefetch`` is the most unacknowledged deliveries the client will take (0: no
         limit); a backend may size what it reads ahead by it."""

@@ -221,14 +221,31 @@ class MemoryVirtualHost(CatalogVirtualHost):
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
         names = self.catalog.routes(view, exchange, message)
+        seen = {exchange.name}
+        # Unroutable: on to the alternate exchange, and its own, until one routes
+        # (rabbit_exchange:route, each exchange tried once).
+        while not names:
+            alternate = self.catalog.alternate(view, exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            names = self.catalog.routes(view, exchange, message)
         for name in names:
             self._messages(name).push(message)
         return PublishOutcome(routed=bool(names))
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> MemorySubscription:
-        self.catalog.queue(self.catalog.view, queue, owner)
+        entity = self.catalog.queue(self.catalog.view, queue, owner)
+        self.catalog.check_consume(entity, arguments or {})
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(

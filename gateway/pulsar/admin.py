@@ -235,6 +235,15 @@ class PulsarAdmin:
         return True
 
     # -----------------------------------------------------------------------------------------
+    # Brokers
+
+    async def broker_configuration(self) -> dict[str, str]:
+        """The broker's effective configuration (``/brokers/configuration/runtime``; needs a
+        super-user role): every key, its value as a string."""
+        found = await self._get_json("/admin/v2/brokers/configuration/runtime")
+        return {str(key): str(value) for key, value in dict(found).items()}
+
+    # -----------------------------------------------------------------------------------------
     # Tenants and namespaces
 
     async def tenant_exists(self, tenant: str) -> bool:

@@ -66,6 +66,10 @@ class ConsumerOptions:
     # pulsar-client's default is 60 s, which makes basic.reject(requeue=true) unusable.
     negative_ack_redelivery_delay_ms: int = 100
     consumer_name: str | None = None
+    # Acknowledge messages of a batch one by one (PIP-54). Only for brokers with
+    # acknowledgmentAtBatchIndexLevelEnabled=true: any other broker takes such an ack for the
+    # whole entry (backend/pulsar/batching.py).
+    batch_index_ack: bool = False
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -97,6 +101,8 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
     )
     conf.receiver_queue_size(options.receiver_queue_size)
     conf.negative_ack_redelivery_delay_ms(options.negative_ack_redelivery_delay_ms)
+    if options.batch_index_ack:
+        conf.batch_index_ack_enabled(True)
     if options.consumer_name:
         conf.consumer_name(options.consumer_name)
     conf.message_listener(listener)
@@ -139,6 +145,12 @@ class ReceivedMessage:
         if self._id_bytes is None:
             self._id_bytes = bytes(self.native.message_id().serialize())
         return self._id_bytes
+
+    @property
+    def in_batch(self) -> bool:
+        """Whether it shares its Pulsar entry with other messages (a producer batch): Pulsar
+        then acknowledges and redelivers the entry as a whole unless told otherwise."""
+        return int(self.native.message_id().batch_index()) >= 0
 
     @property
     def topic(self) -> str:
@@ -331,7 +343,12 @@ class TrioConsumer:
             returned = list(self._buffer)
             self._buffer.clear()
         for native_consumer, native in returned:
-            native_consumer.negative_acknowledge(native)
+            # A negative acknowledgement sends the whole entry back, and the other messages
+            # of a batch may be delivered and unacknowledged: those stay, and go back (without
+            # the ones acknowledged by then, where the broker tracks batch indexes) when the
+            # consumer closes.
+            if int(native.message_id().batch_index()) < 0:
+                native_consumer.negative_acknowledge(native)
         return len(returned)
 
     async def add_topic(self, topic: str) -> None:

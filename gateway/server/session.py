@@ -31,7 +31,7 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
-from gateway.model.entities import check_queue_declare
+from gateway.model.entities import check_queue_declare, strip_cr_lf
 from gateway.model.naming import server_named_queue
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
@@ -238,10 +238,12 @@ class AMQPSession:
         return state.last_queue
 
     # ------------------------------------------------------------------ exchanges and queues
+    # RabbitMQ strips CR and LF from the entity names of declare, delete, bind and unbind
+    # (rabbit_channel:strip_cr_lf), and not from those of publish, consume, get and purge.
 
     async def _exchange_declare(self, state: ChannelState, method: Any) -> None:
         await self._vhost.declare_exchange(
-            method.exchange,
+            strip_cr_lf(method.exchange),
             method.exchange_type,
             passive=method.passive,
             durable=method.durable,
@@ -252,14 +254,15 @@ class AMQPSession:
         self._reply(state, method, commands.Exchange.DeclareOk())
 
     async def _exchange_delete(self, state: ChannelState, method: Any) -> None:
-        await self._vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
+        await self._vhost.delete_exchange(strip_cr_lf(method.exchange), if_unused=method.if_unused)
         self._reply(state, method, commands.Exchange.DeleteOk())
 
     async def _queue_declare(self, state: ChannelState, method: Any) -> None:
-        if method.queue:
+        name = strip_cr_lf(method.queue)
+        if name:
             # The name rules need no lookup; server-named queues are exempt from them.
-            check_queue_declare(method.queue, passive=method.passive)
-        name = method.queue or server_named_queue()
+            check_queue_declare(name, passive=method.passive)
+        name = name or server_named_queue()
         status = await self._vhost.declare_queue(
             name,
             passive=method.passive,
@@ -279,19 +282,23 @@ class AMQPSession:
             )
 
     async def _queue_bind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
+        queue = self._queue_name(state, strip_cr_lf(method.queue))
         # With both the queue and the routing key empty, the key is the queue's name (0-9-1).
         routing_key = method.routing_key if method.queue or method.routing_key else queue
         await self._vhost.bind_queue(
-            queue, method.exchange, routing_key, method.arguments or {}, owner=self._link.owner
+            queue,
+            strip_cr_lf(method.exchange),
+            routing_key,
+            method.arguments or {},
+            owner=self._link.owner,
         )
         self._reply(state, method, commands.Queue.BindOk())
 
     async def _queue_unbind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
+        queue = self._queue_name(state, strip_cr_lf(method.queue))
         await self._vhost.unbind_queue(
             queue,
-            method.exchange,
+            strip_cr_lf(method.exchange),
             method.routing_key,
             method.arguments or {},
             owner=self._link.owner,
@@ -304,7 +311,7 @@ class AMQPSession:
         self._reply(state, method, commands.Queue.PurgeOk(message_count=count))
 
     async def _queue_delete(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
+        queue = self._queue_name(state, strip_cr_lf(method.queue))
         count = await self._vhost.delete_queue(
             queue, if_unused=method.if_unused, if_empty=method.if_empty, owner=self._link.owner
         )
@@ -420,6 +427,7 @@ class AMQPSession:
             exclusive=method.exclusive,
             owner=self._link.owner,
             prefetch=0 if method.no_ack else state.prefetch_window(),
+            arguments=method.arguments,
         )
         consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
         state.consumers[tag] = consumer
@@ -445,6 +453,12 @@ class AMQPSession:
                     # elsewhere may have used the credit meanwhile: hold this message until
                     # there is credit again (RabbitMQ's limiter never overshoots).
                     await self._hold_until_credit(state, consumer, delivery)
+                    if consumer.scope.cancel_called:
+                        # Cancelled (Basic.Cancel, channel close) while the message was on
+                        # its way; Cancel-Ok may be out already, and nothing follows it.
+                        with trio.CancelScope(shield=True):
+                            await delivery.reject(requeue=True)
+                        return
                     tag = state.take_tag()
                     if not consumer.no_ack:
                         state.unacked[tag] = Unacked(delivery, consumer)

@@ -150,3 +150,36 @@ def test_a_mandatory_publish_right_after_a_bind_on_the_other_replica_is_not_retu
             assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
             _, _, body = binder.basic_get(queue, auto_ack=True)
         assert body == f"m{round_}".encode()
+
+
+def test_alternate_exchange_across_replicas(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    """Declared on one replica, used on the other: an unroutable message published through
+    the second reaches the alternate exchange's queue, and a binding made on the first a
+    moment before a publish on the second wins over the alternate exchange (ZooKeeper
+    decides, not the second replica's view, which may lag)."""
+    a, b = replicas
+    on_a = channel_on(a)
+    on_a.exchange_declare("ae", "fanout")
+    on_a.exchange_declare("x", "direct", arguments={"alternate-exchange": "ae"})
+    on_a.queue_declare("caught")
+    on_a.queue_declare("late")
+    on_a.queue_bind("caught", "ae")
+    on_b = channel_on(b)
+    on_b.confirm_delivery()
+    on_b.basic_publish("x", "nobody", b"unroutable", mandatory=True)  # not returned
+    for n in range(5):
+        on_a.queue_bind("late", "x", f"k{n}")
+        on_b.basic_publish("x", f"k{n}", b"m%d" % n, mandatory=True)
+    got: dict[str, list[bytes]] = {"caught": [], "late": []}
+    deadline = time.monotonic() + 15
+    while len(got["caught"]) + len(got["late"]) < 6:
+        assert time.monotonic() < deadline, got
+        for queue, bodies in got.items():
+            method, _, body = on_a.basic_get(queue, auto_ack=True)
+            if method is not None:
+                bodies.append(body)
+                assert method.exchange == "x"
+    assert got["caught"] == [b"unroutable"]
+    assert sorted(got["late"]) == [b"m%d" % n for n in range(5)]

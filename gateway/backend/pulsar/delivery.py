@@ -3,17 +3,28 @@
 A queue is a set of Shared subscriptions, one per topic it is bound to (reference/002), all
 with the queue's subscription name; an AMQP consumer is one ``TrioConsumer`` on all of them.
 Deliveries are acknowledged on the Pulsar consumer they came from.
+
+Requeueing a message that shares its Pulsar entry with others (a producer batch) cannot use
+Pulsar's negative acknowledgement: that sends the whole entry back, with the messages of the
+batch that were acknowledged already or are still held by a client (pulsar-client and the
+broker know entries, and batch indexes only for acknowledgements, if at all). So such a
+message is written again, to the queue's own topic (the default exchange's, which only this
+queue reads) and marked requeued, and once Pulsar has stored the copy the original is
+acknowledged. The copy comes back with ``redelivered=true``, after what is already waiting in
+that topic: as with Pulsar's negative acknowledgement, a requeued message does not keep its
+place (RabbitMQ puts it back where it was when it can).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
-from gateway.backend.pulsar.messages import from_pulsar
+from gateway.backend.pulsar.messages import REQUEUED, from_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.bounded import remember
 from gateway.model.naming import decode_local_name
@@ -26,6 +37,8 @@ log = logging.getLogger("gateway.pulsar.delivery")
 # topic among all their bindings, and an unbound topic still draining carries later messages
 # that are not the queue's (the filter is applied on delivery).
 Admits = Callable[[Message, ReceivedMessage], bool]
+# Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
+RequeueCopy = Callable[[str, Message], Awaitable[None]]
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -44,24 +57,29 @@ _decoded_topics: dict[str, tuple[str, str | None] | None] = {}
 _DECODED_TOPICS = 4096
 
 
-def message_of(received: ReceivedMessage) -> Message:
+def message_of(received: ReceivedMessage, properties: Mapping[str, str]) -> Message:
     topic = received.topic
     decoded = exchange_and_key(topic) or ("", topic.rsplit("/", 1)[-1])
-    return from_pulsar(received.payload, received.properties, decoded[0], decoded[1] or "")
+    return from_pulsar(received.payload, properties, decoded[0], decoded[1] or "")
 
 
 class PulsarDelivery:
     __slots__ = ("_key", "_received", "_settled", "_subscription", "message", "redelivered")
 
     def __init__(
-        self, subscription: PulsarQueueSubscription, received: ReceivedMessage, message: Message
+        self,
+        subscription: PulsarQueueSubscription,
+        received: ReceivedMessage,
+        message: Message,
+        requeued_copy: bool = False,
     ):
         self._subscription = subscription
         self._received = received
         self._settled = False
         self.message = message
-        self._key, self.redelivered = subscription.redeliveries.delivered(received)
-        subscription.outstanding += 1
+        self._key, seen = subscription.redeliveries.delivered(received)
+        self.redelivered = seen or requeued_copy
+        subscription.delivery_made(received.topic)
 
     @property
     def _consumer(self) -> TrioConsumer:
@@ -73,10 +91,13 @@ class PulsarDelivery:
         self._settled = True
         if not requeued:
             self._subscription.redeliveries.settled(self._key)
-        self._subscription.delivery_settled()
+        self._subscription.delivery_settled(self._received.topic)
 
     async def ack(self) -> None:
         self._settle(requeued=False)
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
         try:
             self._consumer.acknowledge(self._received)
         except (ClosedError, PulsarClientError):
@@ -85,15 +106,39 @@ class PulsarDelivery:
             log.debug("ack after consumer close on %s", self._received.topic)
 
     async def reject(self, requeue: bool) -> None:
+        if self._settled:
+            return
+        if requeue and self._received.in_batch:
+            await self._requeue_copy()
+            return
         self._settle(requeued=requeue)
+        if not requeue:
+            # Dropped: there is no dead-lettering yet, so the message is simply done.
+            self._acknowledge()
+            return
         try:
-            if requeue:
-                self._consumer.negative_acknowledge(self._received)
-            else:
-                # Dropped: there is no dead-lettering yet, so the message is simply done.
-                self._consumer.acknowledge(self._received)
+            self._consumer.negative_acknowledge(self._received)
         except (ClosedError, PulsarClientError):
             log.debug("reject after consumer close on %s", self._received.topic)
+
+    async def _requeue_copy(self) -> None:
+        """Requeue one message of a batch: a copy goes in, then the original goes out."""
+        self._settle(requeued=False)  # the original is done with; the copy is marked
+        try:
+            await self._subscription.requeue_copy(self._subscription.queue, self.message)
+        except Exception as error:
+            # Not stored: Pulsar's way then, which gives the message back with the rest of
+            # its entry (duplicates, but nothing lost).
+            log.warning(
+                "requeueing a batched message of '%s' by copy failed (%s); the whole batch "
+                "comes back",
+                self._subscription.queue,
+                error,
+            )
+            with contextlib.suppress(ClosedError, PulsarClientError):
+                self._consumer.negative_acknowledge(self._received)
+            return
+        self._acknowledge()
 
 
 class PulsarQueueSubscription:
@@ -106,19 +151,23 @@ class PulsarQueueSubscription:
         admits: Admits,
         on_closed: Callable[[PulsarQueueSubscription], None],
         redeliveries: Redeliveries,
+        requeue_copy: RequeueCopy,
         *,
         exclusive: bool = False,
     ) -> None:
         self.queue = queue
+        self.requeue_copy = requeue_copy
         self.consumer = consumer
         self.exclusive = exclusive
         self._admits = admits
         self._on_closed = on_closed
         self.redeliveries = redeliveries
-        # Deliveries handed out and not yet acknowledged or rejected.
+        # Deliveries handed out and not yet acknowledged or rejected, in all and per topic.
         self.outstanding = 0
-        # Set on a retired Basic.Get consumer: called once nothing is outstanding any more.
-        self.when_settled: Callable[[], None] | None = None
+        self._outstanding_from: dict[str, int] = {}
+        # Set once retired (a Basic.Get consumer no longer used): runs the async work of
+        # letting go of it, topic by topic as their deliveries are settled.
+        self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self.ended = False
         self.closed = False
 
@@ -149,29 +198,58 @@ class PulsarQueueSubscription:
                 return delivery
 
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
-        message = message_of(received)
+        properties = received.properties
+        message = message_of(received, properties)
         if not self._admits(message, received):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)
             return None
-        return PulsarDelivery(self, received, message)
+        return PulsarDelivery(self, received, message, REQUEUED in properties)
 
-    def delivery_settled(self) -> None:
+    def delivery_made(self, topic: str) -> None:
+        self.outstanding += 1
+        self._outstanding_from[topic] = self._outstanding_from.get(topic, 0) + 1
+
+    def delivery_settled(self, topic: str) -> None:
         self.outstanding -= 1
-        if self.outstanding == 0 and self.when_settled is not None:
-            self.when_settled()
+        left = self._outstanding_from[topic] - 1
+        if left:
+            self._outstanding_from[topic] = left
+            return
+        del self._outstanding_from[topic]
+        if self._retired is not None:
+            self._let_go(self._retired, topic)
 
-    def retire(self, close: Callable[[], None]) -> None:
-        """Stop fetching and give back what was prefetched; ``close`` once every delivery
-        made is settled (closing earlier would make Pulsar redeliver messages a client
-        still holds)."""
+    def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+        """Stop fetching and give back what was fetched and not handed out: a retired
+        Basic.Get consumer closes each topic's Pulsar consumer once the deliveries made from
+        that topic are settled, and closes altogether once all are. (Closing a Pulsar consumer
+        earlier would make Pulsar redeliver messages a client still holds; keeping one longer
+        would keep the message its read-ahead took meanwhile from every other consumer.)
+        ``spawn`` starts the async work in the background."""
+        if self._retired is not None:
+            return
+        self._retired = spawn
         if not self.closed:
             self.consumer.stop_receiving()
         if self.outstanding == 0:
-            close()
-        else:
-            self.when_settled = close
+            spawn(self.close)
+            return
+        for topic in self.consumer.topics:
+            if topic not in self._outstanding_from:
+                self._let_go(spawn, topic)
+
+    def _let_go(self, spawn: Callable[[Callable[[], Awaitable[None]]], None], topic: str) -> None:
+        """Retired, and nothing is outstanding from ``topic`` any more."""
+        if self.outstanding == 0:
+            spawn(self.close)
+            return
+
+        async def remove() -> None:
+            await self.remove_topic(topic)
+
+        spawn(remove)
 
     async def add_topic(self, topic: str) -> None:
         if not self.closed:

@@ -30,6 +30,9 @@ V = TypeVar("V")
 RAW_PROPERTIES: Final = "amqp-properties"
 EXCHANGE: Final = "amqp-exchange"
 ROUTING_KEY: Final = "amqp-routing-key"
+# On a copy written by the gateway to requeue one message of a batch (delivery.py): the copy
+# is delivered with redelivered=true.
+REQUEUED: Final = "amqp-requeued"
 HEADER_PREFIX: Final = "header."
 _EMPTY_PROPERTIES: Final = b"\x00\x00"
 
@@ -49,7 +52,7 @@ _READABLE: Final = (
     ("app_id", "app-id"),
 )
 _ATTRIBUTE_FOR: Final = {readable: attribute for attribute, readable in _READABLE}
-_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY})
+_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY, REQUEUED})
 
 
 def _text(value: object) -> str:

@@ -39,3 +39,6 @@ class PulsarResources:
 
     # How often subscriptions left behind by an unbind are checked for being drained.
     drain_check_interval: float = 5.0
+    # The broker stores acknowledgements per batch index, so consumers send them so
+    # (batching.py); never on a broker that does not.
+    batch_index_acks: bool = False

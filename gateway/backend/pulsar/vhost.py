@@ -21,6 +21,7 @@ drained or recorded subscriptions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -30,7 +31,13 @@ import trio
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
-from gateway.backend.interface import Message, Owner, PublishOutcome, QueueStatus
+from gateway.backend.interface import (
+    Message,
+    Owner,
+    PublishOutcome,
+    QueueStatus,
+    SubscriptionEnded,
+)
 from gateway.backend.pulsar.delivery import (
     Admits,
     PulsarDelivery,
@@ -38,7 +45,7 @@ from gateway.backend.pulsar.delivery import (
     exchange_and_key,
 )
 from gateway.backend.pulsar.drains import Drains, position_of
-from gateway.backend.pulsar.messages import to_pulsar
+from gateway.backend.pulsar.messages import REQUEUED, to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -523,18 +530,31 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         key = message.routing_key
-        bound_elsewhere = False
-        if exchange.type is ExchangeType.TOPIC and (exchange.name, key) not in self._prepared_keys:
-            bound_elsewhere = await self._prepare_topic_key(exchange, key)
-            view = self._view
-        routed = bound_elsewhere or bool(self.catalog.routes(view, exchange, message))
+        routed = await self._routes(exchange, message)
+        seen = {exchange.name}
+        while not routed:
+            # Unroutable here: RabbitMQ sends it on to the exchange's alternate exchange, and
+            # that one's, until one routes it (rabbit_exchange:route, each exchange once).
+            alternate = await self._alternate(exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            # The view said unroutable; a binding made on another replica a moment ago may
+            # not be in it yet: ZooKeeper decides before the message goes elsewhere.
+            if await self._bound_in_zookeeper(exchange, key):
+                routed = True
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            routed = await self._routes(exchange, message)
         if not routed and mandatory:
             # About to tell the client "unroutable": a binding made on another replica a
             # moment ago may not be in the view yet (the rare, slow path of a mandatory miss).
             routed = await self._bound_in_zookeeper(exchange, key)
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
-        # subscription wants anyway.
+        # subscription wants anyway. A message routed through an alternate exchange goes to
+        # that exchange's topic and keeps its own exchange and routing key (Basic.Deliver
+        # names the exchange it was published to, as on RabbitMQ).
         named = (exchange.type, exchange.name, key)
         topic = self._publish_topics.get(named)
         if topic is None:
@@ -545,6 +565,30 @@ class PulsarVirtualHost(CatalogVirtualHost):
         except PulsarClientError as error:
             raise to_amqp_error(error, f"publishing to {topic}") from None
         return PublishOutcome(routed=routed, stored=stored)
+
+    async def _routes(self, exchange: Exchange, message: Message) -> bool:
+        """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
+        (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
+        key = message.routing_key
+        unprepared = (exchange.name, key) not in self._prepared_keys
+        if (
+            exchange.type is ExchangeType.TOPIC
+            and unprepared
+            and await self._prepare_topic_key(exchange, key)
+        ):
+            return True
+        return bool(self.catalog.routes(self._view, exchange, message))
+
+    async def _alternate(self, exchange: Exchange) -> Exchange | None:
+        """``exchange``'s alternate exchange, looked up in ZooKeeper if the view lacks it."""
+        if "alternate-exchange" not in exchange.arguments:
+            return None
+        found = self.catalog.alternate(self._view, exchange)
+        if found is None:
+            name = exchange.arguments["alternate-exchange"].value
+            with contextlib.suppress(AMQPError):  # missing: routes nothing, as on RabbitMQ
+                found = await self.catalog.require_fresh_exchange(str(name))
+        return found
 
     async def _bound_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
         """Whether a binding of ``exchange`` that ZooKeeper has now routes ``key``. Headers
@@ -634,7 +678,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._r.client.subscribe(
                 topics,
                 subscription_for(queue),
-                ConsumerOptions(receiver_queue_size=read_ahead),
+                ConsumerOptions(
+                    receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+                ),
             ),
             f"consuming from '{queue}'",
         )
@@ -644,8 +690,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._admits(queue),
             self._consumer_closed,
             self._redeliveries,
+            self._requeue_copy,
             exclusive=exclusive,
         )
+
+    async def _requeue_copy(self, queue: str, message: Message) -> None:
+        """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
+        default exchange's: only this queue reads it) and wait until Pulsar stored it."""
+        topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
+        properties = to_pulsar(message)
+        properties[REQUEUED] = "true"
+        stored = await self._r.producers.submit(topic, message.body, properties)
+        await stored.durable()
 
     async def follow(self) -> None:
         """Keep this replica's consumers in step with the metadata, whichever replica changed
@@ -688,9 +744,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self, queue: str, *, exclusive: bool, owner: Owner, prefetch: int = 0
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        owner: Owner,
+        prefetch: int = 0,
+        arguments: Mapping[str, Any] | None = None,
     ) -> RegisteredSubscription:
-        await self.catalog.find_queue(queue, owner)
+        entity = await self.catalog.find_queue(queue, owner)
+        self.catalog.check_consume(entity, arguments or {})
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -780,8 +843,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._getter_used[queue] = trio.current_time()
         delivery = getter.receive_nowait()
         if delivery is None:
-            with trio.move_on_after(GET_WAIT):
-                delivery = await getter.receive()
+            try:
+                with trio.move_on_after(GET_WAIT):
+                    delivery = await getter.receive()
+            except SubscriptionEnded:
+                # Retired while we waited (a consumer of the queue started), or the queue
+                # went (404, as a Get arriving a moment later would find).
+                await self.catalog.find_queue(queue, owner)
         if delivery is None:
             self._left_after_get.pop(queue, None)
             return None
@@ -815,7 +883,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._getter_used.pop(queue, None)
         self._left_after_get.pop(queue, None)
         if getter is not None:
-            getter.retire(lambda: self._r.nursery.start_soon(getter.close))
+            getter.retire(self._r.nursery.start_soon)
 
     async def _sweep_getters(self) -> None:
         try:
@@ -823,7 +891,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await trio.sleep(GETTER_IDLE / 2)
                 now = trio.current_time()
                 for queue, used in list(self._getter_used.items()):
-                    if now - used >= GETTER_IDLE:
+                    getter = self._getters.get(queue)
+                    # Not while its client holds messages it got: a new getter could not
+                    # see what this one's read-ahead took meanwhile (one message per topic)
+                    # until they are settled.
+                    if now - used >= GETTER_IDLE and (getter is None or not getter.outstanding):
                         await self._close_getter(queue)
         finally:
             self._sweeping_getters = False

@@ -93,17 +93,17 @@ def _inequivalent(name: str, arg: str, received: str, current: str) -> str:
         ({"durable": True}, {"durable": False}, "durable", "'false'", "'true'"),
         ({}, {"auto_delete": True}, "auto_delete", "'true'", "'false'"),
         (
-            {"arguments": {"x-message-ttl": 1000}},
-            {"arguments": {"x-message-ttl": 2000}},
-            "x-message-ttl",
-            "'2000'",
-            "'1000'",
+            {"arguments": {"x-queue-mode": "default"}},
+            {"arguments": {"x-queue-mode": "lazy"}},
+            "x-queue-mode",
+            "'lazy'",
+            "'default'",
         ),
         (
             {},
-            {"arguments": {"x-max-length": 10}},
-            "x-max-length",
-            "the value '10' of type 'signedint'",  # pika sends small ints as 'I'
+            {"arguments": {"x-queue-version": 2}},
+            "x-queue-version",
+            "the value '2' of type 'signedint'",  # pika sends small ints as 'I'
             "none",
         ),
     ],

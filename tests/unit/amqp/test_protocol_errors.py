@@ -370,3 +370,39 @@ def test_garbage_content_header_frame_type_ordering() -> None:
 def test_header_class_id_helper_sanity() -> None:
     # The helper builds what pamqp builds for an empty property list.
     assert content_header(1, 5)[7:-1] == header.ContentHeader(0, 5).marshal()
+
+
+def _start_ok_of_payload(size: int) -> bytes:
+    """A Start-Ok whose frame payload is exactly ``size`` octets (a long JWT as password)."""
+    empty = start_ok(response="\0u\0")
+    padding = size - (len(empty) - 8)
+    return start_ok(response="\0u\0" + "j" * padding)
+
+
+def test_before_tune_ok_frames_are_limited_to_the_initial_frame_max() -> None:
+    # rabbit_reader before Tune-Ok: frame_max is initial_frame_max, 8192 since RabbitMQ 4.1.
+    client = Client()  # frame_max offered later: 2 MB
+    client.send(PROTOCOL_HEADER)
+    client.received()
+    events = client.send(_start_ok_of_payload(8193))
+    assert [type(e) for e in events] == [ev.ConnectionErrored, ev.ConnectionTerminated]
+    assert "exceeds frame_max (8192 octets" in client.expect_connection_close(501).reply_text
+
+
+def test_before_tune_ok_a_frame_of_the_initial_frame_max_is_accepted() -> None:
+    client = Client()
+    client.send(PROTOCOL_HEADER)
+    client.received()
+    [login] = client.send(_start_ok_of_payload(8192))
+    assert isinstance(login, ev.LoginRequested)
+    client.conn.accept_login("u")
+    client.send(tune_ok(frame_max=131072))
+    client.send(method(0, commands.Connection.Open(virtual_host="/")))
+    client.conn.accept_vhost()
+    assert client.conn.take_events() == [ev.ConnectionOpened("/", "u")]
+    client.received()
+    client.open_channel(1)
+    # After Tune-Ok the negotiated frame_max applies.
+    client.send(method(1, commands.Basic.Publish(routing_key="q")) + content_header(1, 100_000))
+    [message] = client.send(raw_frame(3, 1, b"x" * 100_000))
+    assert isinstance(message, ev.PublishReceived)

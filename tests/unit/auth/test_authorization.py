@@ -64,15 +64,12 @@ async def _declare_queue(
 
 async def _world() -> MemoryBackend:
     """Exchanges x, ae, dlx and xae (whose alternate exchange is ae); queue q bound to x with
-    key k, holding one message; queue qdl (whose dead-letter exchange is dlx)."""
+    key k, holding one message."""
     backend = MemoryBackend()
     admin = await backend.open_vhost("/", ADMIN)
     for name in ("x", "ae", "dlx"):
         await _declare_exchange(admin, name)
     await _declare_exchange(admin, "xae", {"alternate-exchange": Field("S", "ae")})
-    await _declare_queue(
-        admin, "qdl", ADMIN_OWNER, arguments={"x-dead-letter-exchange": Field("S", "dlx")}
-    )
     await _declare_queue(admin, "q", ADMIN_OWNER)
     await admin.bind_queue("q", "x", "k", {}, owner=ADMIN_OWNER)
     await admin.publish(Message("", "q", EMPTY_HEADER, b"m"))
@@ -105,7 +102,15 @@ class Case:
     id: str
     run: Callable[[VirtualHost], Awaitable[Any]]
     needs: list[Need]
+    # With every permission granted: refused anyway, 406 naming an argument the gateway does
+    # not implement (docs/compatibility.md). The permissions are still checked first.
+    not_implemented: str | None = None
 
+
+DLX_REFUSED = (
+    "PRECONDITION_FAILED - invalid arg 'x-dead-letter-exchange' for queue 'new' in vhost '/': "
+    "not implemented by Starlight for RabbitMQ"
+)
 
 CASES = [
     Case(
@@ -169,6 +174,7 @@ CASES = [
             (Access.READ, "queue", "new"),
             (Access.WRITE, "exchange", "dlx"),
         ],
+        DLX_REFUSED,
     ),
     Case(
         "queue.declare creating with the default exchange as DLX",
@@ -178,11 +184,7 @@ CASES = [
             (Access.READ, "queue", "new"),
             (Access.WRITE, "exchange", "amq.default"),
         ],
-    ),
-    Case(
-        "queue.declare existing with a dead-letter exchange",
-        lambda v: _declare_queue(v, "qdl", arguments={"x-dead-letter-exchange": Field("S", "dlx")}),
-        [(Access.CONFIGURE, "queue", "qdl")],
+        DLX_REFUSED,
     ),
     Case("queue.declare passive", lambda v: _declare_queue(v, "q", passive=True), []),
     Case(
@@ -227,6 +229,11 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 async def test_allowed_with_exactly_what_the_table_says(case: Case) -> None:
     vhost, _ = await _as_user(_grant(case.needs))
+    if case.not_implemented is not None:
+        with pytest.raises(AMQPError) as refused:
+            await case.run(vhost)
+        assert str(refused.value) == case.not_implemented
+        return
     result = await case.run(vhost)
     if hasattr(result, "close"):
         await result.close()

@@ -280,12 +280,24 @@ class FakeConsumer:
 
 
 @dataclass(frozen=True)
+class FakeMessageId:
+    index: int
+
+    def batch_index(self) -> int:
+        return self.index
+
+
+@dataclass(frozen=True)
 class FakeMessage:
     n: int
     topic: str = "persistent://t/ns/q"
+    batch_index: int = -1  # -1: an entry of its own
 
     def topic_name(self) -> str:
         return self.topic
+
+    def message_id(self) -> FakeMessageId:
+        return FakeMessageId(self.batch_index)
 
 
 def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
@@ -362,6 +374,17 @@ async def test_stop_receiving_nacks_the_buffer_and_stays_paused() -> None:
     assert consumer.stop_receiving() == 3
     assert native.paused and [m.n for m in native.nacked] == [0, 1, 2]
     assert consumer.stop_receiving() == 0
+
+
+async def test_stop_receiving_keeps_batched_messages_unacknowledged() -> None:
+    """A negative ack would send the batch's whole entry back, with its delivered and still
+    unacknowledged messages: batched messages wait for the consumer's close instead."""
+    consumer, native = make_consumer(buffer_size=10)
+    consumer._on_message(native, FakeMessage(0))
+    consumer._on_message(native, FakeMessage(1, batch_index=3))
+    assert consumer.stop_receiving() == 2
+    assert [m.n for m in native.nacked] == [0]
+    assert native.acked == []
 
 
 def test_keep_thread_state_takes_one_reference_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,57 @@
+"""Connection.Start advertises exactly what the gateway implements, and what it leaves out is
+refused when a client asks for it anyway."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pika
+import pika.exceptions
+import pytest
+
+from gateway.amqp.capabilities import SERVER_CAPABILITIES
+from gateway.backend.memory import MemoryBackend
+from tests.support.clients import channel_closed, connect
+from tests.support.gateway_thread import GatewayInThread
+
+IMPLEMENTED = {
+    "publisher_confirms",  # Confirm.Select, acks after Pulsar stored the message
+    "basic.nack",  # Basic.Nack both ways
+    "consumer_cancel_notify",  # Basic.Cancel when a queue is deleted under a consumer
+    "connection.blocked",  # Connection.Blocked while Pulsar holds publishes back
+    "per_consumer_qos",  # Basic.Qos global=false is per consumer
+    "authentication_failure_close",  # Connection.Close 403 on a refused login
+}
+
+
+@pytest.fixture(scope="module")
+def connection() -> Iterator[pika.BlockingConnection]:
+    with GatewayInThread(backend=MemoryBackend()) as gateway:
+        opened = connect(gateway.port)
+        yield opened
+        if opened.is_open:
+            opened.close()
+
+
+def test_exactly_the_implemented_capabilities(connection: pika.BlockingConnection) -> None:
+    advertised = connection._impl.server_capabilities
+    assert advertised == dict.fromkeys(IMPLEMENTED, True)
+    assert dict.fromkeys(IMPLEMENTED, True) == SERVER_CAPABILITIES
+
+
+def test_exchange_to_exchange_bindings_are_refused(connection: pika.BlockingConnection) -> None:
+    channel = connection.channel()
+    channel.exchange_declare("e1", "direct")
+    channel.exchange_declare("e2", "direct")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+        channel.exchange_bind("e1", "e2", "k")
+    assert refused.value.reply_code == 540
+    assert "exchange.bind" in refused.value.reply_text
+
+
+def test_consumer_priorities_are_refused() -> None:
+    with GatewayInThread(backend=MemoryBackend()) as gateway:
+        channel = connect(gateway.port).channel()
+        channel.queue_declare("q")
+        with channel_closed(406):
+            channel.basic_consume("q", lambda *_: None, arguments={"x-priority": 1})

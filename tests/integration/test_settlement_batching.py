@@ -1,0 +1,202 @@
+"""Per-message settlement when Pulsar stores several messages in one entry (a batch).
+
+Pulsar acknowledges and redelivers whole entries unless the broker tracks acknowledgements by
+batch index (``acknowledgmentAtBatchIndexLevelEnabled``, off on the local stack as on many
+clusters). AMQP settles one message at a time: an acknowledged message is never delivered
+again, a requeued one is, with ``redelivered=true``, and the others of its entry are not
+disturbed. Both kinds of batch are checked: the gateway's own producers (batching on, the
+default) and a native Pulsar producer that batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pika
+import pulsar
+import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+from gateway.model.naming import subscription_for, topic_for
+from gateway.model.vhost import Namespace
+from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
+
+pytestmark = pytest.mark.integration
+
+COUNT = 10
+
+
+@dataclass
+class Setup:
+    gateway: GatewayInThread
+    namespace: Namespace
+    stack: Any
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(
+            pika.ConnectionParameters(host="127.0.0.1", port=self.gateway.port)
+        )
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        topic = topic_for(self.namespace, "", queue)
+        path = topic.replace("persistent://", "/admin/v2/persistent/") + "/stats"
+        response = httpx.get(self.stack.web_url + path, timeout=10)
+        response.raise_for_status()
+        return dict(response.json()["subscriptions"][subscription_for(queue)])
+
+
+@pytest.fixture
+def setup(pulsar_stack: Any) -> Iterator[Setup]:
+    with fresh_namespace(pulsar_stack) as namespace:
+        config = stack_config(
+            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+        )
+        assert config.amqpBatchingEnabled  # the default: what users run
+        with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
+            yield Setup(gateway, Namespace("public", namespace), pulsar_stack)
+
+
+@dataclass
+class Got:
+    tag: int
+    body: bytes
+    redelivered: bool
+
+
+class Collector:
+    """Deliveries of one pika consumer, waited for with a deadline."""
+
+    def __init__(self, connection: pika.BlockingConnection, channel: BlockingChannel) -> None:
+        self.connection = connection
+        self.channel = channel
+        self.got: list[Got] = []
+
+    def on_message(self, _ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        self.got.append(Got(method.delivery_tag, body, method.redelivered))
+
+    def wait_for(self, done: Callable[[], bool], timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out; got {self.got}"
+            self.connection.process_data_events(time_limit=0.05)
+
+
+def consume(setup: Setup, queue: str, prefetch: int) -> Collector:
+    connection = setup.connect()
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    collector = Collector(connection, channel)
+    channel.basic_consume(queue, collector.on_message)
+    return collector
+
+
+def publish_through_gateway(setup: Setup, queue: str) -> None:
+    connection = setup.connect()
+    channel = connection.channel()
+    channel.queue_declare(queue)
+    # Without confirms, so the publishes arrive back to back and share producer batches.
+    for i in range(COUNT):
+        channel.basic_publish("", queue, b"m%d" % i)
+    channel.confirm_delivery()  # waits for nothing earlier, but the next publish is confirmed
+    channel.basic_publish("", queue, b"last")
+    connection.close()
+
+
+def publish_native_batch(setup: Setup, queue: str) -> None:
+    """COUNT messages in one Pulsar entry, as a batching native producer writes them."""
+    connection = setup.connect()
+    connection.channel().queue_declare(queue)
+    connection.close()
+    client = pulsar.Client(setup.stack.broker_url)
+    try:
+        producer = client.create_producer(
+            topic_for(setup.namespace, "", queue),
+            batching_enabled=True,
+            batching_max_messages=COUNT,
+            batching_max_publish_delay_ms=10_000,
+        )
+        for i in range(COUNT):
+            producer.send_async(b"m%d" % i, None)
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
+def bodies(got: list[Got]) -> list[bytes]:
+    return [g.body for g in got]
+
+
+def settle_and_check(setup: Setup, queue: str, total: int) -> None:
+    """Ack even-numbered messages, requeue m3, keep the rest unacked: only m3 comes back, and
+    it is marked redelivered. Then close the channel: exactly the unacked ones come back,
+    marked redelivered, and once they are acknowledged nothing is left in Pulsar."""
+    first = consume(setup, queue, prefetch=total)
+    first.wait_for(lambda: len(first.got) == total)
+    by_body = {g.body: g for g in first.got}
+    assert len(by_body) == total
+    assert not any(g.redelivered for g in first.got)
+    for i in range(0, COUNT, 2):
+        first.channel.basic_ack(by_body[b"m%d" % i].tag)
+    first.channel.basic_nack(by_body[b"m3"].tag, requeue=True)
+    first.wait_for(lambda: len(first.got) > total)
+    back = first.got[total:]
+    assert [(g.body, g.redelivered) for g in back] == [(b"m3", True)]
+    first.channel.basic_ack(back[0].tag)
+    # Anything else of m3's entry coming back would arrive with the same delay as m3 did;
+    # with nothing acknowledged or requeued since, none may.
+    first.connection.process_data_events(time_limit=0.5)
+    assert len(first.got) == total + 1, bodies(first.got[total:])
+    first.connection.close()
+
+    held = set(by_body) - {b"m%d" % i for i in range(0, COUNT, 2)} - {b"m3"}
+    second = consume(setup, queue, prefetch=total)
+    second.wait_for(lambda: len(second.got) >= len(held))
+    assert {g.body for g in second.got} == held
+    assert all(g.redelivered for g in second.got)
+    for g in second.got:
+        second.channel.basic_ack(g.tag)
+    # Settled in Pulsar: nothing unacknowledged, nothing in the backlog.
+    deadline = time.monotonic() + 15
+    while True:
+        stats = setup.stats(queue)
+        if stats["msgBacklog"] == 0:
+            break
+        assert time.monotonic() < deadline, stats
+        second.connection.process_data_events(time_limit=0.1)
+    # An acknowledged message never came back.
+    assert len(second.got) == len(held), bodies(second.got)
+    second.connection.close()
+
+
+def test_gateway_batches_settle_per_message(setup: Setup) -> None:
+    publish_through_gateway(setup, "q")
+    settle_and_check(setup, "q", COUNT + 1)
+
+
+def test_native_batch_requeue_per_message(setup: Setup) -> None:
+    """A batch written by a native producer: the requeue of one message brings back that
+    message alone, while the others of its entry are held by the client."""
+    publish_native_batch(setup, "native")
+    first = consume(setup, "native", prefetch=COUNT)
+    first.wait_for(lambda: len(first.got) == COUNT)
+    by_body = {g.body: g for g in first.got}
+    first.channel.basic_nack(by_body[b"m3"].tag, requeue=True)
+    first.wait_for(lambda: len(first.got) > COUNT)
+    assert [(g.body, g.redelivered) for g in first.got[COUNT:]] == [(b"m3", True)]
+    first.connection.process_data_events(time_limit=0.5)
+    assert len(first.got) == COUNT + 1, bodies(first.got[COUNT:])
+    for g in first.got:
+        if g.body != b"m3" or g.redelivered:
+            first.channel.basic_ack(g.tag)
+    deadline = time.monotonic() + 15
+    while setup.stats("native")["msgBacklog"] != 0:
+        assert time.monotonic() < deadline, setup.stats("native")
+        first.connection.process_data_events(time_limit=0.1)
+    assert len(first.got) == COUNT + 1
+    first.connection.close()

@@ -1,0 +1,136 @@
+"""Argument validation in RabbitMQ's order and words, then the gateway's refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.amqp.errors import ChannelError, ReplyCode
+from gateway.amqp.fieldtable import Field
+from gateway.model.arguments import (
+    ACCEPTED_WITHOUT_EFFECT,
+    NOT_IMPLEMENTED,
+    QUEUE_ARGUMENTS,
+    check_consume_arguments,
+    check_exchange_arguments,
+    check_queue_arguments,
+)
+
+WHERE = "queue 'q' in vhost '/'"
+NOT_OURS = "not implemented by Starlight for RabbitMQ"
+
+
+def refusal(arguments: dict[str, Field], **flags: bool) -> str | None:
+    try:
+        check_queue_arguments(
+            WHERE,
+            arguments,
+            durable=flags.get("durable", True),
+            exclusive=flags.get("exclusive", False),
+            auto_delete=flags.get("auto_delete", False),
+        )
+    except ChannelError as error:
+        assert error.reply_code == ReplyCode.PRECONDITION_FAILED
+        return error.reply_text.removeprefix("PRECONDITION_FAILED - ")
+    return None
+
+
+def test_every_known_argument_is_either_accepted_or_refused() -> None:
+    known = set().union(*QUEUE_ARGUMENTS.values())
+    assert known == NOT_IMPLEMENTED | set(ACCEPTED_WITHOUT_EFFECT)
+    assert not NOT_IMPLEMENTED & set(ACCEPTED_WITHOUT_EFFECT)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"x-message-ttl": Field("I", 1000)}, NOT_OURS),
+        ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
+        ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
+        ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
+        ({"x-expires": Field("b", 0)}, "{value_zero,0}"),
+        ({"x-max-priority": Field("B", 255)}, NOT_OURS),
+        ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
+        ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
+        ({"x-overflow": Field("S", "reject-publish-dlx")}, NOT_OURS),
+        ({"x-overflow": Field("I", 1)}, "{unacceptable_type,signedint}"),
+        ({"x-queue-version": Field("I", 3)}, "\"unsupported queue version '3'\""),
+        ({"x-queue-leader-locator": Field("S", "nearest")}, "invalid_queue_locator_arg"),
+        ({"x-queue-type": Field("I", 1)}, "{unacceptable_type,signedint}"),
+        ({"x-queue-type": Field("S", "lazy")}, "\"unsupported queue type 'lazy'\""),
+    ],
+)
+def test_reasons(arguments: dict[str, Field], reason: str) -> None:
+    assert refusal(arguments) == f"invalid arg '{next(iter(arguments))}' for {WHERE}: {reason}"
+
+
+def test_dead_letter_exchange_type_is_checked_first() -> None:
+    # rabbit_channel checks it before rabbit_amqqueue sees any argument.
+    arguments = {"x-max-length": Field("l", -1), "x-dead-letter-exchange": Field("l", 1)}
+    assert refusal(arguments) == f"invalid type 'long' for arg 'x-dead-letter-exchange' in {WHERE}"
+
+
+def test_invalid_values_come_before_refusals() -> None:
+    # RabbitMQ would refuse the value; the argument then never needs implementing.
+    arguments = {"x-max-length": Field("I", 5), "x-message-ttl": Field("I", -1)}
+    assert refusal(arguments) == f"invalid arg 'x-message-ttl' for {WHERE}: {{value_negative,-1}}"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"x-queue-type": Field("S", "classic")},
+        {"x-queue-type": Field("S", "rabbit_classic_queue")},
+        {"x-queue-type": Field("S", "")},  # RabbitMQ: the default type
+        {"x-queue-mode": Field("S", "lazy")},
+        {"x-queue-master-locator": Field("S", "min-masters")},
+        {"x-custom": Field("S", "kept"), "no-prefix": Field("t", True)},
+    ],
+)
+def test_accepted(arguments: dict[str, Field]) -> None:
+    assert refusal(arguments) is None
+
+
+def test_quorum() -> None:
+    quorum = {"x-queue-type": Field("S", "quorum")}
+    assert refusal({**quorum, "x-quorum-initial-group-size": Field("I", 3)}) is None
+    assert refusal({**quorum, "x-quorum-initial-group-size": Field("I", 0)}) == (
+        f"invalid arg 'x-quorum-initial-group-size' for {WHERE}: {{value_zero,0}}"
+    )
+    assert refusal({**quorum, "x-delivery-limit": Field("I", 3)}) == (
+        f"invalid arg 'x-delivery-limit' for {WHERE}: {NOT_OURS}"
+    )
+    assert refusal({**quorum, "x-max-priority": Field("I", 3)}) == (
+        f"invalid arg 'x-max-priority' for {WHERE} of queue type rabbit_quorum_queue"
+    )
+    # rabbit_quorum_queue:declare's order: auto-delete, exclusive, durable.
+    assert refusal(quorum, durable=False, exclusive=True, auto_delete=True) == (
+        f"invalid property 'auto-delete' for {WHERE}"
+    )
+    assert refusal(quorum, durable=False, exclusive=True) == (
+        f"invalid property 'exclusive-owner' for {WHERE}"
+    )
+    assert refusal(quorum, durable=False) == f"invalid property 'non-durable' for {WHERE}"
+
+
+def test_consumer_arguments() -> None:
+    classic: dict[str, Field] = {}
+    check_consume_arguments(WHERE, classic, {"x-custom": Field("I", 1)})
+    with pytest.raises(ChannelError, match="'x-priority' for queue 'q' in vhost '/': not impl"):
+        check_consume_arguments(WHERE, classic, {"x-priority": Field("I", 1)})
+    with pytest.raises(ChannelError, match='"expected integer, got longstr"'):
+        check_consume_arguments(WHERE, classic, {"x-priority": Field("S", "high")})
+    quorum = {"x-queue-type": Field("S", "quorum")}
+    with pytest.raises(ChannelError, match=r"'x-consumer-timeout' .*: not implemented"):
+        check_consume_arguments(WHERE, quorum, {"x-consumer-timeout": Field("I", 1000)})
+
+
+def test_exchange_arguments() -> None:
+    where = "exchange 'x' in vhost '/'"
+    check_exchange_arguments(where, {"x-custom": Field("I", 1)})
+    check_exchange_arguments(where, {"alternate-exchange": Field("S", "ae")})
+    with pytest.raises(ChannelError) as refused:
+        check_exchange_arguments(where, {"alternate-exchange": Field("x", b"ae")})
+    assert refused.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid type 'binary' for arg 'alternate-exchange' in {where}"
+    )
