@@ -63,7 +63,9 @@ if [ "$with_nar" = 1 ]; then
       "(--without-nar builds an image for the fleet mode only)" >&2
     exit 1
   fi
-  mvn -q -B -f "$repo/extension_shim/pom.xml" -DskipTests package
+  # The same settings as `make shim`: every repository Pulsar's POMs declare goes to Central.
+  mvn -q -B -s "$repo/extension_shim/maven-settings.xml" -f "$repo/extension_shim/pom.xml" \
+    -DskipTests package
   cp "$repo"/extension_shim/target/starlight-rabbitmq-*.nar "$context/nar/"
 else
   echo "No proxy-extension NAR in this image (built with --without-nar)." >"$context/nar/README"
