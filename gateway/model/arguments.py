@@ -21,7 +21,7 @@ decisions is docs/compatibility.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from gateway.amqp.errors import ChannelError, ReplyCode
@@ -42,62 +42,57 @@ __all__ = [
 
 _NOT_OURS: Final = "not implemented by Starlight for RabbitMQ"
 
-# Each queue type's known declare arguments (capabilities() queue_arguments of
-# rabbit_classic_queue, rabbit_quorum_queue, rabbit_stream_queue).
-QUEUE_ARGUMENTS: Final[Mapping[str, frozenset[str]]] = {
-    "classic": frozenset(
-        {
-            "x-expires",
-            "x-message-ttl",
-            "x-dead-letter-exchange",
-            "x-dead-letter-routing-key",
-            "x-max-length",
-            "x-max-length-bytes",
-            "x-max-priority",
-            "x-overflow",
-            "x-queue-mode",
-            "x-queue-version",
-            "x-single-active-consumer",
-            "x-queue-type",
-            "x-queue-master-locator",
-            "x-queue-leader-locator",
-        }
+# Each queue type's known declare arguments, in RabbitMQ's order (capabilities()
+# queue_arguments of rabbit_classic_queue, rabbit_quorum_queue, rabbit_stream_queue). RabbitMQ
+# uses the same list to validate a declare and to compare a redeclare (entities.py).
+QUEUE_ARGUMENTS: Final[Mapping[str, tuple[str, ...]]] = {
+    "classic": (
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+        "x-queue-leader-locator",
     ),
-    "quorum": frozenset(
-        {
-            "x-dead-letter-exchange",
-            "x-dead-letter-routing-key",
-            "x-dead-letter-strategy",
-            "x-expires",
-            "x-max-length",
-            "x-max-length-bytes",
-            "x-max-in-memory-length",
-            "x-max-in-memory-bytes",
-            "x-overflow",
-            "x-single-active-consumer",
-            "x-queue-type",
-            "x-quorum-initial-group-size",
-            "x-member-placement-tag",
-            "x-delivery-limit",
-            "x-message-ttl",
-            "x-queue-leader-locator",
-            "x-consumer-disconnected-timeout",
-            "x-consumer-timeout",
-            "x-delayed-retry-type",
-            "x-delayed-retry-min",
-            "x-delayed-retry-max",
-        }
+    "quorum": (
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-quorum-initial-group-size",
+        "x-member-placement-tag",
+        "x-delivery-limit",
+        "x-message-ttl",
+        "x-queue-leader-locator",
+        "x-consumer-disconnected-timeout",
+        "x-consumer-timeout",
+        "x-delayed-retry-type",
+        "x-delayed-retry-min",
+        "x-delayed-retry-max",
     ),
-    "stream": frozenset(
-        {
-            "x-max-length-bytes",
-            "x-queue-type",
-            "x-max-age",
-            "x-stream-max-segment-size-bytes",
-            "x-stream-filter-size-bytes",
-            "x-initial-cluster-size",
-            "x-queue-leader-locator",
-        }
+    "stream": (
+        "x-max-length-bytes",
+        "x-queue-type",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-stream-filter-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
     ),
 }
 CONSUMER_ARGUMENTS: Final[Mapping[str, frozenset[str]]] = {
@@ -313,7 +308,7 @@ def _check_known(
     arguments: Mapping[str, Field],
     where: str,
     queue_type: str,
-    known: Mapping[str, frozenset[str]],
+    known: Mapping[str, Collection[str]],
     validators: tuple[tuple[str, Validator], ...],
 ) -> None:
     """RabbitMQ's checks: each argument of the type valid, none of another type only."""
@@ -324,7 +319,7 @@ def _check_known(
             reason = validate(field, arguments)
             if reason is not None:
                 raise _invalid(key, where, reason)
-    elsewhere = set().union(*known.values()) - of_type
+    elsewhere = set().union(*known.values()) - set(of_type)
     for key in arguments:
         if key in elsewhere:
             raise ChannelError(

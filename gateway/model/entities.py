@@ -33,12 +33,12 @@ from typing import Final
 
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
+from gateway.model.arguments import QUEUE_ARGUMENTS
 from gateway.model.values import erlang_equal, format_field, identical, type_class, type_name
 
 __all__ = [
     "DEFAULT_EXCHANGE",
     "PREDECLARED_EXCHANGES",
-    "QUEUE_TYPE_ARGUMENTS",
     "Binding",
     "Exchange",
     "ExchangeType",
@@ -159,54 +159,6 @@ PREDECLARED_EXCHANGES: Final[tuple[Exchange, ...]] = (
     _predeclared("amq.match", ExchangeType.HEADERS),
 )
 
-# The arguments compared on queue redeclaration, per queue type: each type's
-# capabilities() queue_arguments in rabbitmq-server (rabbit_classic_queue,
-# rabbit_quorum_queue, rabbit_stream_queue). Anything else (x-foo, x-priority on a queue, ...)
-# may differ between declarations.
-QUEUE_TYPE_ARGUMENTS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
-    {
-        "classic": (
-            "x-expires",
-            "x-message-ttl",
-            "x-dead-letter-exchange",
-            "x-dead-letter-routing-key",
-            "x-max-length",
-            "x-max-length-bytes",
-            "x-max-priority",
-            "x-overflow",
-            "x-queue-mode",
-            "x-queue-version",
-            "x-single-active-consumer",
-            "x-queue-type",
-            "x-queue-master-locator",
-        ),
-        "quorum": (
-            "x-dead-letter-exchange",
-            "x-dead-letter-routing-key",
-            "x-dead-letter-strategy",
-            "x-expires",
-            "x-max-length",
-            "x-max-length-bytes",
-            "x-max-in-memory-length",
-            "x-max-in-memory-bytes",
-            "x-overflow",
-            "x-single-active-consumer",
-            "x-queue-type",
-            "x-quorum-initial-group-size",
-            "x-delivery-limit",
-            "x-message-ttl",
-            "x-queue-leader-locator",
-        ),
-        "stream": (
-            "x-max-length-bytes",
-            "x-queue-type",
-            "x-max-age",
-            "x-stream-max-segment-size-bytes",
-            "x-initial-cluster-size",
-            "x-queue-leader-locator",
-        ),
-    }
-)
 _EXCHANGE_ARGUMENTS: Final = ("alternate-exchange",)
 
 # ------------------------------------------------------------------------------ messages
@@ -364,9 +316,10 @@ def check_equivalent(
         where = resource("queue", existing.name, vhost)
         _compare_field(where, "durable", existing.durable, requested.durable)
         _compare_field(where, "auto_delete", existing.auto_delete, requested.auto_delete)
-        keys = QUEUE_TYPE_ARGUMENTS.get(
-            queue_type_of(existing.arguments), QUEUE_TYPE_ARGUMENTS["classic"]
-        )
+        # Compared on redeclaration: the queue type's known arguments, the same list RabbitMQ
+        # validates a declare against. Anything else (x-foo, x-priority on a queue, ...) may
+        # differ between declarations.
+        keys = QUEUE_ARGUMENTS.get(queue_type_of(existing.arguments), QUEUE_ARGUMENTS["classic"])
         _compare_arguments(where, existing.arguments, requested.arguments, keys)
     else:
         raise TypeError("check_equivalent compares two exchanges or two queues")
