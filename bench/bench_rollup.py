@@ -46,8 +46,9 @@ import pulsar
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gateway.server.usage_publisher import usage_schema  # noqa: E402
 from tests.support.postgres import running_postgres  # noqa: E402
-from tests.support.usage_events import EventProducer, UsageEventSchema, event  # noqa: E402
+from tests.support.usage_events import EventProducer, event  # noqa: E402
 
 BROKER = "pulsar://127.0.0.1:6650"
 WEB = "http://127.0.0.1:8080"
@@ -123,7 +124,7 @@ def preload(producer: EventProducer, count: int, vhosts: int) -> None:
     steps = -(-count // per_step)
     sender = producer.client.create_producer(
         producer.topic,
-        schema=UsageEventSchema(),
+        schema=usage_schema(),
         batching_enabled=True,
         block_if_queue_full=True,
         max_pending_messages=10_000,

@@ -7,25 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import _pulsar
 import pulsar
-from pulsar.schema import Schema
 
-from gateway.observability.usage_event import AVRO_SCHEMA, UsageEvent
-
-
-class UsageEventSchema(Schema):  # type: ignore[misc]
-    """pulsar-client schema: ``UsageEvent`` objects as the contract's JSON."""
-
-    def __init__(self) -> None:
-        super().__init__(UsageEvent, _pulsar.SchemaType.JSON, AVRO_SCHEMA, "JSON")
-
-    def encode(self, obj: UsageEvent) -> bytes:
-        self._validate_object_type(obj)
-        return obj.to_json()
-
-    def decode(self, data: bytes) -> UsageEvent:
-        return UsageEvent.from_json(data)
+from gateway.observability.usage_event import UsageEvent
+from gateway.server.usage_publisher import usage_schema
 
 
 def event(
@@ -57,7 +42,7 @@ class EventProducer:
     def __init__(self, service_url: str, topic: str) -> None:
         self.client: Any = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(_ERROR_ONLY))
         self.events = self.client.create_producer(
-            topic, schema=UsageEventSchema(), batching_enabled=False
+            topic, schema=usage_schema(), batching_enabled=False
         )
         self._raw: Any = None
         self._batching: Any = None
@@ -72,7 +57,7 @@ class EventProducer:
         if self._batching is None:
             self._batching = self.client.create_producer(
                 self.topic,
-                schema=UsageEventSchema(),
+                schema=usage_schema(),
                 batching_enabled=True,
                 batching_max_messages=1000,
                 batching_max_publish_delay_ms=60_000,

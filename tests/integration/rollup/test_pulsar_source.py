@@ -17,8 +17,9 @@ from gateway.rollup.pulsar_source import (
     SourceOptions,
     UsageEventStreamReader,
 )
+from gateway.server.usage_publisher import usage_schema
 from tests.conftest import StackEndpoints
-from tests.support.usage_events import EventProducer, UsageEventSchema, event
+from tests.support.usage_events import EventProducer, event
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ def test_batches_are_contiguous_replayable_and_skip_malformed_events(
     # A second producer that batches: five events in one entry.
     batching = producer.client.create_producer(
         topic,
-        schema=UsageEventSchema(),
+        schema=usage_schema(),
         batching_enabled=True,
         batching_max_messages=5,
         batching_max_publish_delay_ms=60_000,

@@ -10,8 +10,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from gateway.rollup.pulsar_source import ROW_FIELDS, SourceOptions, UsageEventStreamReader
 from gateway.rollup.settings import settings_from_config
+from gateway.server.usage_publisher import usage_schema
 from tests.integration.secured_pulsar.support import SecuredStack, gateway_config, token_settings
-from tests.support.usage_events import UsageEventSchema, event
+from tests.support.usage_events import event
 
 T0 = 1_767_225_600_000
 
@@ -38,7 +39,7 @@ def test_the_source_reads_with_the_gateways_token_over_tls(
     )
     reader = UsageEventStreamReader(options)
     try:
-        producer = client.create_producer(topic, schema=UsageEventSchema())
+        producer = client.create_producer(topic, schema=usage_schema())
         for i in range(3):
             producer.send(event(i, vhost="v", start_ms=T0 + i))
         start = reader.initialOffset()
