@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from tests.integration.fleet.clients import wait_subscription_consumers
 from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
+from tests.support.zookeeper import kazoo_client
 
 
 @pytest.fixture
@@ -20,6 +22,17 @@ def namespace(pulsar_stack: Any) -> Iterator[str]:
     do not find it)."""
     with fresh_namespace(pulsar_stack) as name:
         yield name
+
+
+@pytest.fixture
+def chroot(pulsar_stack: Any) -> Iterator[str]:
+    """``configurationStoreServers`` for a ZooKeeper namespace of this test's own: replicas of
+    other test runs on the shared ZooKeeper then neither lead nor touch this test's vhosts."""
+    path = f"/fleet-test-{uuid.uuid4().hex[:12]}"
+    with kazoo_client(pulsar_stack.zookeeper) as client:
+        client.ensure_path(path)
+        yield pulsar_stack.zookeeper + path
+        client.delete(path, recursive=True)
 
 
 class Fleet:

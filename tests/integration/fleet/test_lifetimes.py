@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import signal
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from tests.integration.fleet.clients import observe_window, wait_until
 from tests.integration.fleet.conftest import Fleet
 from tests.integration.fleet.processes import GatewayProcess
 from tests.support.clients import connect
-from tests.support.zookeeper import kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +35,6 @@ SESSION_TIMEOUT_MS = 4000
 # Session expiry, then the leader's two reaper ticks, with room for a loaded machine.
 REAPED_WITHIN = 60.0
 LOCKED = "405 RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'"
-
-
-@pytest.fixture
-def chroot(pulsar_stack: Any) -> Iterator[str]:
-    """``configurationStoreServers`` for a ZooKeeper namespace of this test's own."""
-    path = f"/fleet-test-{uuid.uuid4().hex[:12]}"
-    with kazoo_client(pulsar_stack.zookeeper) as client:
-        client.ensure_path(path)
-        yield pulsar_stack.zookeeper + path
-        client.delete(path, recursive=True)
 
 
 @pytest.fixture

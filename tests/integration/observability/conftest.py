@@ -12,27 +12,15 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.fleet.conftest import Fleet, namespace
-from tests.support.zookeeper import kazoo_client
+from tests.integration.fleet.conftest import Fleet, chroot, namespace
 
 __all__ = ["chroot", "fleet", "graceful_stop", "namespace"]
-
-
-@pytest.fixture
-def chroot(pulsar_stack: Any) -> Iterator[str]:
-    """``configurationStoreServers`` for a ZooKeeper namespace of this test's own."""
-    path = f"/observability-test-{uuid.uuid4().hex[:12]}"
-    with kazoo_client(pulsar_stack.zookeeper) as client:
-        client.ensure_path(path)
-        yield pulsar_stack.zookeeper + path
-        client.delete(path, recursive=True)
 
 
 @pytest.fixture
