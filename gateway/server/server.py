@@ -26,6 +26,8 @@ from gateway.server.listeners import bind_tcp, bind_unix, start_listening
 from gateway.server.settings import ServerSettings
 
 log = logging.getLogger("gateway.server")
+# Lines about one client connection go to the connections' logger (server/connection.py).
+connection_log = logging.getLogger("gateway.connection")
 
 # RabbitMQ's own words when a node shuts down; some clients log them, none parse them.
 SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
@@ -226,7 +228,10 @@ class GatewayServer:
                 peer_host, port = stream.socket.getpeername()[:2]
                 peer = PeerIdentity(address=f"{peer_host}:{port}")
         except OSError:
-            # The client hung up between accept and here; there is nobody to serve.
+            # The client hung up between accept and here; there is nobody to serve. A load
+            # balancer's TCP health check does exactly this (HAProxy resets it at once): a
+            # DEBUG line like any other health check's, never an INFO one.
+            connection_log.debug("connection closed peer=? reason=hung up before it was served")
             await trio.aclose_forcefully(stream)
             return
         served: trio.abc.Stream = stream
