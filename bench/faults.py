@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -34,7 +35,7 @@ from tests.faults.memory import fast_publisher, unacked_consumer  # noqa: E402
 from tests.faults.storms import KB, bursts, hold_idle, served_during, slow_loris  # noqa: E402
 
 
-def _stack() -> object:
+def _stack() -> Any:
     spec = importlib.util.spec_from_file_location(
         "starlight_local_stack", REPO / "scripts/stack.py"
     )
@@ -67,7 +68,7 @@ def main() -> None:
                 unacked_consumer(process, args.messages).describe(),
             )
         with gateway(stack, path) as process:
-            figures = fast_publisher(process, args.messages)
+            figures = fast_publisher(process, stack.web_url, args.messages)
             print(
                 "publisher without confirms:",
                 figures.describe(),

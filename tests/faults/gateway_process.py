@@ -28,6 +28,7 @@ class LimitedGatewayProcess(GatewayProcess):
     def __init__(self, *args: Any, nofile: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.nofile = nofile
+        self.namespace = ""  # the vhost / 's Pulsar namespace, in tenant public
 
     def _limit(self) -> None:  # runs in the child, between fork and exec
         if self.nofile is not None:
@@ -83,6 +84,7 @@ def gateway(
             extra=extra,
         )
         process = LimitedGatewayProcess("gateway", config, port, nofile=nofile)
+        process.namespace = namespace
         try:
             process.start()
             process.wait_ready()

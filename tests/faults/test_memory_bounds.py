@@ -46,9 +46,9 @@ def test_a_consumer_that_never_acks_holds_only_its_prefetch(
 
 
 def test_a_publisher_faster_than_pulsar_is_slowed_down_not_buffered(
-    process: LimitedGatewayProcess,
+    process: LimitedGatewayProcess, pulsar_stack: Any
 ) -> None:
-    figures = fast_publisher(process, MESSAGES)
+    figures = fast_publisher(process, pulsar_stack.web_url, MESSAGES)
     print(figures.describe(), "blocked:", figures.blocked)
     assert figures.delivered == MESSAGES
     assert figures.growth < GROWTH_BOUND, figures.describe()
