@@ -13,7 +13,7 @@ Each scenario runs against a fresh ``python -m gateway.cli`` process on a fresh 
    whether Connection.Blocked came, until every message is in the queue;
 3. ``--bursts`` connections opened and closed 50 at a time while a pika client does publish+get
    round trips; ``--idle`` connections held (RSS delta / connections); ``--loris`` slow
-   handshakes (one octet of the header every 0.5 s) and as many silent ones (handshake timeout
+   handshakes (one octet of the header every 0.2 s) and as many silent ones (handshake timeout
    2 s) during round trips; the open-files limit (256) reached, then freed.
 """
 
@@ -94,10 +94,10 @@ def main() -> None:
             for sock in held:
                 sock.close()
             loris, served = served_during(
-                process.port, lambda: slow_loris(process.port, args.loris, args.loris, 0.5, 2.0)
+                process.port, lambda: slow_loris(process.port, args.loris, args.loris, 0.2, 2.0)
             )
             print(
-                f"slow-loris: {loris.slow_served}/{loris.slow} slow handshakes (4 s each) served, "
+                f"slow-loris: {loris.slow_served}/{loris.slow} slow handshakes (1.6 s) served, "
                 f"{loris.silent_closed}/{loris.silent} silent ones hung up on; meanwhile "
                 f"{served.round_trips} round trips, slowest {served.slowest * 1000:.0f} ms"
             )
