@@ -20,6 +20,7 @@ from gateway.auth.authenticator import Authenticator, PeerIdentity
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_reload import ReloadingContext
 from gateway.backend.interface import Backend
+from gateway.server.accept import serve_listener
 from gateway.server.address import UNIX_SCHEME, Listener
 from gateway.server.connection import ClientConnection
 from gateway.server.listeners import bind_tcp, bind_unix, start_listening
@@ -163,16 +164,11 @@ class GatewayServer:
                 async with trio.open_nursery() as acceptors:
                     for listener, address in zip(listeners, self._socket_addresses, strict=True):
                         acceptors.start_soon(
-                            partial(
-                                trio.serve_listeners,
-                                partial(
-                                    self._handle_stream,
-                                    tls=address.tls,
-                                    unix=address.unix,
-                                ),
-                                [listener],
-                                handler_nursery=connections,
-                            )
+                            serve_listener,
+                            listener,
+                            partial(self._handle_stream, tls=address.tls, unix=address.unix),
+                            connections,
+                            lambda: len(self._connections),
                         )
                     log.info("listening on %s", ", ".join(map(str, self.listening)))
                     task_status.started(self.bound)
