@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import resource
 import socket
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +14,7 @@ from typing import Any
 
 from pamqp import commands, frame
 
-from tests.integration.fleet.processes import COMMAND, REPO, GatewayProcess, free_port, write_config
+from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -28,25 +26,12 @@ class LimitedGatewayProcess(GatewayProcess):
     def __init__(self, *args: Any, nofile: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.nofile = nofile
+        self.before_exec = self._limit
         self.namespace = ""  # the vhost / 's Pulsar namespace, in tenant public
 
     def _limit(self) -> None:  # runs in the child, between fork and exec
         if self.nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-
-    def start(self) -> GatewayProcess:
-        self.process = subprocess.Popen(
-            [*COMMAND, "-c", str(self.config), *self.args],
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=self._limit,
-        )
-        self._reader = threading.Thread(target=self._read, name=f"{self.name}-log", daemon=True)
-        self._reader.start()
-        return self
 
     def rss(self) -> int:
         """Resident memory in bytes (VmRSS)."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -73,6 +74,8 @@ class GatewayProcess:
         self._changed = threading.Condition()
         self.process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
+        # Runs in the child between fork and exec (e.g. to lower a resource limit).
+        self.before_exec: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -84,6 +87,7 @@ class GatewayProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=self.before_exec,
         )
         self._reader = threading.Thread(target=self._read, name=f"{self.name}-log", daemon=True)
         self._reader.start()
