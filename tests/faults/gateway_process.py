@@ -48,6 +48,25 @@ class LimitedGatewayProcess(GatewayProcess):
     def open_descriptors(self) -> int:
         return len(list(Path(f"/proc/{self.pid}/fd").iterdir()))
 
+    def peer_ports(self) -> set[int]:
+        """The remote ports of the TCP connections the gateway holds a descriptor for (its
+        sockets' inodes matched against /proc/net/tcp): what it has accepted, exactly, where
+        a descriptor count also moves with its Pulsar and ZooKeeper connections."""
+        inodes = set()
+        for link in Path(f"/proc/{self.pid}/fd").iterdir():
+            try:
+                target = link.readlink().name
+            except FileNotFoundError:
+                continue  # closed while listing
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+        ports = set()
+        for line in Path(f"/proc/{self.pid}/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[2].rsplit(":", 1)[1], 16))
+        return ports
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 

@@ -69,7 +69,8 @@ def test_idle_connections_cost_little_and_do_not_starve_others(
         print(figures.describe())
         _, served = served_during(process.port, lambda: None)
         assert served.round_trips >= 1
-        assert figures.descriptors_held >= figures.descriptors_before + 300
+        # Each idle connection accepted, not left in the kernel's backlog.
+        assert {sock.getsockname()[1] for sock in held} <= process.peer_ports()
         assert figures.per_connection <= IDLE_GOAL, figures.describe()
     finally:
         for sock in held:
