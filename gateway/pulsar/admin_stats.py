@@ -107,3 +107,13 @@ class BacklogAnalysis:
             messages=_int(data, "messages"),
             aborted=bool(data.get("aborted", False)),
         )
+
+    def messages_in(self, backlog_entries: int) -> int:
+        """The messages in a backlog of ``backlog_entries`` entries (the subscription's
+        ``msgBacklog``). A finished scan counted them all; an aborted one counted only its
+        first ``entries``, so the rest is taken at the messages-per-entry it saw: Queue.DeclareOk
+        would otherwise report 10,000 for a queue of 50,000 (RabbitMQ's count is exact)."""
+        if not self.aborted or self.entries == 0:
+            return self.messages
+        unscanned = max(0, backlog_entries - self.entries)
+        return self.messages + round(unscanned * self.messages / self.entries)

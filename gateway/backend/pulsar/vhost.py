@@ -362,7 +362,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             analysis = await self._pulsar(
                 admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
             )
-            total += analysis.messages
+            total += analysis.messages_in(found.msg_backlog)
         # Messages a client holds unacknowledged are not ready; Pulsar's own unacked figure
         # would also take off what consumers merely prefetched. (Those of other replicas'
         # clients are not known here.)

@@ -223,6 +223,20 @@ def test_declare_ok_counts_a_burst_of_messages(running: Running) -> None:
     connection.close()
 
 
+def test_declare_ok_counts_a_backlog_longer_than_pulsars_scan(running: Running) -> None:
+    # The broker's backlog scan stops at subscriptionBacklogScanMaxEntries (10,000 entries by
+    # default); RabbitMQ counts every message.
+    connection = running.connect()
+    channel = connection.channel()
+    name = unique("long")
+    channel.queue_declare(name)
+    for n in range(12_000):
+        channel.basic_publish("", name, f"m{n}".encode())
+    assert wait_for_count(channel, name, 12_000, timeout=30) == 12_000
+    channel.queue_delete(name)
+    connection.close()
+
+
 def test_message_count_excludes_unacknowledged(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
