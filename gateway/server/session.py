@@ -13,13 +13,41 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, assert_never
 
 import trio
-from pamqp import commands
 
 from gateway.amqp import events as ev
-from gateway.amqp.codec import method_name
+from gateway.amqp.commands import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetEmpty,
+    BasicQos,
+    BasicQosOk,
+    BasicRecover,
+    BasicRecoverAsync,
+    BasicRecoverOk,
+    Command,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueUnbind,
+    QueueUnbindOk,
+)
 from gateway.amqp.connection import ServerConnection
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.backend.interface import (
@@ -31,7 +59,7 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
-from gateway.model.entities import check_queue_declare, strip_cr_lf
+from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
@@ -127,11 +155,6 @@ class ChannelState:
             await self.credit_changed.wait()
 
 
-def _error_for(method: Any, code: int, text: str) -> AMQPError:
-    index = method.index
-    return amqp_error(code, text, index >> 16, index & 0xFFFF)
-
-
 class AMQPSession:
     def __init__(
         self, vhost: VirtualHost, link: SessionLink, counts: VhostCounters | None = None
@@ -144,22 +167,6 @@ class AMQPSession:
         self._protocol = link.protocol
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
         self._channels: dict[int, ChannelState] = {}
-        self._handlers: dict[int, Callable[[ChannelState, Any], Awaitable[None]]] = {
-            commands.Exchange.Declare.index: self._exchange_declare,
-            commands.Exchange.Delete.index: self._exchange_delete,
-            commands.Queue.Declare.index: self._queue_declare,
-            commands.Queue.Bind.index: self._queue_bind,
-            commands.Queue.Unbind.index: self._queue_unbind,
-            commands.Queue.Purge.index: self._queue_purge,
-            commands.Queue.Delete.index: self._queue_delete,
-            commands.Basic.Qos.index: self._basic_qos,
-            commands.Basic.Consume.index: self._basic_consume,
-            commands.Basic.Cancel.index: self._basic_cancel,
-            commands.Basic.Get.index: self._basic_get,
-            commands.Basic.Recover.index: self._basic_recover,
-            commands.Basic.RecoverAsync.index: self._basic_recover,
-            commands.Confirm.Select.index: self._confirm_select,
-        }
 
     # ------------------------------------------------------------------ event entry points
 
@@ -172,8 +179,8 @@ class AMQPSession:
             await self._settle(event.channel, event.delivery_tag, event.multiple, event.requeue)
         elif isinstance(event, ev.RejectReceived):
             await self._settle(event.channel, event.delivery_tag, False, event.requeue)
-        elif isinstance(event, ev.MethodReceived):
-            await self._method(event.channel, event.method)
+        elif isinstance(event, ev.CommandReceived):
+            await self._command(event.channel, event.command)
         elif isinstance(event, ev.ChannelOpened):
             self._channels[event.channel] = ChannelState(event.channel)
             self._counts.channels += 1
@@ -209,25 +216,40 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ dispatch
 
-    async def _method(self, channel: int, method: Any) -> None:
+    async def _command(self, channel: int, command: Command) -> None:
         state = self._channels.get(channel)
         if state is None:
-            return  # the channel closed while this method was queued behind others
-        handler = self._handlers.get(method.index)
-        if handler is None:
-            raise _error_for(
-                method,
-                ReplyCode.NOT_IMPLEMENTED,
-                f"{method_name(method)} is not supported by this gateway",
-            )
-        try:
-            await handler(state, method)
-        except AMQPError as error:
-            raise error.with_method(method.index >> 16, method.index & 0xFFFF) from None
-
-    def _reply(self, state: ChannelState, method: Any, reply: Any) -> None:
-        if not getattr(method, "nowait", False):
-            self._protocol.send_method(state.number, reply)
+            return  # the channel closed while this command was queued behind others
+        # A match on the command's type: mypy checks that every command has its case.
+        match command:
+            case ExchangeDeclare():
+                await self._exchange_declare(state, command)
+            case ExchangeDelete():
+                await self._exchange_delete(state, command)
+            case QueueDeclare():
+                await self._queue_declare(state, command)
+            case QueueBind():
+                await self._queue_bind(state, command)
+            case QueueUnbind():
+                await self._queue_unbind(state, command)
+            case QueuePurge():
+                await self._queue_purge(state, command)
+            case QueueDelete():
+                await self._queue_delete(state, command)
+            case BasicQos():
+                self._basic_qos(state, command)
+            case BasicConsume():
+                await self._basic_consume(state, command)
+            case BasicCancel():
+                await self._basic_cancel(state, command)
+            case BasicGet():
+                await self._basic_get(state, command)
+            case BasicRecover() | BasicRecoverAsync():
+                await self._basic_recover(state, command)
+            case ConfirmSelect():
+                self._confirm_select(state, command)
+            case _:
+                assert_never(command)
 
     def _queue_name(self, state: ChannelState, name: str) -> str:
         """AMQP 0-9-1: an empty queue name means the last queue declared on the channel."""
@@ -238,84 +260,75 @@ class AMQPSession:
         return state.last_queue
 
     # ------------------------------------------------------------------ exchanges and queues
-    # RabbitMQ strips CR and LF from the entity names of declare, delete, bind and unbind
-    # (rabbit_channel:strip_cr_lf), and not from those of publish, consume, get and purge.
+    # The core has stripped CR and LF from the names where RabbitMQ does (commands.py).
 
-    async def _exchange_declare(self, state: ChannelState, method: Any) -> None:
+    async def _exchange_declare(self, state: ChannelState, command: ExchangeDeclare) -> None:
         await self._vhost.declare_exchange(
-            strip_cr_lf(method.exchange),
-            method.exchange_type,
-            passive=method.passive,
-            durable=method.durable,
-            auto_delete=method.auto_delete,
-            internal=method.internal,
-            arguments=method.arguments or {},
+            command.exchange,
+            command.type,
+            passive=command.passive,
+            durable=command.durable,
+            auto_delete=command.auto_delete,
+            internal=command.internal,
+            arguments=command.arguments,
         )
-        self._reply(state, method, commands.Exchange.DeclareOk())
+        self._protocol.send_reply(state.number, command, ExchangeDeclareOk())
 
-    async def _exchange_delete(self, state: ChannelState, method: Any) -> None:
-        await self._vhost.delete_exchange(strip_cr_lf(method.exchange), if_unused=method.if_unused)
-        self._reply(state, method, commands.Exchange.DeleteOk())
+    async def _exchange_delete(self, state: ChannelState, command: ExchangeDelete) -> None:
+        await self._vhost.delete_exchange(command.exchange, if_unused=command.if_unused)
+        self._protocol.send_reply(state.number, command, ExchangeDeleteOk())
 
-    async def _queue_declare(self, state: ChannelState, method: Any) -> None:
-        name = strip_cr_lf(method.queue)
-        if name:
+    async def _queue_declare(self, state: ChannelState, command: QueueDeclare) -> None:
+        if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
-            check_queue_declare(name, passive=method.passive)
-        name = name or server_named_queue()
+            check_queue_declare(command.queue, passive=command.passive)
+        name = command.queue or server_named_queue()
         status = await self._vhost.declare_queue(
             name,
-            passive=method.passive,
-            durable=method.durable,
-            exclusive=method.exclusive,
-            auto_delete=method.auto_delete,
-            arguments=method.arguments or {},
+            passive=command.passive,
+            durable=command.durable,
+            exclusive=command.exclusive,
+            auto_delete=command.auto_delete,
+            arguments=command.arguments,
             owner=self._link.owner,
         )
         state.last_queue = status.name
         COUNTERS.queues_declared += 1
         if status.created:
             COUNTERS.queues_created += 1
-        if not method.nowait:
-            self._protocol.send_queue_declare_ok(
-                state.number, status.name, status.message_count, status.consumer_count
-            )
+        self._protocol.send_reply(
+            state.number,
+            command,
+            QueueDeclareOk(status.name, status.message_count, status.consumer_count),
+        )
 
-    async def _queue_bind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
+    async def _queue_bind(self, state: ChannelState, command: QueueBind) -> None:
+        queue = self._queue_name(state, command.queue)
         # With both the queue and the routing key empty, the key is the queue's name (0-9-1).
-        routing_key = method.routing_key if method.queue or method.routing_key else queue
+        routing_key = command.routing_key if command.queue or command.routing_key else queue
         await self._vhost.bind_queue(
-            queue,
-            strip_cr_lf(method.exchange),
-            routing_key,
-            method.arguments or {},
-            owner=self._link.owner,
+            queue, command.exchange, routing_key, command.arguments, owner=self._link.owner
         )
-        self._reply(state, method, commands.Queue.BindOk())
+        self._protocol.send_reply(state.number, command, QueueBindOk())
 
-    async def _queue_unbind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
+    async def _queue_unbind(self, state: ChannelState, command: QueueUnbind) -> None:
+        queue = self._queue_name(state, command.queue)
         await self._vhost.unbind_queue(
-            queue,
-            strip_cr_lf(method.exchange),
-            method.routing_key,
-            method.arguments or {},
-            owner=self._link.owner,
+            queue, command.exchange, command.routing_key, command.arguments, owner=self._link.owner
         )
-        self._protocol.send_method(state.number, commands.Queue.UnbindOk())
+        self._protocol.send_reply(state.number, command, QueueUnbindOk())
 
-    async def _queue_purge(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
+    async def _queue_purge(self, state: ChannelState, command: QueuePurge) -> None:
+        queue = self._queue_name(state, command.queue)
         count = await self._vhost.purge_queue(queue, owner=self._link.owner)
-        self._reply(state, method, commands.Queue.PurgeOk(message_count=count))
+        self._protocol.send_reply(state.number, command, QueuePurgeOk(count))
 
-    async def _queue_delete(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
+    async def _queue_delete(self, state: ChannelState, command: QueueDelete) -> None:
+        queue = self._queue_name(state, command.queue)
         count = await self._vhost.delete_queue(
-            queue, if_unused=method.if_unused, if_empty=method.if_empty, owner=self._link.owner
+            queue, if_unused=command.if_unused, if_empty=command.if_empty, owner=self._link.owner
         )
-        self._reply(state, method, commands.Queue.DeleteOk(message_count=count))
+        self._protocol.send_reply(state.number, command, QueueDeleteOk(count))
 
     # ------------------------------------------------------------------ publishing
 
@@ -332,10 +345,8 @@ class AMQPSession:
         if not state.publisher:
             state.publisher = True
             counts.publishers += 1
-        try:
-            outcome = await self._publish_or_block(message, event.mandatory)
-        except AMQPError as error:
-            raise error.with_method(*_BASIC_PUBLISH) from None
+        # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
+        outcome = await self._publish_or_block(message, event.mandatory)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
@@ -369,7 +380,7 @@ class AMQPSession:
         finally:
             await self._stalls.publish_finished()
 
-    async def _confirm_select(self, state: ChannelState, method: Any) -> None:
+    def _confirm_select(self, state: ChannelState, command: ConfirmSelect) -> None:
         if state.confirms is None:
             channel = state.number
             counts = self._counts
@@ -395,7 +406,7 @@ class AMQPSession:
             self._link.nursery.start_soon(
                 self._run_in_scope, state.confirm_scope, state.confirms.run
             )
-        self._reply(state, method, commands.Confirm.SelectOk())
+        self._protocol.send_reply(state.number, command, ConfirmSelectOk())
 
     @staticmethod
     async def _run_in_scope(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
@@ -404,36 +415,35 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ consuming
 
-    async def _basic_qos(self, state: ChannelState, method: Any) -> None:
-        if method.prefetch_size:
+    def _basic_qos(self, state: ChannelState, command: BasicQos) -> None:
+        if command.prefetch_size:
             raise amqp_error(
-                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})"
+                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({command.prefetch_size})"
             )
-        if method.global_:
-            state.channel_prefetch = method.prefetch_count
+        if command.global_:
+            state.channel_prefetch = command.prefetch_count
         else:
-            state.consumer_prefetch = method.prefetch_count
+            state.consumer_prefetch = command.prefetch_count
         state.signal_credit()
-        self._protocol.send_method(state.number, commands.Basic.QosOk())
+        self._protocol.send_reply(state.number, command, BasicQosOk())
 
-    async def _basic_consume(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
-        tag = method.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
+    async def _basic_consume(self, state: ChannelState, command: BasicConsume) -> None:
+        queue = self._queue_name(state, command.queue)
+        tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in state.consumers:
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         subscription = await self._vhost.consume(
             queue,
-            exclusive=method.exclusive,
+            exclusive=command.exclusive,
             owner=self._link.owner,
-            prefetch=0 if method.no_ack else state.prefetch_window(),
-            arguments=method.arguments,
+            prefetch=0 if command.no_ack else state.prefetch_window(),
+            arguments=command.arguments,
         )
-        consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
+        consumer = Consumer(tag, queue, command.no_ack, state.consumer_prefetch, subscription)
         state.consumers[tag] = consumer
         self._counts.consumers += 1
-        if not method.nowait:
-            self._protocol.send_method(state.number, commands.Basic.ConsumeOk(consumer_tag=tag))
+        self._protocol.send_reply(state.number, command, BasicConsumeOk(tag))
         # Consume-Ok must reach the client before the first Deliver of this consumer.
         await self._link.flush()
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
@@ -513,14 +523,14 @@ class AMQPSession:
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
         await self._link.flush()
 
-    async def _basic_cancel(self, state: ChannelState, method: Any) -> None:
-        consumer = state.consumers.pop(method.consumer_tag, None)
+    async def _basic_cancel(self, state: ChannelState, command: BasicCancel) -> None:
+        consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
             consumer.scope.cancel()
             await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
-        self._reply(state, method, commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
+        self._protocol.send_reply(state.number, command, BasicCancelOk(command.consumer_tag))
 
     async def _forget_consumer(self, state: ChannelState, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
@@ -543,13 +553,13 @@ class AMQPSession:
             await consumer.subscription.close()
         state.signal_credit()
 
-    async def _basic_get(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
+    async def _basic_get(self, state: ChannelState, command: BasicGet) -> None:
+        queue = self._queue_name(state, command.queue)
         got = await self._vhost.get(queue, owner=self._link.owner)
         counts = self._counts
         if got is None:
             counts.get_empty += 1
-            self._protocol.send_method(state.number, commands.Basic.GetEmpty())
+            self._protocol.send_reply(state.number, command, BasicGetEmpty())
             return
         delivery, remaining = got
         tag = state.take_tag()
@@ -558,7 +568,7 @@ class AMQPSession:
         counts.delivered_bytes += size
         if delivery.redelivered:
             counts.redelivered += 1
-        if method.no_ack:
+        if command.no_ack:
             counts.delivered_get_auto_ack += 1
             counts.acknowledged_bytes += size
         else:
@@ -574,16 +584,18 @@ class AMQPSession:
             message.header,
             message.body,
         )
-        if method.no_ack:
+        if command.no_ack:
             await delivery.ack()
 
-    async def _basic_recover(self, state: ChannelState, method: Any) -> None:
-        if not method.requeue:
+    async def _basic_recover(
+        self, state: ChannelState, command: BasicRecover | BasicRecoverAsync
+    ) -> None:
+        if not command.requeue:
             # RabbitMQ does not implement redelivery to the same consumer either.
             raise amqp_error(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
         await self._settle_all(state, requeue=True)
-        if isinstance(method, commands.Basic.Recover):
-            self._protocol.send_method(state.number, commands.Basic.RecoverOk())
+        # Recover-Async is the one without a reply: its ``nowait`` is always set.
+        self._protocol.send_reply(state.number, command, BasicRecoverOk())
 
     # ------------------------------------------------------------------ acknowledgements
 
@@ -646,6 +658,3 @@ class AMQPSession:
             for consumer in state.consumers.values():
                 await consumer.subscription.close()
             state.consumers.clear()
-
-
-_BASIC_PUBLISH = (commands.Basic.Publish.index >> 16, commands.Basic.Publish.index & 0xFFFF)
