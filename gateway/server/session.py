@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Protocol, assert_never
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar, assert_never
 
 import trio
 
@@ -73,6 +73,12 @@ CLEANUP_TIMEOUT = 10.0
 # A publish that waits this long for the backend (Pulsar's in-flight limit reached) tells the
 # client, if it listens, with Connection.Blocked; Unblocked follows when the publish goes on.
 BLOCKED_AFTER = 1.0
+
+
+# The commands whose empty queue name means "the last queue declared on the channel".
+NamesQueue = TypeVar(
+    "NamesQueue", QueueBind, QueueUnbind, QueuePurge, QueueDelete, BasicConsume, BasicGet
+)
 
 
 class SessionLink(Protocol):
@@ -251,47 +257,34 @@ class AMQPSession:
             case _:
                 assert_never(command)
 
-    def _queue_name(self, state: ChannelState, name: str) -> str:
+    @staticmethod
+    def _named(state: ChannelState, command: NamesQueue) -> NamesQueue:
         """AMQP 0-9-1: an empty queue name means the last queue declared on the channel."""
-        if name:
-            return name
+        if command.queue:
+            return command
         if not state.last_queue:
             raise amqp_error(ReplyCode.NOT_FOUND, "no previously declared queue")
-        return state.last_queue
+        return replace(command, queue=state.last_queue)
 
     # ------------------------------------------------------------------ exchanges and queues
-    # The core has stripped CR and LF from the names where RabbitMQ does (commands.py).
+    # The core has stripped CR and LF from the names where RabbitMQ does (commands.py); the
+    # backend takes the commands as they are, once the queue names are filled in here.
 
     async def _exchange_declare(self, state: ChannelState, command: ExchangeDeclare) -> None:
-        await self._vhost.declare_exchange(
-            command.exchange,
-            command.type,
-            passive=command.passive,
-            durable=command.durable,
-            auto_delete=command.auto_delete,
-            internal=command.internal,
-            arguments=command.arguments,
-        )
+        await self._vhost.declare_exchange(command)
         self._protocol.send_reply(state.number, command, ExchangeDeclareOk())
 
     async def _exchange_delete(self, state: ChannelState, command: ExchangeDelete) -> None:
-        await self._vhost.delete_exchange(command.exchange, if_unused=command.if_unused)
+        await self._vhost.delete_exchange(command)
         self._protocol.send_reply(state.number, command, ExchangeDeleteOk())
 
     async def _queue_declare(self, state: ChannelState, command: QueueDeclare) -> None:
         if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
             check_queue_declare(command.queue, passive=command.passive)
-        name = command.queue or server_named_queue()
-        status = await self._vhost.declare_queue(
-            name,
-            passive=command.passive,
-            durable=command.durable,
-            exclusive=command.exclusive,
-            auto_delete=command.auto_delete,
-            arguments=command.arguments,
-            owner=self._link.owner,
-        )
+        else:
+            command = replace(command, queue=server_named_queue())
+        status = await self._vhost.declare_queue(command, self._link.owner)
         state.last_queue = status.name
         COUNTERS.queues_declared += 1
         if status.created:
@@ -303,31 +296,22 @@ class AMQPSession:
         )
 
     async def _queue_bind(self, state: ChannelState, command: QueueBind) -> None:
-        queue = self._queue_name(state, command.queue)
-        # With both the queue and the routing key empty, the key is the queue's name (0-9-1).
-        routing_key = command.routing_key if command.queue or command.routing_key else queue
-        await self._vhost.bind_queue(
-            queue, command.exchange, routing_key, command.arguments, owner=self._link.owner
-        )
+        if not command.queue and not command.routing_key:
+            # With both the queue and the routing key empty, the key is the queue's name.
+            command = replace(command, routing_key=self._named(state, command).queue)
+        await self._vhost.bind_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueBindOk())
 
     async def _queue_unbind(self, state: ChannelState, command: QueueUnbind) -> None:
-        queue = self._queue_name(state, command.queue)
-        await self._vhost.unbind_queue(
-            queue, command.exchange, command.routing_key, command.arguments, owner=self._link.owner
-        )
+        await self._vhost.unbind_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueUnbindOk())
 
     async def _queue_purge(self, state: ChannelState, command: QueuePurge) -> None:
-        queue = self._queue_name(state, command.queue)
-        count = await self._vhost.purge_queue(queue, owner=self._link.owner)
+        count = await self._vhost.purge_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueuePurgeOk(count))
 
     async def _queue_delete(self, state: ChannelState, command: QueueDelete) -> None:
-        queue = self._queue_name(state, command.queue)
-        count = await self._vhost.delete_queue(
-            queue, if_unused=command.if_unused, if_empty=command.if_empty, owner=self._link.owner
-        )
+        count = await self._vhost.delete_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueDeleteOk(count))
 
     # ------------------------------------------------------------------ publishing
@@ -428,19 +412,19 @@ class AMQPSession:
         self._protocol.send_reply(state.number, command, BasicQosOk())
 
     async def _basic_consume(self, state: ChannelState, command: BasicConsume) -> None:
-        queue = self._queue_name(state, command.queue)
+        command = self._named(state, command)
         tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in state.consumers:
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         subscription = await self._vhost.consume(
-            queue,
-            exclusive=command.exclusive,
-            owner=self._link.owner,
+            command,
+            self._link.owner,
             prefetch=0 if command.no_ack else state.prefetch_window(),
-            arguments=command.arguments,
         )
-        consumer = Consumer(tag, queue, command.no_ack, state.consumer_prefetch, subscription)
+        consumer = Consumer(
+            tag, command.queue, command.no_ack, state.consumer_prefetch, subscription
+        )
         state.consumers[tag] = consumer
         self._counts.consumers += 1
         self._protocol.send_reply(state.number, command, BasicConsumeOk(tag))
@@ -554,8 +538,7 @@ class AMQPSession:
         state.signal_credit()
 
     async def _basic_get(self, state: ChannelState, command: BasicGet) -> None:
-        queue = self._queue_name(state, command.queue)
-        got = await self._vhost.get(queue, owner=self._link.owner)
+        got = await self._vhost.get(self._named(state, command), self._link.owner)
         counts = self._counts
         if got is None:
             counts.get_empty += 1
