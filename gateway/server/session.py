@@ -49,6 +49,7 @@ from gateway.amqp.commands import (
     QueueUnbindOk,
 )
 from gateway.amqp.connection import ServerConnection
+from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.backend.interface import (
     Delivery,
@@ -113,27 +114,19 @@ class Unacked:
 
 
 @dataclass(eq=False)
-class ChannelState:
+class SessionChannel:
+    """The session's side of one open channel: its consumers, the deliveries not yet settled
+    (their tags and the prefetch credit are ``amqp.deliveries``' sans-IO rules), confirms."""
+
     number: int
-    next_tag: int = 1
-    unacked: dict[int, Unacked] = field(default_factory=dict)
+    tags: DeliveryTags[Unacked] = field(default_factory=DeliveryTags)
+    prefetch: Prefetch = field(default_factory=Prefetch)
     consumers: dict[str, Consumer] = field(default_factory=dict)
-    consumer_prefetch: int = 0
-    channel_prefetch: int = 0  # Basic.Qos global=true: shared by all consumers of the channel
-    flow_active: bool = True
     confirms: ConfirmQueue | None = None
     confirm_scope: trio.CancelScope | None = None
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
-    # Tags whose deliveries were given back when their consumer was cancelled: the client may
-    # still ack them, and that must not be an unknown-tag error.
-    forgotten: set[int] = field(default_factory=set)
     credit_changed: trio.Event = field(default_factory=trio.Event)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
-
-    def take_tag(self) -> int:
-        tag = self.next_tag
-        self.next_tag += 1
-        return tag
 
     def signal_credit(self) -> None:
         self.credit_changed.set()
@@ -142,19 +135,10 @@ class ChannelState:
     def consumers_unacked(self) -> int:
         return sum(c.unacked for c in self.consumers.values())
 
-    def prefetch_window(self) -> int:
-        """The most unacknowledged deliveries a consumer started now can hold (0: no limit)."""
-        limits = [limit for limit in (self.consumer_prefetch, self.channel_prefetch) if limit]
-        return min(limits, default=0)
-
     def has_credit(self, consumer: Consumer) -> bool:
-        if not self.flow_active:
-            return False
-        if consumer.no_ack:
-            return True  # Basic.Qos does not apply to no-ack consumers (RabbitMQ)
-        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
-            return False
-        return not (self.channel_prefetch and self.consumers_unacked() >= self.channel_prefetch)
+        return self.prefetch.allows(
+            consumer.no_ack, consumer.prefetch, consumer.unacked, self.consumers_unacked
+        )
 
     async def wait_for_credit(self, consumer: Consumer) -> None:
         while not self.has_credit(consumer):
@@ -172,7 +156,7 @@ class AMQPSession:
         self._counts = counts if counts is not None else VhostCounters("")
         self._protocol = link.protocol
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
-        self._channels: dict[int, ChannelState] = {}
+        self._channels: dict[int, SessionChannel] = {}
 
     # ------------------------------------------------------------------ event entry points
 
@@ -188,13 +172,13 @@ class AMQPSession:
         elif isinstance(event, ev.CommandReceived):
             await self._command(event.channel, event.command)
         elif isinstance(event, ev.ChannelOpened):
-            self._channels[event.channel] = ChannelState(event.channel)
+            self._channels[event.channel] = SessionChannel(event.channel)
             self._counts.channels += 1
             COUNTERS.channels_opened += 1
         elif isinstance(event, ev.FlowRequested):
             state = self._channels.get(event.channel)
             if state is not None:
-                state.flow_active = event.active
+                state.prefetch.flow_active = event.active
                 state.signal_credit()
         elif isinstance(event, ev.ChannelErrored | ev.ChannelClosed):
             if isinstance(event, ev.ChannelErrored):
@@ -258,7 +242,7 @@ class AMQPSession:
                 assert_never(command)
 
     @staticmethod
-    def _named(state: ChannelState, command: NamesQueue) -> NamesQueue:
+    def _named(state: SessionChannel, command: NamesQueue) -> NamesQueue:
         """AMQP 0-9-1: an empty queue name means the last queue declared on the channel."""
         if command.queue:
             return command
@@ -270,15 +254,15 @@ class AMQPSession:
     # The core has stripped CR and LF from the names where RabbitMQ does (commands.py); the
     # backend takes the commands as they are, once the queue names are filled in here.
 
-    async def _exchange_declare(self, state: ChannelState, command: ExchangeDeclare) -> None:
+    async def _exchange_declare(self, state: SessionChannel, command: ExchangeDeclare) -> None:
         await self._vhost.declare_exchange(command)
         self._protocol.send_reply(state.number, command, ExchangeDeclareOk())
 
-    async def _exchange_delete(self, state: ChannelState, command: ExchangeDelete) -> None:
+    async def _exchange_delete(self, state: SessionChannel, command: ExchangeDelete) -> None:
         await self._vhost.delete_exchange(command)
         self._protocol.send_reply(state.number, command, ExchangeDeleteOk())
 
-    async def _queue_declare(self, state: ChannelState, command: QueueDeclare) -> None:
+    async def _queue_declare(self, state: SessionChannel, command: QueueDeclare) -> None:
         if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
             check_queue_declare(command.queue, passive=command.passive)
@@ -295,22 +279,22 @@ class AMQPSession:
             QueueDeclareOk(status.name, status.message_count, status.consumer_count),
         )
 
-    async def _queue_bind(self, state: ChannelState, command: QueueBind) -> None:
+    async def _queue_bind(self, state: SessionChannel, command: QueueBind) -> None:
         if not command.queue and not command.routing_key:
             # With both the queue and the routing key empty, the key is the queue's name.
             command = replace(command, routing_key=self._named(state, command).queue)
         await self._vhost.bind_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueBindOk())
 
-    async def _queue_unbind(self, state: ChannelState, command: QueueUnbind) -> None:
+    async def _queue_unbind(self, state: SessionChannel, command: QueueUnbind) -> None:
         await self._vhost.unbind_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueUnbindOk())
 
-    async def _queue_purge(self, state: ChannelState, command: QueuePurge) -> None:
+    async def _queue_purge(self, state: SessionChannel, command: QueuePurge) -> None:
         count = await self._vhost.purge_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueuePurgeOk(count))
 
-    async def _queue_delete(self, state: ChannelState, command: QueueDelete) -> None:
+    async def _queue_delete(self, state: SessionChannel, command: QueueDelete) -> None:
         count = await self._vhost.delete_queue(self._named(state, command), self._link.owner)
         self._protocol.send_reply(state.number, command, QueueDeleteOk(count))
 
@@ -364,7 +348,7 @@ class AMQPSession:
         finally:
             await self._stalls.publish_finished()
 
-    def _confirm_select(self, state: ChannelState, command: ConfirmSelect) -> None:
+    def _confirm_select(self, state: SessionChannel, command: ConfirmSelect) -> None:
         if state.confirms is None:
             channel = state.number
             counts = self._counts
@@ -399,19 +383,12 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ consuming
 
-    def _basic_qos(self, state: ChannelState, command: BasicQos) -> None:
-        if command.prefetch_size:
-            raise amqp_error(
-                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({command.prefetch_size})"
-            )
-        if command.global_:
-            state.channel_prefetch = command.prefetch_count
-        else:
-            state.consumer_prefetch = command.prefetch_count
+    def _basic_qos(self, state: SessionChannel, command: BasicQos) -> None:
+        state.prefetch.qos(command)
         state.signal_credit()
         self._protocol.send_reply(state.number, command, BasicQosOk())
 
-    async def _basic_consume(self, state: ChannelState, command: BasicConsume) -> None:
+    async def _basic_consume(self, state: SessionChannel, command: BasicConsume) -> None:
         command = self._named(state, command)
         tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in state.consumers:
@@ -420,10 +397,10 @@ class AMQPSession:
         subscription = await self._vhost.consume(
             command,
             self._link.owner,
-            prefetch=0 if command.no_ack else state.prefetch_window(),
+            prefetch=0 if command.no_ack else state.prefetch.window(),
         )
         consumer = Consumer(
-            tag, command.queue, command.no_ack, state.consumer_prefetch, subscription
+            tag, command.queue, command.no_ack, state.prefetch.consumer, subscription
         )
         state.consumers[tag] = consumer
         self._counts.consumers += 1
@@ -432,7 +409,7 @@ class AMQPSession:
         await self._link.flush()
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
-    async def _deliver_loop(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
         counts = self._counts
         with consumer.scope:
             try:
@@ -453,9 +430,9 @@ class AMQPSession:
                         with trio.CancelScope(shield=True):
                             await delivery.reject(requeue=True)
                         return
-                    tag = state.take_tag()
+                    tag = state.tags.next()
                     if not consumer.no_ack:
-                        state.unacked[tag] = Unacked(delivery, consumer)
+                        state.tags.unsettled[tag] = Unacked(delivery, consumer)
                         consumer.unacked += 1
                     message = delivery.message
                     size = len(message.body)
@@ -486,7 +463,7 @@ class AMQPSession:
                 await self._link.fail(state.number, error)
 
     async def _hold_until_credit(
-        self, state: ChannelState, consumer: Consumer, delivery: Delivery
+        self, state: SessionChannel, consumer: Consumer, delivery: Delivery
     ) -> None:
         if state.has_credit(consumer):
             return
@@ -498,7 +475,7 @@ class AMQPSession:
                 await delivery.reject(requeue=True)  # never delivered: back to the queue
             raise
 
-    async def _consumer_ended(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _consumer_ended(self, state: SessionChannel, consumer: Consumer) -> None:
         """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does."""
         if state.consumers.pop(consumer.tag, None) is None:
             return
@@ -507,7 +484,7 @@ class AMQPSession:
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
         await self._link.flush()
 
-    async def _basic_cancel(self, state: ChannelState, command: BasicCancel) -> None:
+    async def _basic_cancel(self, state: SessionChannel, command: BasicCancel) -> None:
         consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
@@ -516,19 +493,14 @@ class AMQPSession:
         # Cancelling an unknown tag is not an error in RabbitMQ.
         self._protocol.send_reply(state.number, command, BasicCancelOk(command.consumer_tag))
 
-    async def _forget_consumer(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
 
         The reference design closes the Pulsar consumers behind an AMQP consumer on cancel,
         which redelivers what they held; later acks of those tags are accepted and ignored.
         They are requeued explicitly first, so that they come back marked redelivered.
         """
-        returned = []
-        for tag, entry in list(state.unacked.items()):
-            if entry.consumer is consumer:
-                del state.unacked[tag]
-                state.forgotten.add(tag)
-                returned.append(entry.delivery)
+        returned = [e.delivery for e in state.tags.forget(lambda e: e.consumer is consumer)]
         consumer.unacked = 0
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
@@ -537,7 +509,7 @@ class AMQPSession:
             await consumer.subscription.close()
         state.signal_credit()
 
-    async def _basic_get(self, state: ChannelState, command: BasicGet) -> None:
+    async def _basic_get(self, state: SessionChannel, command: BasicGet) -> None:
         got = await self._vhost.get(self._named(state, command), self._link.owner)
         counts = self._counts
         if got is None:
@@ -545,7 +517,7 @@ class AMQPSession:
             self._protocol.send_reply(state.number, command, BasicGetEmpty())
             return
         delivery, remaining = got
-        tag = state.take_tag()
+        tag = state.tags.next()
         message = delivery.message
         size = len(message.body)
         counts.delivered_bytes += size
@@ -556,7 +528,7 @@ class AMQPSession:
             counts.acknowledged_bytes += size
         else:
             counts.delivered_get_manual_ack += 1
-            state.unacked[tag] = Unacked(delivery, None)
+            state.tags.unsettled[tag] = Unacked(delivery, None)
         self._protocol.send_get_ok(
             state.number,
             tag,
@@ -571,7 +543,7 @@ class AMQPSession:
             await delivery.ack()
 
     async def _basic_recover(
-        self, state: ChannelState, command: BasicRecover | BasicRecoverAsync
+        self, state: SessionChannel, command: BasicRecover | BasicRecoverAsync
     ) -> None:
         if not command.requeue:
             # RabbitMQ does not implement redelivery to the same consumer either.
@@ -587,22 +559,7 @@ class AMQPSession:
         state = self._channels.get(channel)
         if state is None:
             return
-        if multiple and tag == 0:
-            entries = list(state.unacked.values())
-            state.unacked.clear()
-        elif multiple:
-            if tag not in state.unacked and tag not in state.forgotten:
-                raise amqp_error(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            state.forgotten = {t for t in state.forgotten if t > tag}
-            entries = [state.unacked.pop(t) for t in [t for t in state.unacked if t <= tag]]
-        else:
-            entry = state.unacked.pop(tag, None)
-            if entry is None:
-                if tag in state.forgotten:
-                    state.forgotten.discard(tag)
-                    return
-                raise amqp_error(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            entries = [entry]
+        entries = state.tags.settle(tag, multiple)
         counts = self._counts
         for entry in entries:
             if entry.consumer is not None:
@@ -616,9 +573,8 @@ class AMQPSession:
         if entries:
             state.signal_credit()
 
-    async def _settle_all(self, state: ChannelState, *, requeue: bool) -> None:
-        entries = list(state.unacked.values())
-        state.unacked.clear()
+    async def _settle_all(self, state: SessionChannel, *, requeue: bool) -> None:
+        entries = state.tags.take_all()
         for consumer in state.consumers.values():
             consumer.unacked = 0
         for entry in entries:
@@ -627,7 +583,7 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ teardown
 
-    async def _release_channel(self, state: ChannelState) -> None:
+    async def _release_channel(self, state: SessionChannel) -> None:
         if state.confirm_scope is not None:
             state.confirm_scope.cancel()
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
@@ -635,9 +591,8 @@ class AMQPSession:
             for consumer in state.consumers.values():
                 consumer.scope.cancel()
             # Messages fetched with Basic.Get have no subscription to give them back.
-            for entry in state.unacked.values():
+            for entry in state.tags.take_all():
                 await entry.delivery.reject(True)
-            state.unacked.clear()
             for consumer in state.consumers.values():
                 await consumer.subscription.close()
             state.consumers.clear()
