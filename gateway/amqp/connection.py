@@ -502,11 +502,8 @@ class ServerConnection:
             # Name the method in the Close only if it is one: a Close's class/method ids
             # must identify a method of the spec (an unknown one is named in the text).
             if index in SPECS:
-                raise ConnectionException(
-                    ReplyCode.CHANNEL_ERROR,
-                    f"expected 'channel.open' on channel {number}",
-                    index >> 16,
-                    index & 0xFFFF,
+                raise _method_error(
+                    ReplyCode.CHANNEL_ERROR, f"expected 'channel.open' on channel {number}", index
                 )
             raise ConnectionException(
                 ReplyCode.CHANNEL_ERROR,
@@ -571,11 +568,10 @@ class ServerConnection:
                 index & 0xFFFF,
             )
         if cls not in CLIENT_METHODS:
-            raise ConnectionException(
+            raise _method_error(
                 ReplyCode.COMMAND_INVALID,
                 f"{method_name(method)} is sent by servers, not clients",
-                index >> 16,
-                index & 0xFFFF,
+                index,
             )
         if isinstance(method, commands.Channel.Close):
             self._write_method(number, _CHANNEL_CLOSE_OK_PAYLOAD)
@@ -599,11 +595,10 @@ class ServerConnection:
         else:
             command = command_from(method)
             if command is None:
-                raise ConnectionException(
+                raise _method_error(
                     ReplyCode.NOT_IMPLEMENTED,
                     f"{method_name(method)} is not supported by this gateway",
-                    index >> 16,
-                    index & 0xFFFF,
+                    index,
                 )
             events.append(ev.CommandReceived(number, command))
 
@@ -958,6 +953,11 @@ class ServerConnection:
         if now >= self._last_send + self._heartbeat / 2:
             self._write(HEARTBEAT_FRAME)
         return events
+
+
+def _method_error(code: int, text: str, index: int) -> ConnectionException:
+    """A hard error naming the method ``index`` (class id << 16 | method id)."""
+    return ConnectionException(code, text, index >> 16, index & 0xFFFF)
 
 
 def _as_bytes(value: object) -> bytes:

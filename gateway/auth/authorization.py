@@ -39,18 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    BasicGet,
-    Command,
-    ExchangeDeclare,
-    ExchangeDelete,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ConnectionException, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import (
@@ -150,6 +139,10 @@ def _argument_name(arguments: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _reserved(name: str) -> bool:
+    return name.startswith(_RESERVED_PREFIX)
+
+
 def _exchange_resource(name: str) -> str:
     return name or DEFAULT_EXCHANGE_RESOURCE
 
@@ -174,10 +167,10 @@ class AuthorizingVirtualHost:
                 f"'{self._user}'",
             )
 
-    async def _authorize(self, command: Command, owner: Owner) -> None:
+    async def _authorize(self, command: cmd.Command, owner: Owner) -> None:
         """The checks of the table above for ``command``, by its type, in RabbitMQ's order."""
         match command:
-            case ExchangeDeclare(exchange=name, passive=False) if name:
+            case cmd.ExchangeDeclare(exchange=name, passive=False) if name:
                 # The default exchange is refused before any permission check (even
                 # passively), by the inner backend; passive declares need no permission.
                 self._check(Access.CONFIGURE, "exchange", name)
@@ -186,11 +179,11 @@ class AuthorizingVirtualHost:
                     # Only when the declare creates it: then messages may flow to the AE.
                     self._check(Access.READ, "exchange", name)
                     self._check(Access.WRITE, "exchange", _exchange_resource(alternate))
-            case ExchangeDelete(exchange=name) if name and not name.startswith(_RESERVED_PREFIX):
+            case cmd.ExchangeDelete(exchange=name) if name and not _reserved(name):
                 # "" and amq.* are refused whatever the permissions (rabbit_channel checks
                 # those first): the inner backend says so in RabbitMQ's words.
                 self._check(Access.CONFIGURE, "exchange", name)
-            case QueueDeclare(queue=name, passive=False):
+            case cmd.QueueDeclare(queue=name, passive=False):
                 # Server-named queues too: their amq.gen-* name is checked (RabbitMQ users
                 # grant "^amq\.gen-.*" for them).
                 self._check(Access.CONFIGURE, "queue", name)
@@ -198,13 +191,15 @@ class AuthorizingVirtualHost:
                 if dead_letter is not None and not await self._queue_exists(name, owner):
                     self._check(Access.READ, "queue", name)
                     self._check(Access.WRITE, "exchange", _exchange_resource(dead_letter))
-            case QueueDelete(queue=name):
+            case cmd.QueueDelete(queue=name):
                 self._check(Access.CONFIGURE, "queue", name)
-            case QueuePurge(queue=name) | BasicConsume(queue=name) | BasicGet(queue=name):
+            case (
+                cmd.QueuePurge(queue=name) | cmd.BasicConsume(queue=name) | cmd.BasicGet(queue=name)
+            ):
                 self._check(Access.READ, "queue", name)
             case (
-                QueueBind(queue=queue, exchange=exchange)
-                | QueueUnbind(queue=queue, exchange=exchange)
+                cmd.QueueBind(queue=queue, exchange=exchange)
+                | cmd.QueueUnbind(queue=queue, exchange=exchange)
             ):
                 # rabbit_channel:binding_action: write on the destination, then (after
                 # refusing the default exchange, which the inner backend does) read on the
@@ -215,41 +210,41 @@ class AuthorizingVirtualHost:
             case _:
                 pass  # passive declares, and the exchange operations the backend refuses
 
-    async def _exchange_exists(self, command: ExchangeDeclare) -> bool:
+    async def _exchange_exists(self, command: cmd.ExchangeDeclare) -> bool:
         return await _exists(
-            self.inner.declare_exchange(ExchangeDeclare(command.exchange, passive=True))
+            self.inner.declare_exchange(cmd.ExchangeDeclare(command.exchange, passive=True))
         )
 
     async def _queue_exists(self, name: str, owner: Owner) -> bool:
-        return await _exists(self.inner.declare_queue(QueueDeclare(name, passive=True), owner))
+        return await _exists(self.inner.declare_queue(cmd.QueueDeclare(name, passive=True), owner))
 
     # ------------------------------------------------------------------ the interface
 
-    async def declare_exchange(self, command: ExchangeDeclare) -> None:
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
         await self._authorize(command, _NOBODY)
         await self.inner.declare_exchange(command)
 
-    async def delete_exchange(self, command: ExchangeDelete) -> None:
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
         await self._authorize(command, _NOBODY)
         await self.inner.delete_exchange(command)
 
-    async def declare_queue(self, command: QueueDeclare, owner: Owner) -> QueueStatus:
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         await self._authorize(command, owner)
         return await self.inner.declare_queue(command, owner)
 
-    async def delete_queue(self, command: QueueDelete, owner: Owner) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         await self._authorize(command, owner)
         return await self.inner.delete_queue(command, owner)
 
-    async def purge_queue(self, command: QueuePurge, owner: Owner) -> int:
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         await self._authorize(command, owner)
         return await self.inner.purge_queue(command, owner)
 
-    async def bind_queue(self, command: QueueBind, owner: Owner) -> None:
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
         await self._authorize(command, owner)
         await self.inner.bind_queue(command, owner)
 
-    async def unbind_queue(self, command: QueueUnbind, owner: Owner) -> None:
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
         await self._authorize(command, owner)
         await self.inner.unbind_queue(command, owner)
 
@@ -259,12 +254,12 @@ class AuthorizingVirtualHost:
         return await self.inner.publish(message, mandatory=mandatory)
 
     async def consume(
-        self, command: BasicConsume, owner: Owner, *, prefetch: int = 0
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:
         await self._authorize(command, owner)
         return await self.inner.consume(command, owner, prefetch=prefetch)
 
-    async def get(self, command: BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
         await self._authorize(command, owner)
         return await self.inner.get(command, owner)
 

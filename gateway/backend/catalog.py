@@ -10,14 +10,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TypeVar
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    ExchangeDeclare,
-    ExchangeDelete,
-    QueueBind,
-    QueueDeclare,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
 from gateway.backend.interface import Message, Owner
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
@@ -107,7 +100,7 @@ class Catalog:
             raise not_found("exchange", name, self.vhost)
         return exchange
 
-    def check_consume(self, queue: Queue, command: BasicConsume) -> None:
+    def check_consume(self, queue: Queue, command: cmd.BasicConsume) -> None:
         """Basic.Consume's arguments, for ``queue`` (406 for what is not implemented)."""
         if command.arguments:
             check_consume_arguments(
@@ -203,7 +196,7 @@ class Catalog:
 
     # ------------------------------------------------------------------ exchanges
 
-    async def declare_exchange(self, command: ExchangeDeclare) -> None:
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
         name, passive = command.exchange, command.passive
         existing = self.exchange(self.view, name)
         if existing is None and passive:
@@ -219,7 +212,7 @@ class Catalog:
             existing = await self.write(self._store.create_exchange(self.namespace, requested))
         check_equivalent(existing, requested, vhost=self.vhost)
 
-    async def exchange_bindings(self, command: ExchangeDelete) -> list[Binding] | None:
+    async def exchange_bindings(self, command: cmd.ExchangeDelete) -> list[Binding] | None:
         """The bindings an Exchange.Delete would take with it (None: there is no such
         exchange, the delete is a no-op), after RabbitMQ's checks."""
         name, if_unused = command.exchange, command.if_unused
@@ -234,7 +227,7 @@ class Catalog:
 
     async def delete_exchange(
         self,
-        command: ExchangeDelete,
+        command: cmd.ExchangeDelete,
         *,
         drains: Mapping[tuple[str, str], DrainRecord] | None = None,
     ) -> list[Binding]:
@@ -258,7 +251,7 @@ class Catalog:
 
     async def declare_queue(
         self,
-        command: QueueDeclare,
+        command: cmd.QueueDeclare,
         owner: Owner,
         before_create: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[Queue, bool]:
@@ -313,7 +306,7 @@ class Catalog:
 
     # ------------------------------------------------------------------ bindings
 
-    async def binding(self, command: QueueBind, owner: Owner) -> tuple[Binding, Exchange]:
+    async def binding(self, command: cmd.QueueBind, owner: Owner) -> tuple[Binding, Exchange]:
         """The binding a Queue.Bind asks for, after every check RabbitMQ makes."""
         check_bind(command.exchange)
         await self.find_queue(command.queue, owner)
@@ -330,7 +323,7 @@ class Catalog:
     ) -> None:
         await self.write(self._store.add_binding(self.namespace, binding, drains=drains))
 
-    async def unbinding(self, command: QueueUnbind, owner: Owner) -> Binding | None:
+    async def unbinding(self, command: cmd.QueueUnbind, owner: Owner) -> Binding | None:
         """The binding a Queue.Unbind removes, after RabbitMQ's checks; None when it is not
         there (Queue.Unbind is idempotent). One this replica has not seen yet, made on
         another, is returned when its queue and exchange exist: the store decides."""
@@ -377,8 +370,8 @@ class CatalogVirtualHost:
 
     catalog: Catalog
 
-    async def declare_exchange(self, command: ExchangeDeclare) -> None:
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
         await self.catalog.declare_exchange(command)
 
-    async def delete_exchange(self, command: ExchangeDelete) -> None:
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
         await self.catalog.delete_exchange(command)

@@ -12,17 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    BasicGet,
-    ExchangeDeclare,
-    ExchangeDelete,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.properties import MessageProperties, decode_properties
 
 
@@ -143,24 +133,24 @@ class VirtualHost(Protocol):
     # Each entity operation takes the client's command as the core decoded it (names already
     # normalised by the channel logic: never empty, CR/LF stripped), and reads what it needs.
 
-    async def declare_exchange(self, command: ExchangeDeclare) -> None: ...
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None: ...
 
-    async def delete_exchange(self, command: ExchangeDelete) -> None: ...
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None: ...
 
-    async def declare_queue(self, command: QueueDeclare, owner: Owner) -> QueueStatus:
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         """``command.queue`` is never empty here: the channel logic names server-named
         queues."""
         ...
 
-    async def delete_queue(self, command: QueueDelete, owner: Owner) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         """Returns how many messages the queue held."""
         ...
 
-    async def purge_queue(self, command: QueuePurge, owner: Owner) -> int: ...
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int: ...
 
-    async def bind_queue(self, command: QueueBind, owner: Owner) -> None: ...
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None: ...
 
-    async def unbind_queue(self, command: QueueUnbind, owner: Owner) -> None: ...
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None: ...
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         """Route and store; returns once routed (and back-pressure allows the next one).
@@ -173,7 +163,7 @@ class VirtualHost(Protocol):
         ...
 
     async def consume(
-        self, command: BasicConsume, owner: Owner, *, prefetch: int = 0
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:
         """A new consumer on ``command.queue``; 403 if someone holds it exclusively, and vice
         versa; 406 for consumer ``arguments`` the backend does not implement (``x-priority``).
@@ -182,7 +172,7 @@ class VirtualHost(Protocol):
         limit); a backend may size what it reads ahead by it."""
         ...
 
-    async def get(self, command: BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
         """One message and how many remain after it, or None when the queue is empty."""
         ...
 

@@ -13,15 +13,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    BasicGet,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import (
@@ -141,12 +133,12 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ entities
 
-    async def declare_queue(self, command: QueueDeclare, owner: Owner) -> QueueStatus:
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         await self.catalog.declare_queue(command, owner)
         queue = self._messages(command.queue)
         return QueueStatus(command.queue, len(queue.ready), len(queue.subscriptions))
 
-    async def delete_queue(self, command: QueueDelete, owner: Owner) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         name = command.queue
         view = self.catalog.view
         if name not in view.queues:
@@ -168,18 +160,18 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if queue is not None:
             queue.delete()
 
-    async def purge_queue(self, command: QueuePurge, owner: Owner) -> int:
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         self.catalog.queue(self.catalog.view, command.queue, owner)
         queue = self._messages(command.queue)
         count = len(queue.ready)
         queue.ready.clear()
         return count
 
-    async def bind_queue(self, command: QueueBind, owner: Owner) -> None:
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
         binding, _exchange = await self.catalog.binding(command, owner)
         await self.catalog.add_binding(binding)
 
-    async def unbind_queue(self, command: QueueUnbind, owner: Owner) -> None:
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
         # In memory a routed message is in the queue's deque already: nothing to drain.
         binding = await self.catalog.unbinding(command, owner)
         if binding is not None:
@@ -206,7 +198,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         return PublishOutcome(routed=bool(names))
 
     async def consume(
-        self, command: BasicConsume, owner: Owner, *, prefetch: int = 0
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> MemorySubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = self.catalog.queue(self.catalog.view, queue, owner)
@@ -228,7 +220,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if entity is not None and entity.auto_delete and not queue.subscriptions:
             await self._drop_queue(queue.name)
 
-    async def get(self, command: BasicGet, owner: Owner) -> tuple[MemoryDelivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[MemoryDelivery, int] | None:
         self.catalog.queue(self.catalog.view, command.queue, owner)
         delivery = self._messages(command.queue).take()
         if delivery is None:

@@ -28,16 +28,7 @@ from typing import TypeVar
 
 import trio
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    BasicGet,
-    ExchangeDelete,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import (
@@ -253,7 +244,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ exchanges
 
-    async def delete_exchange(self, command: ExchangeDelete) -> None:
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
         bindings = await self.catalog.exchange_bindings(command)
         view = self._view
         if not bindings:
@@ -318,7 +309,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ queues
 
-    async def declare_queue(self, command: QueueDeclare, owner: Owner) -> QueueStatus:
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         name = command.queue
 
         async def subscribe_default() -> None:
@@ -372,7 +363,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             held[queue] = held.get(queue, 0) + getter.outstanding
         return held
 
-    async def delete_queue(self, command: QueueDelete, owner: Owner) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
         if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
@@ -443,7 +434,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return False
         return True
 
-    async def purge_queue(self, command: QueuePurge, owner: Owner) -> int:
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         name = command.queue
         await self.catalog.find_queue(name, owner)
         view = self._view
@@ -458,7 +449,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ bindings
 
-    async def bind_queue(self, command: QueueBind, owner: Owner) -> None:
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
         queue, exchange, routing_key = command.queue, command.exchange, command.routing_key
         binding, target = await self.catalog.binding(command, owner)
         view = self._view
@@ -484,7 +475,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             for topic in set(fresh) - set(subscribed):
                 await self._subscribe_topic(topic, queue)
 
-    async def unbind_queue(self, command: QueueUnbind, owner: Owner) -> None:
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
         binding = await self.catalog.unbinding(command, owner)
         if binding is None:
             return
@@ -720,7 +711,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self, command: BasicConsume, owner: Owner, *, prefetch: int = 0
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> RegisteredSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
@@ -800,7 +791,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             done.set()
             self._leaving.pop(subscription, None)
 
-    async def get(self, command: BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
         await self.catalog.find_queue(queue, owner)
         getter = self._getters.get(queue)

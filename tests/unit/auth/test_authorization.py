@@ -10,17 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.amqp.commands import (
-    BasicConsume,
-    BasicGet,
-    ExchangeDeclare,
-    ExchangeDelete,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
-    QueuePurge,
-    QueueUnbind,
-)
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.auth.authorization import AuthorizingBackend, AuthorizingVirtualHost
@@ -43,7 +33,7 @@ Need = tuple[Access, str, str]  # access, resource kind, resource name
 async def _declare_exchange(
     vhost: VirtualHost, name: str, arguments: dict[str, Field] | None = None
 ) -> None:
-    await vhost.declare_exchange(ExchangeDeclare(name, "direct", arguments=arguments or {}))
+    await vhost.declare_exchange(cmd.ExchangeDeclare(name, "direct", arguments=arguments or {}))
 
 
 async def _declare_queue(
@@ -55,7 +45,7 @@ async def _declare_queue(
     arguments: dict[str, Field] | None = None,
 ) -> Any:
     return await vhost.declare_queue(
-        QueueDeclare(name, passive=passive, arguments=arguments or {}), owner
+        cmd.QueueDeclare(name, passive=passive, arguments=arguments or {}), owner
     )
 
 
@@ -68,7 +58,7 @@ async def _world() -> MemoryBackend:
         await _declare_exchange(admin, name)
     await _declare_exchange(admin, "xae", {"alternate-exchange": Field("S", "ae")})
     await _declare_queue(admin, "q", ADMIN_OWNER)
-    await admin.bind_queue(QueueBind("q", "x", "k"), ADMIN_OWNER)
+    await admin.bind_queue(cmd.QueueBind("q", "x", "k"), ADMIN_OWNER)
     await admin.publish(Message("", "q", EMPTY_HEADER, b"m"))
     return backend
 
@@ -136,17 +126,17 @@ CASES = [
     ),
     Case(
         "exchange.declare passive",
-        lambda v: v.declare_exchange(ExchangeDeclare("x", "direct", passive=True)),
+        lambda v: v.declare_exchange(cmd.ExchangeDeclare("x", "direct", passive=True)),
         [],
     ),
     Case(
         "exchange.delete",
-        lambda v: v.delete_exchange(ExchangeDelete("x", if_unused=False)),
+        lambda v: v.delete_exchange(cmd.ExchangeDelete("x", if_unused=False)),
         [(Access.CONFIGURE, "exchange", "x")],
     ),
     Case(
         "exchange.delete missing (idempotent, still checked)",
-        lambda v: v.delete_exchange(ExchangeDelete("nope", if_unused=False)),
+        lambda v: v.delete_exchange(cmd.ExchangeDelete("nope", if_unused=False)),
         [(Access.CONFIGURE, "exchange", "nope")],
     ),
     Case("queue.declare", lambda v: _declare_queue(v, "new"), [(Access.CONFIGURE, "queue", "new")]),
@@ -178,22 +168,22 @@ CASES = [
     Case("queue.declare passive", lambda v: _declare_queue(v, "q", passive=True), []),
     Case(
         "queue.delete",
-        lambda v: v.delete_queue(QueueDelete("q", if_unused=False, if_empty=False), OWNER),
+        lambda v: v.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER),
         [(Access.CONFIGURE, "queue", "q")],
     ),
     Case(
         "queue.purge",
-        lambda v: v.purge_queue(QueuePurge("q"), OWNER),
+        lambda v: v.purge_queue(cmd.QueuePurge("q"), OWNER),
         [(Access.READ, "queue", "q")],
     ),
     Case(
         "queue.bind",
-        lambda v: v.bind_queue(QueueBind("q", "x", "k2"), OWNER),
+        lambda v: v.bind_queue(cmd.QueueBind("q", "x", "k2"), OWNER),
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
         "queue.unbind",
-        lambda v: v.unbind_queue(QueueUnbind("q", "x", "k"), OWNER),
+        lambda v: v.unbind_queue(cmd.QueueUnbind("q", "x", "k"), OWNER),
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
@@ -208,10 +198,10 @@ CASES = [
     ),
     Case(
         "basic.consume",
-        lambda v: v.consume(BasicConsume("q", exclusive=False), OWNER),
+        lambda v: v.consume(cmd.BasicConsume("q", exclusive=False), OWNER),
         [(Access.READ, "queue", "q")],
     ),
-    Case("basic.get", lambda v: v.get(BasicGet("q"), OWNER), [(Access.READ, "queue", "q")]),
+    Case("basic.get", lambda v: v.get(cmd.BasicGet("q"), OWNER), [(Access.READ, "queue", "q")]),
 ]
 
 
@@ -252,9 +242,9 @@ async def test_a_refused_operation_changes_nothing() -> None:
     vhost, _ = await _as_user(Permissions("", "", ""))
     inner = vhost.inner if isinstance(vhost, AuthorizingVirtualHost) else vhost
     with pytest.raises(AMQPError):
-        await vhost.delete_queue(QueueDelete("q", if_unused=False, if_empty=False), OWNER)
+        await vhost.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER)
     with pytest.raises(AMQPError):
-        await vhost.get(BasicGet("q"), OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
     status = await _declare_queue(inner, "q", passive=True)
     assert status.message_count == 1
 
@@ -267,11 +257,11 @@ async def test_a_refused_operation_changes_nothing() -> None:
             "ACCESS_REFUSED - operation not permitted on the default exchange",
         ),
         (
-            lambda v: v.delete_exchange(ExchangeDelete("", if_unused=False)),
+            lambda v: v.delete_exchange(cmd.ExchangeDelete("", if_unused=False)),
             "ACCESS_REFUSED - operation not permitted on the default exchange",
         ),
         (
-            lambda v: v.delete_exchange(ExchangeDelete("amq.direct", if_unused=False)),
+            lambda v: v.delete_exchange(cmd.ExchangeDelete("amq.direct", if_unused=False)),
             "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed",
         ),
     ],
@@ -302,7 +292,7 @@ async def test_creating_an_amq_exchange_is_checked_before_its_name() -> None:
 async def test_binding_to_the_default_exchange_is_refused_for_its_name() -> None:
     vhost, _ = await _as_user(Permissions("", "^q$", ""))
     with pytest.raises(AMQPError) as refused:
-        await vhost.bind_queue(QueueBind("q", "", "q"), OWNER)
+        await vhost.bind_queue(cmd.QueueBind("q", "", "q"), OWNER)
     assert refused.value.reply_text == (
         "ACCESS_REFUSED - operation not permitted on the default exchange"
     )
@@ -327,7 +317,7 @@ async def test_an_entry_of_empty_patterns_opens_the_vhost_and_nothing_else() -> 
     vhost, _ = await _as_user(Permissions("", "", ""))
     assert vhost.name == "/"
     with pytest.raises(AMQPError, match="access to queue 'q'"):
-        await vhost.get(BasicGet("q"), OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
 
 
 async def test_aliases_of_a_vhost_share_its_permissions() -> None:
@@ -360,7 +350,7 @@ async def test_superusers_need_no_entry_and_are_not_checked() -> None:
     backend = AuthorizingBackend(inner, MemoryPermissionStore(), superusers=["root", ADMIN])
     vhost = await backend.open_vhost("/", "root")
     assert not isinstance(vhost, AuthorizingVirtualHost)  # nothing to pay per operation
-    await vhost.delete_queue(QueueDelete("q", if_unused=False, if_empty=False), OWNER)
+    await vhost.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER)
     other = await backend.open_vhost("/elsewhere", "root")
     await _declare_queue(other, "anything")
 
@@ -374,14 +364,14 @@ async def test_changes_apply_to_the_next_operation_of_an_open_vhost() -> None:
     store.put(SCOPE, USER, Permissions(".*", "^$", ".*"))
     with pytest.raises(AMQPError, match="write access to exchange 'x'"):
         await vhost.publish(Message("x", "k", EMPTY_HEADER, b"2"))
-    assert await vhost.get(BasicGet("q"), OWNER) is not None
+    assert await vhost.get(cmd.BasicGet("q"), OWNER) is not None
     store.put(SCOPE, USER, Permissions.everything())
     await vhost.publish(Message("x", "k", EMPTY_HEADER, b"3"))
     # Without an entry every operation is refused; the vhost stays open (as in RabbitMQ,
     # which checks the vhost at Connection.Open only).
     assert store.remove(SCOPE, USER)
     with pytest.raises(AMQPError) as refused:
-        await vhost.get(BasicGet("q"), OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
     assert refused.value.reply_code == ReplyCode.ACCESS_REFUSED
 
 
