@@ -1,10 +1,12 @@
 """The channel logic of one connection: what exchange, queue, basic and confirm methods do.
 
-The sans-IO core has already checked framing and channel states; this module gives the
-methods their meaning on top of a ``VirtualHost`` backend: delivery tags, prefetch credit,
-acknowledgements, publisher confirms, and giving unacknowledged messages back when a channel,
-consumer or connection goes away. Refusals are ``AMQPError``s with RabbitMQ's codes and texts;
-the connection turns them into Channel.Close or Connection.Close.
+The sans-IO core has already checked framing and channel states and hands over typed commands
+(``amqp/commands.py``); this module gives them their meaning on top of a ``VirtualHost``
+backend: consumers and their deliveries (tags and prefetch credit by ``amqp/deliveries.py``'s
+rules), acknowledgements, publisher confirms, and giving unacknowledged messages back when a
+channel, consumer or connection goes away. Replies go out through ``send_reply``. Refusals are
+``AMQPError``s with RabbitMQ's codes and texts; the connection passes them to the core's
+``refuse``, which names the command in the Channel.Close or Connection.Close.
 """
 
 from __future__ import annotations
@@ -17,37 +19,8 @@ from typing import Protocol, TypeVar, assert_never
 
 import trio
 
+from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
-from gateway.amqp.commands import (
-    BasicCancel,
-    BasicCancelOk,
-    BasicConsume,
-    BasicConsumeOk,
-    BasicGet,
-    BasicGetEmpty,
-    BasicQos,
-    BasicQosOk,
-    BasicRecover,
-    BasicRecoverAsync,
-    BasicRecoverOk,
-    Command,
-    ConfirmSelect,
-    ConfirmSelectOk,
-    ExchangeDeclare,
-    ExchangeDeclareOk,
-    ExchangeDelete,
-    ExchangeDeleteOk,
-    QueueBind,
-    QueueBindOk,
-    QueueDeclare,
-    QueueDeclareOk,
-    QueueDelete,
-    QueueDeleteOk,
-    QueuePurge,
-    QueuePurgeOk,
-    QueueUnbind,
-    QueueUnbindOk,
-)
 from gateway.amqp.connection import ServerConnection
 from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
@@ -78,7 +51,13 @@ BLOCKED_AFTER = 1.0
 
 # The commands whose empty queue name means "the last queue declared on the channel".
 NamesQueue = TypeVar(
-    "NamesQueue", QueueBind, QueueUnbind, QueuePurge, QueueDelete, BasicConsume, BasicGet
+    "NamesQueue",
+    cmd.QueueBind,
+    cmd.QueueUnbind,
+    cmd.QueuePurge,
+    cmd.QueueDelete,
+    cmd.BasicConsume,
+    cmd.BasicGet,
 )
 
 
@@ -206,37 +185,37 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ dispatch
 
-    async def _command(self, channel: int, command: Command) -> None:
+    async def _command(self, channel: int, command: cmd.Command) -> None:
         state = self._channels.get(channel)
         if state is None:
             return  # the channel closed while this command was queued behind others
         # A match on the command's type: mypy checks that every command has its case.
         match command:
-            case ExchangeDeclare():
+            case cmd.ExchangeDeclare():
                 await self._exchange_declare(state, command)
-            case ExchangeDelete():
+            case cmd.ExchangeDelete():
                 await self._exchange_delete(state, command)
-            case QueueDeclare():
+            case cmd.QueueDeclare():
                 await self._queue_declare(state, command)
-            case QueueBind():
+            case cmd.QueueBind():
                 await self._queue_bind(state, command)
-            case QueueUnbind():
+            case cmd.QueueUnbind():
                 await self._queue_unbind(state, command)
-            case QueuePurge():
+            case cmd.QueuePurge():
                 await self._queue_purge(state, command)
-            case QueueDelete():
+            case cmd.QueueDelete():
                 await self._queue_delete(state, command)
-            case BasicQos():
+            case cmd.BasicQos():
                 self._basic_qos(state, command)
-            case BasicConsume():
+            case cmd.BasicConsume():
                 await self._basic_consume(state, command)
-            case BasicCancel():
+            case cmd.BasicCancel():
                 await self._basic_cancel(state, command)
-            case BasicGet():
+            case cmd.BasicGet():
                 await self._basic_get(state, command)
-            case BasicRecover() | BasicRecoverAsync():
+            case cmd.BasicRecover() | cmd.BasicRecoverAsync():
                 await self._basic_recover(state, command)
-            case ConfirmSelect():
+            case cmd.ConfirmSelect():
                 self._confirm_select(state, command)
             case _:
                 assert_never(command)
@@ -254,15 +233,15 @@ class AMQPSession:
     # The core has stripped CR and LF from the names where RabbitMQ does (commands.py); the
     # backend takes the commands as they are, once the queue names are filled in here.
 
-    async def _exchange_declare(self, state: SessionChannel, command: ExchangeDeclare) -> None:
+    async def _exchange_declare(self, state: SessionChannel, command: cmd.ExchangeDeclare) -> None:
         await self._vhost.declare_exchange(command)
-        self._protocol.send_reply(state.number, command, ExchangeDeclareOk())
+        self._protocol.send_reply(state.number, command, cmd.ExchangeDeclareOk())
 
-    async def _exchange_delete(self, state: SessionChannel, command: ExchangeDelete) -> None:
+    async def _exchange_delete(self, state: SessionChannel, command: cmd.ExchangeDelete) -> None:
         await self._vhost.delete_exchange(command)
-        self._protocol.send_reply(state.number, command, ExchangeDeleteOk())
+        self._protocol.send_reply(state.number, command, cmd.ExchangeDeleteOk())
 
-    async def _queue_declare(self, state: SessionChannel, command: QueueDeclare) -> None:
+    async def _queue_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
         if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
             check_queue_declare(command.queue, passive=command.passive)
@@ -276,27 +255,27 @@ class AMQPSession:
         self._protocol.send_reply(
             state.number,
             command,
-            QueueDeclareOk(status.name, status.message_count, status.consumer_count),
+            cmd.QueueDeclareOk(status.name, status.message_count, status.consumer_count),
         )
 
-    async def _queue_bind(self, state: SessionChannel, command: QueueBind) -> None:
+    async def _queue_bind(self, state: SessionChannel, command: cmd.QueueBind) -> None:
         if not command.queue and not command.routing_key:
             # With both the queue and the routing key empty, the key is the queue's name.
             command = replace(command, routing_key=self._named(state, command).queue)
         await self._vhost.bind_queue(self._named(state, command), self._link.owner)
-        self._protocol.send_reply(state.number, command, QueueBindOk())
+        self._protocol.send_reply(state.number, command, cmd.QueueBindOk())
 
-    async def _queue_unbind(self, state: SessionChannel, command: QueueUnbind) -> None:
+    async def _queue_unbind(self, state: SessionChannel, command: cmd.QueueUnbind) -> None:
         await self._vhost.unbind_queue(self._named(state, command), self._link.owner)
-        self._protocol.send_reply(state.number, command, QueueUnbindOk())
+        self._protocol.send_reply(state.number, command, cmd.QueueUnbindOk())
 
-    async def _queue_purge(self, state: SessionChannel, command: QueuePurge) -> None:
+    async def _queue_purge(self, state: SessionChannel, command: cmd.QueuePurge) -> None:
         count = await self._vhost.purge_queue(self._named(state, command), self._link.owner)
-        self._protocol.send_reply(state.number, command, QueuePurgeOk(count))
+        self._protocol.send_reply(state.number, command, cmd.QueuePurgeOk(count))
 
-    async def _queue_delete(self, state: SessionChannel, command: QueueDelete) -> None:
+    async def _queue_delete(self, state: SessionChannel, command: cmd.QueueDelete) -> None:
         count = await self._vhost.delete_queue(self._named(state, command), self._link.owner)
-        self._protocol.send_reply(state.number, command, QueueDeleteOk(count))
+        self._protocol.send_reply(state.number, command, cmd.QueueDeleteOk(count))
 
     # ------------------------------------------------------------------ publishing
 
@@ -348,7 +327,7 @@ class AMQPSession:
         finally:
             await self._stalls.publish_finished()
 
-    def _confirm_select(self, state: SessionChannel, command: ConfirmSelect) -> None:
+    def _confirm_select(self, state: SessionChannel, command: cmd.ConfirmSelect) -> None:
         if state.confirms is None:
             channel = state.number
             counts = self._counts
@@ -374,7 +353,7 @@ class AMQPSession:
             self._link.nursery.start_soon(
                 self._run_in_scope, state.confirm_scope, state.confirms.run
             )
-        self._protocol.send_reply(state.number, command, ConfirmSelectOk())
+        self._protocol.send_reply(state.number, command, cmd.ConfirmSelectOk())
 
     @staticmethod
     async def _run_in_scope(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
@@ -383,12 +362,12 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ consuming
 
-    def _basic_qos(self, state: SessionChannel, command: BasicQos) -> None:
+    def _basic_qos(self, state: SessionChannel, command: cmd.BasicQos) -> None:
         state.prefetch.qos(command)
         state.signal_credit()
-        self._protocol.send_reply(state.number, command, BasicQosOk())
+        self._protocol.send_reply(state.number, command, cmd.BasicQosOk())
 
-    async def _basic_consume(self, state: SessionChannel, command: BasicConsume) -> None:
+    async def _basic_consume(self, state: SessionChannel, command: cmd.BasicConsume) -> None:
         command = self._named(state, command)
         tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in state.consumers:
@@ -404,7 +383,7 @@ class AMQPSession:
         )
         state.consumers[tag] = consumer
         self._counts.consumers += 1
-        self._protocol.send_reply(state.number, command, BasicConsumeOk(tag))
+        self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))
         # Consume-Ok must reach the client before the first Deliver of this consumer.
         await self._link.flush()
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
@@ -484,14 +463,14 @@ class AMQPSession:
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
         await self._link.flush()
 
-    async def _basic_cancel(self, state: SessionChannel, command: BasicCancel) -> None:
+    async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:
         consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
             consumer.scope.cancel()
             await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
-        self._protocol.send_reply(state.number, command, BasicCancelOk(command.consumer_tag))
+        self._protocol.send_reply(state.number, command, cmd.BasicCancelOk(command.consumer_tag))
 
     async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
@@ -509,12 +488,12 @@ class AMQPSession:
             await consumer.subscription.close()
         state.signal_credit()
 
-    async def _basic_get(self, state: SessionChannel, command: BasicGet) -> None:
+    async def _basic_get(self, state: SessionChannel, command: cmd.BasicGet) -> None:
         got = await self._vhost.get(self._named(state, command), self._link.owner)
         counts = self._counts
         if got is None:
             counts.get_empty += 1
-            self._protocol.send_reply(state.number, command, BasicGetEmpty())
+            self._protocol.send_reply(state.number, command, cmd.BasicGetEmpty())
             return
         delivery, remaining = got
         tag = state.tags.next()
@@ -543,14 +522,14 @@ class AMQPSession:
             await delivery.ack()
 
     async def _basic_recover(
-        self, state: SessionChannel, command: BasicRecover | BasicRecoverAsync
+        self, state: SessionChannel, command: cmd.BasicRecover | cmd.BasicRecoverAsync
     ) -> None:
         if not command.requeue:
             # RabbitMQ does not implement redelivery to the same consumer either.
             raise amqp_error(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
         await self._settle_all(state, requeue=True)
         # Recover-Async is the one without a reply: its ``nowait`` is always set.
-        self._protocol.send_reply(state.number, command, BasicRecoverOk())
+        self._protocol.send_reply(state.number, command, cmd.BasicRecoverOk())
 
     # ------------------------------------------------------------------ acknowledgements
 
