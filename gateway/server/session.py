@@ -190,7 +190,10 @@ class AMQPSession:
         if state is None:
             return  # the channel closed while this command was queued behind others
         # A match on the command's type: mypy checks that every command has its case.
+        # Basic.Get comes first: it is the one command a client may send per message.
         match command:
+            case cmd.BasicGet():
+                await self._basic_get(state, command)
             case cmd.ExchangeDeclare():
                 await self._exchange_declare(state, command)
             case cmd.ExchangeDelete():
@@ -211,8 +214,6 @@ class AMQPSession:
                 await self._basic_consume(state, command)
             case cmd.BasicCancel():
                 await self._basic_cancel(state, command)
-            case cmd.BasicGet():
-                await self._basic_get(state, command)
             case cmd.BasicRecover() | cmd.BasicRecoverAsync():
                 await self._basic_recover(state, command)
             case cmd.ConfirmSelect():
