@@ -42,6 +42,7 @@ from gateway.amqp.codec import (
     method_name,
     spec_for,
 )
+from gateway.amqp.commands import Command, Reply, command_from, encode_reply
 from gateway.amqp.errors import (
     AMQPError,
     ChannelError,
@@ -501,11 +502,8 @@ class ServerConnection:
             # Name the method in the Close only if it is one: a Close's class/method ids
             # must identify a method of the spec (an unknown one is named in the text).
             if index in SPECS:
-                raise ConnectionException(
-                    ReplyCode.CHANNEL_ERROR,
-                    f"expected 'channel.open' on channel {number}",
-                    index >> 16,
-                    index & 0xFFFF,
+                raise _method_error(
+                    ReplyCode.CHANNEL_ERROR, f"expected 'channel.open' on channel {number}", index
                 )
             raise ConnectionException(
                 ReplyCode.CHANNEL_ERROR,
@@ -570,11 +568,10 @@ class ServerConnection:
                 index & 0xFFFF,
             )
         if cls not in CLIENT_METHODS:
-            raise ConnectionException(
+            raise _method_error(
                 ReplyCode.COMMAND_INVALID,
                 f"{method_name(method)} is sent by servers, not clients",
-                index >> 16,
-                index & 0xFFFF,
+                index,
             )
         if isinstance(method, commands.Channel.Close):
             self._write_method(number, _CHANNEL_CLOSE_OK_PAYLOAD)
@@ -596,7 +593,14 @@ class ServerConnection:
             # for a close that completed already is harmless): ignored.
             return
         else:
-            events.append(ev.MethodReceived(number, method))
+            command = command_from(method)
+            if command is None:
+                raise _method_error(
+                    ReplyCode.NOT_IMPLEMENTED,
+                    f"{method_name(method)} is not supported by this gateway",
+                    index,
+                )
+            events.append(ev.CommandReceived(number, command))
 
     # ------------------------------------------------------------------------- errors
 
@@ -727,15 +731,25 @@ class ServerConnection:
         self._send(channel, method)
         return True
 
-    def send_queue_declare_ok(
-        self, channel: int, queue: str, message_count: int, consumer_count: int
-    ) -> bool:
-        """Queue.Declare-Ok for any queue name (pamqp's constructor rejects many)."""
-        method = commands.Queue.DeclareOk.__new__(commands.Queue.DeclareOk)
-        method.queue = queue
-        method.message_count = message_count
-        method.consumer_count = consumer_count
-        return self.send_method(channel, method)
+    def send_reply(self, channel: int, command: Command, reply: Reply) -> bool:
+        """Answer ``command`` with ``reply`` (e.g. Queue.Declare-Ok), unless the client asked
+        for ``nowait``; False when nothing was sent (see ``send_method``)."""
+        if command.nowait or not self._can_send(channel):
+            return False
+        self._write_method(channel, encode_reply(reply))
+        return True
+
+    def refuse(self, channel: int, error: AMQPError, cause: ev.Cause | None = None) -> None:
+        """Refuse what the client asked on ``channel``: Channel.Close for a soft error,
+        Connection.Close for a hard one (or any error on channel 0). The Close names the
+        class and method of ``cause`` (the command or publish refused), unless ``error``
+        names one already."""
+        if cause is not None:
+            error = error.with_method(*cause.METHOD)
+        if error.is_hard or channel == 0:
+            self.close_connection(error)
+        else:
+            self.close_channel(channel, error)
 
     def send_deliver(
         self,
@@ -939,6 +953,11 @@ class ServerConnection:
         if now >= self._last_send + self._heartbeat / 2:
             self._write(HEARTBEAT_FRAME)
         return events
+
+
+def _method_error(code: int, text: str, index: int) -> ConnectionException:
+    """A hard error naming the method ``index`` (class id << 16 | method id)."""
+    return ConnectionException(code, text, index >> 16, index & 0xFFFF)
 
 
 def _as_bytes(value: object) -> bytes:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
-from pamqp import base
-
+from gateway.amqp.commands import Command
 from gateway.amqp.errors import AMQPError
 from gateway.amqp.properties import MessageProperties, decode_properties
 
 __all__ = [
     "AckReceived",
+    "Cause",
     "ChannelClosed",
     "ChannelErrored",
     "ChannelOpened",
+    "CommandReceived",
     "ConnectionClosed",
     "ConnectionErrored",
     "ConnectionOpened",
@@ -30,7 +31,6 @@ __all__ = [
     "FlowRequested",
     "HeartbeatTimedOut",
     "LoginRequested",
-    "MethodReceived",
     "NackReceived",
     "PublishReceived",
     "RejectReceived",
@@ -102,17 +102,17 @@ class ChannelErrored:
 
 
 @dataclass(frozen=True, slots=True)
-class MethodReceived:
-    """A method for the shell to act on: exchange.*, queue.*, basic.* (except publish and
-    the acks, which have their own events), confirm.select, tx.*.
+class CommandReceived:
+    """A command for the shell to act on: exchange.*, queue.*, basic.* (except publish and
+    the acks, which have their own events) and confirm.select, typed (``commands.py``).
 
-    ``method`` is a pamqp object whose tables (``arguments``) are ``fieldtable.Field`` tables
-    that keep each value's AMQP type (``codec.decode_method(typed_tables=True)``).
-    Replies go through ``send_method`` (or ``send_queue_declare_ok``).
+    Answer with ``send_reply(channel, command, reply)``; refuse with ``refuse(channel, error,
+    command)``. Methods the gateway does not implement (exchange.bind, tx.*) never get here:
+    the core refuses them with 540 NOT_IMPLEMENTED.
     """
 
     channel: int
-    method: base.Frame
+    command: Command
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ class PublishReceived:
     ``header`` unchanged to ``send_deliver``/``send_get_ok``/``send_return``.
     """
 
+    METHOD: ClassVar[tuple[int, int]] = (60, 40)  # Basic.Publish, named when refused
     channel: int
     exchange: str
     routing_key: str
@@ -225,6 +226,9 @@ class HeartbeatTimedOut:
     (no Connection.Close: RabbitMQ does the same, the peer is presumed dead)."""
 
 
+Cause = Command | PublishReceived
+"""What a refusal names in its Channel.Close or Connection.Close (``ServerConnection.refuse``)."""
+
 Event = (
     LoginRequested
     | VhostRequested
@@ -232,7 +236,7 @@ Event = (
     | ChannelOpened
     | ChannelClosed
     | ChannelErrored
-    | MethodReceived
+    | CommandReceived
     | PublishReceived
     | AckReceived
     | NackReceived

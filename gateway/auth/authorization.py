@@ -35,10 +35,11 @@ already open.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ConnectionException, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import (
@@ -73,6 +74,8 @@ __all__ = [
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 _CONNECTION_OPEN: Final = (10, 40)
 _RESERVED_PREFIX: Final = "amq."
+# Exchange operations act for no connection (exchanges have no exclusive owner).
+_NOBODY: Final = Owner("", "")
 
 
 def permission_scope(mapper: VhostMapper, vhost: str) -> str:
@@ -136,6 +139,10 @@ def _argument_name(arguments: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _reserved(name: str) -> bool:
+    return name.startswith(_RESERVED_PREFIX)
+
+
 def _exchange_resource(name: str) -> str:
     return name or DEFAULT_EXCHANGE_RESOURCE
 
@@ -160,177 +167,114 @@ class AuthorizingVirtualHost:
                 f"'{self._user}'",
             )
 
-    # ------------------------------------------------------------------ exchanges
-
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        # The default exchange is refused before any permission check (even passively);
-        # passive declares need no permission (rabbit_channel checks none).
-        if name and not passive:
-            self._check(Access.CONFIGURE, "exchange", name)
-            alternate = _argument_name(arguments, "alternate-exchange")
-            if alternate is not None and not await self._exchange_exists(name, type):
-                # Only when the declare creates it: then messages may flow to the AE.
-                self._check(Access.READ, "exchange", name)
-                self._check(Access.WRITE, "exchange", _exchange_resource(alternate))
-        await self.inner.declare_exchange(
-            name,
-            type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-        )
-
-    async def _exchange_exists(self, name: str, type: str) -> bool:
-        try:
-            await self.inner.declare_exchange(
-                name,
-                type,
-                passive=True,
-                durable=False,
-                auto_delete=False,
-                internal=False,
-                arguments={},
-            )
-        except ChannelError as error:
-            if error.reply_code == ReplyCode.NOT_FOUND:
-                return False
-        return True
-
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        # "" and amq.* are refused whatever the permissions (rabbit_channel checks those
-        # first): the inner backend says so in RabbitMQ's words.
-        if name and not name.startswith(_RESERVED_PREFIX):
-            self._check(Access.CONFIGURE, "exchange", name)
-        await self.inner.delete_exchange(name, if_unused=if_unused)
-
-    # ------------------------------------------------------------------ queues
-
-    async def declare_queue(
-        self,
-        name: str,
-        *,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        owner: Owner,
-    ) -> QueueStatus:
-        if not passive:
-            # Server-named queues too: their amq.gen-* name is checked (RabbitMQ users
-            # grant "^amq\.gen-.*" for them).
-            self._check(Access.CONFIGURE, "queue", name)
-            dead_letter = _argument_name(arguments, "x-dead-letter-exchange")
-            if dead_letter is not None and not await self._queue_exists(name, owner):
+    async def _authorize(self, command: cmd.Command, owner: Owner) -> None:
+        """The checks of the table above for ``command``, by its type, in RabbitMQ's order."""
+        match command:
+            case cmd.ExchangeDeclare(exchange=name, passive=False) if name:
+                # The default exchange is refused before any permission check (even
+                # passively), by the inner backend; passive declares need no permission.
+                self._check(Access.CONFIGURE, "exchange", name)
+                alternate = _argument_name(command.arguments, "alternate-exchange")
+                if alternate is not None and not await self._exchange_exists(command):
+                    # Only when the declare creates it: then messages may flow to the AE.
+                    self._check(Access.READ, "exchange", name)
+                    self._check(Access.WRITE, "exchange", _exchange_resource(alternate))
+            case cmd.ExchangeDelete(exchange=name) if name and not _reserved(name):
+                # "" and amq.* are refused whatever the permissions (rabbit_channel checks
+                # those first): the inner backend says so in RabbitMQ's words.
+                self._check(Access.CONFIGURE, "exchange", name)
+            case cmd.QueueDeclare(queue=name, passive=False):
+                # Server-named queues too: their amq.gen-* name is checked (RabbitMQ users
+                # grant "^amq\.gen-.*" for them).
+                self._check(Access.CONFIGURE, "queue", name)
+                dead_letter = _argument_name(command.arguments, "x-dead-letter-exchange")
+                if dead_letter is not None and not await self._queue_exists(name, owner):
+                    self._check(Access.READ, "queue", name)
+                    self._check(Access.WRITE, "exchange", _exchange_resource(dead_letter))
+            case cmd.QueueDelete(queue=name):
+                self._check(Access.CONFIGURE, "queue", name)
+            case (
+                cmd.QueuePurge(queue=name) | cmd.BasicConsume(queue=name) | cmd.BasicGet(queue=name)
+            ):
                 self._check(Access.READ, "queue", name)
-                self._check(Access.WRITE, "exchange", _exchange_resource(dead_letter))
-        return await self.inner.declare_queue(
-            name,
-            passive=passive,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            owner=owner,
+            case (
+                cmd.QueueBind(queue=queue, exchange=exchange)
+                | cmd.QueueUnbind(queue=queue, exchange=exchange)
+            ):
+                # rabbit_channel:binding_action: write on the destination, then (after
+                # refusing the default exchange, which the inner backend does) read on the
+                # source.
+                self._check(Access.WRITE, "queue", queue)
+                if exchange:
+                    self._check(Access.READ, "exchange", exchange)
+            case _:
+                pass  # passive declares, and the exchange operations the backend refuses
+
+    async def _exchange_exists(self, command: cmd.ExchangeDeclare) -> bool:
+        return await _exists(
+            self.inner.declare_exchange(cmd.ExchangeDeclare(command.exchange, passive=True))
         )
 
     async def _queue_exists(self, name: str, owner: Owner) -> bool:
-        try:
-            await self.inner.declare_queue(
-                name,
-                passive=True,
-                durable=False,
-                exclusive=False,
-                auto_delete=False,
-                arguments={},
-                owner=owner,
-            )
-        except ChannelError as error:
-            if error.reply_code == ReplyCode.NOT_FOUND:
-                return False
-        return True
+        return await _exists(self.inner.declare_queue(cmd.QueueDeclare(name, passive=True), owner))
 
-    async def delete_queue(
-        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
-    ) -> int:
-        self._check(Access.CONFIGURE, "queue", name)
-        return await self.inner.delete_queue(
-            name, if_unused=if_unused, if_empty=if_empty, owner=owner
-        )
+    # ------------------------------------------------------------------ the interface
 
-    async def purge_queue(self, name: str, *, owner: Owner) -> int:
-        self._check(Access.READ, "queue", name)
-        return await self.inner.purge_queue(name, owner=owner)
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
+        await self._authorize(command, _NOBODY)
+        await self.inner.declare_exchange(command)
 
-    async def bind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any],
-        *,
-        owner: Owner,
-    ) -> None:
-        self._check_binding(queue, exchange)
-        await self.inner.bind_queue(queue, exchange, routing_key, arguments, owner=owner)
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
+        await self._authorize(command, _NOBODY)
+        await self.inner.delete_exchange(command)
 
-    async def unbind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any],
-        *,
-        owner: Owner,
-    ) -> None:
-        self._check_binding(queue, exchange)
-        await self.inner.unbind_queue(queue, exchange, routing_key, arguments, owner=owner)
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
+        await self._authorize(command, owner)
+        return await self.inner.declare_queue(command, owner)
 
-    def _check_binding(self, queue: str, exchange: str) -> None:
-        # rabbit_channel:binding_action: write on the destination, then (after refusing the
-        # default exchange, which the inner backend does) read on the source.
-        self._check(Access.WRITE, "queue", queue)
-        if exchange:
-            self._check(Access.READ, "exchange", exchange)
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
+        await self._authorize(command, owner)
+        return await self.inner.delete_queue(command, owner)
 
-    # ------------------------------------------------------------------ messages
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
+        await self._authorize(command, owner)
+        return await self.inner.purge_queue(command, owner)
+
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
+        await self._authorize(command, owner)
+        await self.inner.bind_queue(command, owner)
+
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
+        await self._authorize(command, owner)
+        await self.inner.unbind_queue(command, owner)
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
+        # The hot path: no command object, one check.
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
         return await self.inner.publish(message, mandatory=mandatory)
 
     async def consume(
-        self,
-        queue: str,
-        *,
-        exclusive: bool,
-        owner: Owner,
-        prefetch: int = 0,
-        arguments: Mapping[str, Any] | None = None,
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:
-        self._check(Access.READ, "queue", queue)
-        return await self.inner.consume(
-            queue, exclusive=exclusive, owner=owner, prefetch=prefetch, arguments=arguments
-        )
+        await self._authorize(command, owner)
+        return await self.inner.consume(command, owner, prefetch=prefetch)
 
-    async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
-        self._check(Access.READ, "queue", queue)
-        return await self.inner.get(queue, owner=owner)
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
+        await self._authorize(command, owner)
+        return await self.inner.get(command, owner)
 
     async def release(self, owner: Owner) -> None:
         await self.inner.release(owner)
+
+
+async def _exists(declare: Awaitable[object]) -> bool:
+    """Whether a passive declare finds its entity (404: it does not)."""
+    try:
+        await declare
+    except ChannelError as error:
+        if error.reply_code == ReplyCode.NOT_FOUND:
+            return False
+    return True
 
 
 @asynccontextmanager

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
-from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import Message, Owner
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.store import (
@@ -33,11 +33,13 @@ from gateway.model.entities import (
     Exchange,
     ExchangeType,
     Queue,
+    binding_for,
     check_bind,
     check_equivalent,
     check_exchange_declare,
     check_exchange_delete,
     check_exclusive_access,
+    declared_exchange,
     declared_queue,
     not_found,
     resource,
@@ -98,11 +100,11 @@ class Catalog:
             raise not_found("exchange", name, self.vhost)
         return exchange
 
-    def check_consume(self, queue: Queue, arguments: Mapping[str, Field]) -> None:
+    def check_consume(self, queue: Queue, command: cmd.BasicConsume) -> None:
         """Basic.Consume's arguments, for ``queue`` (406 for what is not implemented)."""
-        if arguments:
+        if command.arguments:
             check_consume_arguments(
-                resource("queue", queue.name, self.vhost), queue.arguments, arguments
+                resource("queue", queue.name, self.vhost), queue.arguments, command.arguments
             )
 
     def queue(self, view: VhostView, name: str, owner: Owner) -> Queue:
@@ -194,17 +196,8 @@ class Catalog:
 
     # ------------------------------------------------------------------ exchanges
 
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
+        name, passive = command.exchange, command.passive
         existing = self.exchange(self.view, name)
         if existing is None and passive:
             existing = await self.find_exchange(name)
@@ -213,17 +206,16 @@ class Catalog:
             if existing is None:
                 raise not_found("exchange", name, self.vhost)
             return
-        requested = Exchange(
-            name, ExchangeType.parse(type), durable, auto_delete, internal, arguments
-        )
+        requested = declared_exchange(command)
         if existing is None:
-            check_exchange_arguments(resource("exchange", name, self.vhost), arguments)
+            check_exchange_arguments(resource("exchange", name, self.vhost), command.arguments)
             existing = await self.write(self._store.create_exchange(self.namespace, requested))
         check_equivalent(existing, requested, vhost=self.vhost)
 
-    async def exchange_bindings(self, name: str, *, if_unused: bool) -> list[Binding] | None:
-        """The bindings an Exchange.Delete of ``name`` would take with it (None: there is no
-        such exchange, the delete is a no-op), after RabbitMQ's checks."""
+    async def exchange_bindings(self, command: cmd.ExchangeDelete) -> list[Binding] | None:
+        """The bindings an Exchange.Delete would take with it (None: there is no such
+        exchange, the delete is a no-op), after RabbitMQ's checks."""
+        name, if_unused = command.exchange, command.if_unused
         check_exchange_delete(name, self.vhost)
         if name not in self.view.exchanges and await self.find_exchange(name) is None:
             return None
@@ -235,14 +227,14 @@ class Catalog:
 
     async def delete_exchange(
         self,
-        name: str,
+        command: cmd.ExchangeDelete,
         *,
-        if_unused: bool,
         drains: Mapping[tuple[str, str], DrainRecord] | None = None,
     ) -> list[Binding]:
         """Delete it (idempotent); returns the bindings that went with it. ``if_unused`` is
         checked by the store too: a binding made on another replica counts."""
-        bindings = await self.exchange_bindings(name, if_unused=if_unused)
+        name, if_unused = command.exchange, command.if_unused
+        bindings = await self.exchange_bindings(command)
         if bindings is None:
             return []
         try:
@@ -259,35 +251,23 @@ class Catalog:
 
     async def declare_queue(
         self,
-        name: str,
-        *,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
+        command: cmd.QueueDeclare,
         owner: Owner,
         before_create: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[Queue, bool]:
         """The queue, and whether this call created it. ``before_create`` runs before a new
         queue becomes visible (so its storage exists before anyone can route to it)."""
+        name = command.queue
         view = self.view
-        if passive:
+        if command.passive:
             return await self.find_queue(name, owner), False
+        requested = declared_queue(command, owner.connection_id)
         check_queue_arguments(
             resource("queue", name, self.vhost),
-            arguments,
-            durable=durable and not exclusive,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-        )
-        requested = declared_queue(
-            name,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            connection=owner.connection_id,
+            command.arguments,
+            durable=requested.durable,
+            exclusive=requested.exclusive,
+            auto_delete=requested.auto_delete,
         )
         existing = view.queues.get(name)
         if existing is None:
@@ -326,20 +306,13 @@ class Catalog:
 
     # ------------------------------------------------------------------ bindings
 
-    async def binding(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        owner: Owner,
-    ) -> tuple[Binding, Exchange]:
+    async def binding(self, command: cmd.QueueBind, owner: Owner) -> tuple[Binding, Exchange]:
         """The binding a Queue.Bind asks for, after every check RabbitMQ makes."""
-        check_bind(exchange)
-        await self.find_queue(queue, owner)
-        target = await self.require_fresh_exchange(exchange)
-        validate_binding(target.type, arguments)
-        return Binding(queue, exchange, routing_key, arguments), target
+        check_bind(command.exchange)
+        await self.find_queue(command.queue, owner)
+        target = await self.require_fresh_exchange(command.exchange)
+        validate_binding(target.type, command.arguments)
+        return binding_for(command), target
 
     async def register_topic_key(self, exchange: str, routing_key: str) -> None:
         """Record that a topic exchange's key has a topic (before its first message)."""
@@ -350,19 +323,13 @@ class Catalog:
     ) -> None:
         await self.write(self._store.add_binding(self.namespace, binding, drains=drains))
 
-    async def unbinding(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        owner: Owner,
-    ) -> Binding | None:
+    async def unbinding(self, command: cmd.QueueUnbind, owner: Owner) -> Binding | None:
         """The binding a Queue.Unbind removes, after RabbitMQ's checks; None when it is not
         there (Queue.Unbind is idempotent). One this replica has not seen yet, made on
         another, is returned when its queue and exchange exist: the store decides."""
+        queue, exchange = command.queue, command.exchange
         check_bind(exchange)
-        binding = Binding(queue, exchange, routing_key, arguments)
+        binding = binding_for(command)
         view = self.view
         if queue in view.queues:
             self.queue(view, queue, owner)
@@ -403,26 +370,8 @@ class CatalogVirtualHost:
 
     catalog: Catalog
 
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        await self.catalog.declare_exchange(
-            name,
-            type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-        )
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
+        await self.catalog.declare_exchange(command)
 
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        await self.catalog.delete_exchange(name, if_unused=if_unused)
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
+        await self.catalog.delete_exchange(command)

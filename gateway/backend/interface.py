@@ -7,11 +7,12 @@ backend alone decides what is a 404, a 405 or a 406.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.properties import MessageProperties, decode_properties
 
 
@@ -129,61 +130,27 @@ class VirtualHost(Protocol):
 
     name: str
 
-    async def declare_exchange(
-        self,
-        name: str,
-        type: str,
-        *,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None: ...
+    # Each entity operation takes the client's command as the core decoded it (names already
+    # normalised by the channel logic: never empty, CR/LF stripped), and reads what it needs.
 
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> None: ...
+    async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None: ...
 
-    async def declare_queue(
-        self,
-        name: str,
-        *,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        owner: Owner,
-    ) -> QueueStatus:
-        """``name`` is never empty here: the channel logic names server-named queues."""
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None: ...
+
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
+        """``command.queue`` is never empty here: the channel logic names server-named
+        queues."""
         ...
 
-    async def delete_queue(
-        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
-    ) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         """Returns how many messages the queue held."""
         ...
 
-    async def purge_queue(self, name: str, *, owner: Owner) -> int: ...
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int: ...
 
-    async def bind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any],
-        *,
-        owner: Owner,
-    ) -> None: ...
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None: ...
 
-    async def unbind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any],
-        *,
-        owner: Owner,
-    ) -> None: ...
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None: ...
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         """Route and store; returns once routed (and back-pressure allows the next one).
@@ -196,22 +163,16 @@ class VirtualHost(Protocol):
         ...
 
     async def consume(
-        self,
-        queue: str,
-        *,
-        exclusive: bool,
-        owner: Owner,
-        prefetch: int = 0,
-        arguments: Mapping[str, Any] | None = None,
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:
-        """A new consumer on ``queue``; 403 if someone holds it exclusively, and vice versa;
-        406 for consumer ``arguments`` the backend does not implement (``x-priority``).
+        """A new consumer on ``command.queue``; 403 if someone holds it exclusively, and vice
+        versa; 406 for consumer ``arguments`` the backend does not implement (``x-priority``).
 
         ``prefetch`` is the most unacknowledged deliveries the client will take (0: no
         limit); a backend may size what it reads ahead by it."""
         ...
 
-    async def get(self, queue: str, *, owner: Owner) -> tuple[Delivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
         """One message and how many remain after it, or None when the queue is empty."""
         ...
 

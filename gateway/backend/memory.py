@@ -8,14 +8,13 @@ same behavioural tests run against both backends. Nothing is durable.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
-from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import (
     Message,
@@ -134,41 +133,22 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ entities
 
-    async def declare_queue(
-        self,
-        name: str,
-        *,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        owner: Owner,
-    ) -> QueueStatus:
-        await self.catalog.declare_queue(
-            name,
-            passive=passive,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            owner=owner,
-        )
-        queue = self._messages(name)
-        return QueueStatus(name, len(queue.ready), len(queue.subscriptions))
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
+        await self.catalog.declare_queue(command, owner)
+        queue = self._messages(command.queue)
+        return QueueStatus(command.queue, len(queue.ready), len(queue.subscriptions))
 
-    async def delete_queue(
-        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
-    ) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
+        name = command.queue
         view = self.catalog.view
         if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
         self.catalog.queue(view, name, owner)
         queue = self._messages(name)
         where = resource("queue", name, self.name)
-        if if_unused and queue.subscriptions:
+        if command.if_unused and queue.subscriptions:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
-        if if_empty and queue.ready:
+        if command.if_empty and queue.ready:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
         count = len(queue.ready)
         await self._drop_queue(name)
@@ -180,38 +160,20 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if queue is not None:
             queue.delete()
 
-    async def purge_queue(self, name: str, *, owner: Owner) -> int:
-        self.catalog.queue(self.catalog.view, name, owner)
-        queue = self._messages(name)
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
+        self.catalog.queue(self.catalog.view, command.queue, owner)
+        queue = self._messages(command.queue)
         count = len(queue.ready)
         queue.ready.clear()
         return count
 
-    async def bind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        *,
-        owner: Owner,
-    ) -> None:
-        binding, _exchange = await self.catalog.binding(
-            queue, exchange, routing_key, arguments, owner
-        )
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
+        binding, _exchange = await self.catalog.binding(command, owner)
         await self.catalog.add_binding(binding)
 
-    async def unbind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        *,
-        owner: Owner,
-    ) -> None:
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
         # In memory a routed message is in the queue's deque already: nothing to drain.
-        binding = await self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+        binding = await self.catalog.unbinding(command, owner)
         if binding is not None:
             await self.catalog.remove_binding(binding)
 
@@ -236,16 +198,11 @@ class MemoryVirtualHost(CatalogVirtualHost):
         return PublishOutcome(routed=bool(names))
 
     async def consume(
-        self,
-        queue: str,
-        *,
-        exclusive: bool,
-        owner: Owner,
-        prefetch: int = 0,
-        arguments: Mapping[str, Any] | None = None,
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> MemorySubscription:
+        queue, exclusive = command.queue, command.exclusive
         entity = self.catalog.queue(self.catalog.view, queue, owner)
-        self.catalog.check_consume(entity, arguments or {})
+        self.catalog.check_consume(entity, command)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(
@@ -263,9 +220,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if entity is not None and entity.auto_delete and not queue.subscriptions:
             await self._drop_queue(queue.name)
 
-    async def get(self, queue: str, *, owner: Owner) -> tuple[MemoryDelivery, int] | None:
-        self.catalog.queue(self.catalog.view, queue, owner)
-        delivery = self._messages(queue).take()
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[MemoryDelivery, int] | None:
+        self.catalog.queue(self.catalog.view, command.queue, owner)
+        delivery = self._messages(command.queue).take()
         if delivery is None:
             return None
         return delivery, len(delivery.queue.ready)

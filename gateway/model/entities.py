@@ -20,7 +20,7 @@ few match on them:
   argument; queues check exclusivity first (405), then durable, auto_delete and the arguments
   their queue type knows (``rabbit_queue_type:arguments(queue_arguments, Type)``).
 - Names: any UTF-8 up to 255 octets; RabbitMQ strips CR and LF from names it receives
-  (``strip_cr_lf``) and enforces nothing else.
+  (``strip_cr_lf``, done by the core: ``gateway.amqp.commands``) and enforces nothing else.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from gateway.amqp.commands import ExchangeDeclare, QueueBind, QueueDeclare, QueueUnbind
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.model.arguments import QUEUE_ARGUMENTS
@@ -43,6 +44,7 @@ __all__ = [
     "Exchange",
     "ExchangeType",
     "Queue",
+    "binding_for",
     "check_bind",
     "check_equivalent",
     "check_exchange_declare",
@@ -50,11 +52,11 @@ __all__ = [
     "check_exclusive_access",
     "check_name",
     "check_queue_declare",
+    "declared_exchange",
     "declared_queue",
     "not_found",
     "queue_type_of",
     "resource",
-    "strip_cr_lf",
 ]
 
 DEFAULT_EXCHANGE: Final = ""
@@ -174,13 +176,6 @@ def not_found(kind: str, name: str, vhost: str) -> ChannelError:
     return ChannelError(ReplyCode.NOT_FOUND, f"no {resource(kind, name, vhost)}")
 
 
-def strip_cr_lf(name: str) -> str:
-    """RabbitMQ removes CR and LF from the names it receives (``rabbit_channel:strip_cr_lf``)."""
-    if "\r" in name or "\n" in name:
-        return name.replace("\r", "").replace("\n", "")
-    return name
-
-
 def check_name(kind: str, name: str) -> None:
     """A name must fit a shortstr: 255 octets of UTF-8 (the wire guarantees it; names from
     arguments such as ``x-dead-letter-exchange`` are longstrs and may not)."""
@@ -245,26 +240,35 @@ def check_bind(exchange: str) -> None:
         raise _default_exchange_refused()
 
 
-def declared_queue(
-    name: str,
-    *,
-    durable: bool,
-    exclusive: bool,
-    auto_delete: bool,
-    arguments: Mapping[str, Field] | None,
-    connection: str,
-) -> Queue:
+def declared_queue(command: QueueDeclare, connection: str) -> Queue:
     """The queue a Queue.Declare asks for, as RabbitMQ records it: an exclusive queue is owned
     by the declaring connection and is never durable (``Durable = DurableDeclare andalso not
     ExclusiveDeclare`` in rabbit_channel)."""
     return Queue(
-        name,
-        durable=durable and not exclusive,
-        exclusive=exclusive,
-        auto_delete=auto_delete,
-        arguments=arguments or _EMPTY,
-        owner=connection if exclusive else None,
+        command.queue,
+        durable=command.durable and not command.exclusive,
+        exclusive=command.exclusive,
+        auto_delete=command.auto_delete,
+        arguments=command.arguments or _EMPTY,
+        owner=connection if command.exclusive else None,
     )
+
+
+def declared_exchange(command: ExchangeDeclare) -> Exchange:
+    """The exchange an Exchange.Declare asks for (406 for an unknown type)."""
+    return Exchange(
+        command.exchange,
+        ExchangeType.parse(command.type),
+        command.durable,
+        command.auto_delete,
+        command.internal,
+        command.arguments,
+    )
+
+
+def binding_for(command: QueueBind | QueueUnbind) -> Binding:
+    """The binding a Queue.Bind adds or a Queue.Unbind removes."""
+    return Binding(command.queue, command.exchange, command.routing_key, command.arguments)
 
 
 def check_exclusive_access(queue: Queue, connection: str | None, vhost: str) -> None:

@@ -310,17 +310,15 @@ class ClientConnection:
                 try:
                     await self._handle_event(event)
                 except AMQPError as error:
-                    self._close_for(getattr(event, "channel", 0), error)
+                    self._close_for(getattr(event, "channel", 0), error, _cause(event))
             # Answers such as accept_login release frames the core was holding back.
             events = self.protocol.take_events()
 
-    def _close_for(self, channel: int, error: AMQPError) -> None:
+    def _close_for(self, channel: int, error: AMQPError, cause: ev.Cause | None = None) -> None:
         COUNTERS.protocol_error(error.reply_code)
         if error.is_hard or channel == 0:
             self._record_reason(f"closed by server: {error.reply_code} {error.reply_text}")
-            self.protocol.close_connection(error)
-        else:
-            self.protocol.close_channel(channel, error)
+        self.protocol.refuse(channel, error, cause)
 
     async def fail(self, channel: int, error: AMQPError) -> None:
         """A background task (a consumer, the confirms) hit an error on ``channel``."""
@@ -436,6 +434,13 @@ def _host_of(address: str) -> str:
     """``host`` of ``host:port`` (IPv6 too): failures are counted per host, not per port."""
     host, colon, _ = address.rpartition(":")
     return host if colon else address
+
+
+def _cause(event: ev.Event) -> ev.Cause | None:
+    """What a refusal of ``event`` names in its Close (a settlement names nothing)."""
+    if isinstance(event, ev.CommandReceived):
+        return event.command
+    return event if isinstance(event, ev.PublishReceived) else None
 
 
 def _tls_failure(error: BaseException) -> str:

@@ -1,10 +1,12 @@
 """The channel logic of one connection: what exchange, queue, basic and confirm methods do.
 
-The sans-IO core has already checked framing and channel states; this module gives the
-methods their meaning on top of a ``VirtualHost`` backend: delivery tags, prefetch credit,
-acknowledgements, publisher confirms, and giving unacknowledged messages back when a channel,
-consumer or connection goes away. Refusals are ``AMQPError``s with RabbitMQ's codes and texts;
-the connection turns them into Channel.Close or Connection.Close.
+The sans-IO core has already checked framing and channel states and hands over typed commands
+(``amqp/commands.py``); this module gives them their meaning on top of a ``VirtualHost``
+backend: consumers and their deliveries (tags and prefetch credit by ``amqp/deliveries.py``'s
+rules), acknowledgements, publisher confirms, and giving unacknowledged messages back when a
+channel, consumer or connection goes away. Replies go out through ``send_reply``. Refusals are
+``AMQPError``s with RabbitMQ's codes and texts; the connection passes them to the core's
+``refuse``, which names the command in the Channel.Close or Connection.Close.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar, assert_never
 
 import trio
-from pamqp import commands
 
+from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
-from gateway.amqp.codec import method_name
 from gateway.amqp.connection import ServerConnection
+from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.backend.interface import (
     Delivery,
@@ -31,7 +33,7 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
-from gateway.model.entities import check_queue_declare, strip_cr_lf
+from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
@@ -45,6 +47,18 @@ CLEANUP_TIMEOUT = 10.0
 # A publish that waits this long for the backend (Pulsar's in-flight limit reached) tells the
 # client, if it listens, with Connection.Blocked; Unblocked follows when the publish goes on.
 BLOCKED_AFTER = 1.0
+
+
+# The commands whose empty queue name means "the last queue declared on the channel".
+NamesQueue = TypeVar(
+    "NamesQueue",
+    cmd.QueueBind,
+    cmd.QueueUnbind,
+    cmd.QueuePurge,
+    cmd.QueueDelete,
+    cmd.BasicConsume,
+    cmd.BasicGet,
+)
 
 
 class SessionLink(Protocol):
@@ -79,27 +93,19 @@ class Unacked:
 
 
 @dataclass(eq=False)
-class ChannelState:
+class SessionChannel:
+    """The session's side of one open channel: its consumers, the deliveries not yet settled
+    (their tags and the prefetch credit are ``amqp.deliveries``' sans-IO rules), confirms."""
+
     number: int
-    next_tag: int = 1
-    unacked: dict[int, Unacked] = field(default_factory=dict)
+    tags: DeliveryTags[Unacked] = field(default_factory=DeliveryTags)
+    prefetch: Prefetch = field(default_factory=Prefetch)
     consumers: dict[str, Consumer] = field(default_factory=dict)
-    consumer_prefetch: int = 0
-    channel_prefetch: int = 0  # Basic.Qos global=true: shared by all consumers of the channel
-    flow_active: bool = True
     confirms: ConfirmQueue | None = None
     confirm_scope: trio.CancelScope | None = None
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
-    # Tags whose deliveries were given back when their consumer was cancelled: the client may
-    # still ack them, and that must not be an unknown-tag error.
-    forgotten: set[int] = field(default_factory=set)
     credit_changed: trio.Event = field(default_factory=trio.Event)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
-
-    def take_tag(self) -> int:
-        tag = self.next_tag
-        self.next_tag += 1
-        return tag
 
     def signal_credit(self) -> None:
         self.credit_changed.set()
@@ -108,28 +114,14 @@ class ChannelState:
     def consumers_unacked(self) -> int:
         return sum(c.unacked for c in self.consumers.values())
 
-    def prefetch_window(self) -> int:
-        """The most unacknowledged deliveries a consumer started now can hold (0: no limit)."""
-        limits = [limit for limit in (self.consumer_prefetch, self.channel_prefetch) if limit]
-        return min(limits, default=0)
-
     def has_credit(self, consumer: Consumer) -> bool:
-        if not self.flow_active:
-            return False
-        if consumer.no_ack:
-            return True  # Basic.Qos does not apply to no-ack consumers (RabbitMQ)
-        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
-            return False
-        return not (self.channel_prefetch and self.consumers_unacked() >= self.channel_prefetch)
+        return self.prefetch.allows(
+            consumer.no_ack, consumer.prefetch, consumer.unacked, self.consumers_unacked
+        )
 
     async def wait_for_credit(self, consumer: Consumer) -> None:
         while not self.has_credit(consumer):
             await self.credit_changed.wait()
-
-
-def _error_for(method: Any, code: int, text: str) -> AMQPError:
-    index = method.index
-    return amqp_error(code, text, index >> 16, index & 0xFFFF)
 
 
 class AMQPSession:
@@ -143,23 +135,7 @@ class AMQPSession:
         self._counts = counts if counts is not None else VhostCounters("")
         self._protocol = link.protocol
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
-        self._channels: dict[int, ChannelState] = {}
-        self._handlers: dict[int, Callable[[ChannelState, Any], Awaitable[None]]] = {
-            commands.Exchange.Declare.index: self._exchange_declare,
-            commands.Exchange.Delete.index: self._exchange_delete,
-            commands.Queue.Declare.index: self._queue_declare,
-            commands.Queue.Bind.index: self._queue_bind,
-            commands.Queue.Unbind.index: self._queue_unbind,
-            commands.Queue.Purge.index: self._queue_purge,
-            commands.Queue.Delete.index: self._queue_delete,
-            commands.Basic.Qos.index: self._basic_qos,
-            commands.Basic.Consume.index: self._basic_consume,
-            commands.Basic.Cancel.index: self._basic_cancel,
-            commands.Basic.Get.index: self._basic_get,
-            commands.Basic.Recover.index: self._basic_recover,
-            commands.Basic.RecoverAsync.index: self._basic_recover,
-            commands.Confirm.Select.index: self._confirm_select,
-        }
+        self._channels: dict[int, SessionChannel] = {}
 
     # ------------------------------------------------------------------ event entry points
 
@@ -172,16 +148,16 @@ class AMQPSession:
             await self._settle(event.channel, event.delivery_tag, event.multiple, event.requeue)
         elif isinstance(event, ev.RejectReceived):
             await self._settle(event.channel, event.delivery_tag, False, event.requeue)
-        elif isinstance(event, ev.MethodReceived):
-            await self._method(event.channel, event.method)
+        elif isinstance(event, ev.CommandReceived):
+            await self._command(event.channel, event.command)
         elif isinstance(event, ev.ChannelOpened):
-            self._channels[event.channel] = ChannelState(event.channel)
+            self._channels[event.channel] = SessionChannel(event.channel)
             self._counts.channels += 1
             COUNTERS.channels_opened += 1
         elif isinstance(event, ev.FlowRequested):
             state = self._channels.get(event.channel)
             if state is not None:
-                state.flow_active = event.active
+                state.prefetch.flow_active = event.active
                 state.signal_credit()
         elif isinstance(event, ev.ChannelErrored | ev.ChannelClosed):
             if isinstance(event, ev.ChannelErrored):
@@ -209,113 +185,98 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ dispatch
 
-    async def _method(self, channel: int, method: Any) -> None:
+    async def _command(self, channel: int, command: cmd.Command) -> None:
         state = self._channels.get(channel)
         if state is None:
-            return  # the channel closed while this method was queued behind others
-        handler = self._handlers.get(method.index)
-        if handler is None:
-            raise _error_for(
-                method,
-                ReplyCode.NOT_IMPLEMENTED,
-                f"{method_name(method)} is not supported by this gateway",
-            )
-        try:
-            await handler(state, method)
-        except AMQPError as error:
-            raise error.with_method(method.index >> 16, method.index & 0xFFFF) from None
+            return  # the channel closed while this command was queued behind others
+        # A match on the command's type: mypy checks that every command has its case.
+        # Basic.Get comes first: it is the one command a client may send per message.
+        match command:
+            case cmd.BasicGet():
+                await self._basic_get(state, command)
+            case cmd.ExchangeDeclare():
+                await self._exchange_declare(state, command)
+            case cmd.ExchangeDelete():
+                await self._exchange_delete(state, command)
+            case cmd.QueueDeclare():
+                await self._queue_declare(state, command)
+            case cmd.QueueBind():
+                await self._queue_bind(state, command)
+            case cmd.QueueUnbind():
+                await self._queue_unbind(state, command)
+            case cmd.QueuePurge():
+                await self._queue_purge(state, command)
+            case cmd.QueueDelete():
+                await self._queue_delete(state, command)
+            case cmd.BasicQos():
+                self._basic_qos(state, command)
+            case cmd.BasicConsume():
+                await self._basic_consume(state, command)
+            case cmd.BasicCancel():
+                await self._basic_cancel(state, command)
+            case cmd.BasicRecover() | cmd.BasicRecoverAsync():
+                await self._basic_recover(state, command)
+            case cmd.ConfirmSelect():
+                self._confirm_select(state, command)
+            case _:
+                assert_never(command)
 
-    def _reply(self, state: ChannelState, method: Any, reply: Any) -> None:
-        if not getattr(method, "nowait", False):
-            self._protocol.send_method(state.number, reply)
-
-    def _queue_name(self, state: ChannelState, name: str) -> str:
+    @staticmethod
+    def _named(state: SessionChannel, command: NamesQueue) -> NamesQueue:
         """AMQP 0-9-1: an empty queue name means the last queue declared on the channel."""
-        if name:
-            return name
+        if command.queue:
+            return command
         if not state.last_queue:
             raise amqp_error(ReplyCode.NOT_FOUND, "no previously declared queue")
-        return state.last_queue
+        return replace(command, queue=state.last_queue)
 
     # ------------------------------------------------------------------ exchanges and queues
-    # RabbitMQ strips CR and LF from the entity names of declare, delete, bind and unbind
-    # (rabbit_channel:strip_cr_lf), and not from those of publish, consume, get and purge.
+    # The core has stripped CR and LF from the names where RabbitMQ does (commands.py); the
+    # backend takes the commands as they are, once the queue names are filled in here.
 
-    async def _exchange_declare(self, state: ChannelState, method: Any) -> None:
-        await self._vhost.declare_exchange(
-            strip_cr_lf(method.exchange),
-            method.exchange_type,
-            passive=method.passive,
-            durable=method.durable,
-            auto_delete=method.auto_delete,
-            internal=method.internal,
-            arguments=method.arguments or {},
-        )
-        self._reply(state, method, commands.Exchange.DeclareOk())
+    async def _exchange_declare(self, state: SessionChannel, command: cmd.ExchangeDeclare) -> None:
+        await self._vhost.declare_exchange(command)
+        self._protocol.send_reply(state.number, command, cmd.ExchangeDeclareOk())
 
-    async def _exchange_delete(self, state: ChannelState, method: Any) -> None:
-        await self._vhost.delete_exchange(strip_cr_lf(method.exchange), if_unused=method.if_unused)
-        self._reply(state, method, commands.Exchange.DeleteOk())
+    async def _exchange_delete(self, state: SessionChannel, command: cmd.ExchangeDelete) -> None:
+        await self._vhost.delete_exchange(command)
+        self._protocol.send_reply(state.number, command, cmd.ExchangeDeleteOk())
 
-    async def _queue_declare(self, state: ChannelState, method: Any) -> None:
-        name = strip_cr_lf(method.queue)
-        if name:
+    async def _queue_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
+        if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
-            check_queue_declare(name, passive=method.passive)
-        name = name or server_named_queue()
-        status = await self._vhost.declare_queue(
-            name,
-            passive=method.passive,
-            durable=method.durable,
-            exclusive=method.exclusive,
-            auto_delete=method.auto_delete,
-            arguments=method.arguments or {},
-            owner=self._link.owner,
-        )
+            check_queue_declare(command.queue, passive=command.passive)
+        else:
+            command = replace(command, queue=server_named_queue())
+        status = await self._vhost.declare_queue(command, self._link.owner)
         state.last_queue = status.name
         COUNTERS.queues_declared += 1
         if status.created:
             COUNTERS.queues_created += 1
-        if not method.nowait:
-            self._protocol.send_queue_declare_ok(
-                state.number, status.name, status.message_count, status.consumer_count
-            )
-
-    async def _queue_bind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
-        # With both the queue and the routing key empty, the key is the queue's name (0-9-1).
-        routing_key = method.routing_key if method.queue or method.routing_key else queue
-        await self._vhost.bind_queue(
-            queue,
-            strip_cr_lf(method.exchange),
-            routing_key,
-            method.arguments or {},
-            owner=self._link.owner,
+        self._protocol.send_reply(
+            state.number,
+            command,
+            cmd.QueueDeclareOk(status.name, status.message_count, status.consumer_count),
         )
-        self._reply(state, method, commands.Queue.BindOk())
 
-    async def _queue_unbind(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
-        await self._vhost.unbind_queue(
-            queue,
-            strip_cr_lf(method.exchange),
-            method.routing_key,
-            method.arguments or {},
-            owner=self._link.owner,
-        )
-        self._protocol.send_method(state.number, commands.Queue.UnbindOk())
+    async def _queue_bind(self, state: SessionChannel, command: cmd.QueueBind) -> None:
+        if not command.queue and not command.routing_key:
+            # With both the queue and the routing key empty, the key is the queue's name.
+            command = replace(command, routing_key=self._named(state, command).queue)
+        await self._vhost.bind_queue(self._named(state, command), self._link.owner)
+        self._protocol.send_reply(state.number, command, cmd.QueueBindOk())
 
-    async def _queue_purge(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
-        count = await self._vhost.purge_queue(queue, owner=self._link.owner)
-        self._reply(state, method, commands.Queue.PurgeOk(message_count=count))
+    async def _queue_unbind(self, state: SessionChannel, command: cmd.QueueUnbind) -> None:
+        await self._vhost.unbind_queue(self._named(state, command), self._link.owner)
+        self._protocol.send_reply(state.number, command, cmd.QueueUnbindOk())
 
-    async def _queue_delete(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, strip_cr_lf(method.queue))
-        count = await self._vhost.delete_queue(
-            queue, if_unused=method.if_unused, if_empty=method.if_empty, owner=self._link.owner
-        )
-        self._reply(state, method, commands.Queue.DeleteOk(message_count=count))
+    async def _queue_purge(self, state: SessionChannel, command: cmd.QueuePurge) -> None:
+        count = await self._vhost.purge_queue(self._named(state, command), self._link.owner)
+        self._protocol.send_reply(state.number, command, cmd.QueuePurgeOk(count))
+
+    async def _queue_delete(self, state: SessionChannel, command: cmd.QueueDelete) -> None:
+        count = await self._vhost.delete_queue(self._named(state, command), self._link.owner)
+        self._protocol.send_reply(state.number, command, cmd.QueueDeleteOk(count))
 
     # ------------------------------------------------------------------ publishing
 
@@ -332,10 +293,8 @@ class AMQPSession:
         if not state.publisher:
             state.publisher = True
             counts.publishers += 1
-        try:
-            outcome = await self._publish_or_block(message, event.mandatory)
-        except AMQPError as error:
-            raise error.with_method(*_BASIC_PUBLISH) from None
+        # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
+        outcome = await self._publish_or_block(message, event.mandatory)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
@@ -369,7 +328,7 @@ class AMQPSession:
         finally:
             await self._stalls.publish_finished()
 
-    async def _confirm_select(self, state: ChannelState, method: Any) -> None:
+    def _confirm_select(self, state: SessionChannel, command: cmd.ConfirmSelect) -> None:
         if state.confirms is None:
             channel = state.number
             counts = self._counts
@@ -395,7 +354,7 @@ class AMQPSession:
             self._link.nursery.start_soon(
                 self._run_in_scope, state.confirm_scope, state.confirms.run
             )
-        self._reply(state, method, commands.Confirm.SelectOk())
+        self._protocol.send_reply(state.number, command, cmd.ConfirmSelectOk())
 
     @staticmethod
     async def _run_in_scope(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
@@ -404,41 +363,33 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ consuming
 
-    async def _basic_qos(self, state: ChannelState, method: Any) -> None:
-        if method.prefetch_size:
-            raise amqp_error(
-                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})"
-            )
-        if method.global_:
-            state.channel_prefetch = method.prefetch_count
-        else:
-            state.consumer_prefetch = method.prefetch_count
+    def _basic_qos(self, state: SessionChannel, command: cmd.BasicQos) -> None:
+        state.prefetch.qos(command)
         state.signal_credit()
-        self._protocol.send_method(state.number, commands.Basic.QosOk())
+        self._protocol.send_reply(state.number, command, cmd.BasicQosOk())
 
-    async def _basic_consume(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
-        tag = method.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
+    async def _basic_consume(self, state: SessionChannel, command: cmd.BasicConsume) -> None:
+        command = self._named(state, command)
+        tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in state.consumers:
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         subscription = await self._vhost.consume(
-            queue,
-            exclusive=method.exclusive,
-            owner=self._link.owner,
-            prefetch=0 if method.no_ack else state.prefetch_window(),
-            arguments=method.arguments,
+            command,
+            self._link.owner,
+            prefetch=0 if command.no_ack else state.prefetch.window(),
         )
-        consumer = Consumer(tag, queue, method.no_ack, state.consumer_prefetch, subscription)
+        consumer = Consumer(
+            tag, command.queue, command.no_ack, state.prefetch.consumer, subscription
+        )
         state.consumers[tag] = consumer
         self._counts.consumers += 1
-        if not method.nowait:
-            self._protocol.send_method(state.number, commands.Basic.ConsumeOk(consumer_tag=tag))
+        self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))
         # Consume-Ok must reach the client before the first Deliver of this consumer.
         await self._link.flush()
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
-    async def _deliver_loop(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
         counts = self._counts
         with consumer.scope:
             try:
@@ -459,9 +410,9 @@ class AMQPSession:
                         with trio.CancelScope(shield=True):
                             await delivery.reject(requeue=True)
                         return
-                    tag = state.take_tag()
+                    tag = state.tags.next()
                     if not consumer.no_ack:
-                        state.unacked[tag] = Unacked(delivery, consumer)
+                        state.tags.unsettled[tag] = Unacked(delivery, consumer)
                         consumer.unacked += 1
                     message = delivery.message
                     size = len(message.body)
@@ -492,7 +443,7 @@ class AMQPSession:
                 await self._link.fail(state.number, error)
 
     async def _hold_until_credit(
-        self, state: ChannelState, consumer: Consumer, delivery: Delivery
+        self, state: SessionChannel, consumer: Consumer, delivery: Delivery
     ) -> None:
         if state.has_credit(consumer):
             return
@@ -504,7 +455,7 @@ class AMQPSession:
                 await delivery.reject(requeue=True)  # never delivered: back to the queue
             raise
 
-    async def _consumer_ended(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _consumer_ended(self, state: SessionChannel, consumer: Consumer) -> None:
         """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does."""
         if state.consumers.pop(consumer.tag, None) is None:
             return
@@ -513,28 +464,23 @@ class AMQPSession:
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
         await self._link.flush()
 
-    async def _basic_cancel(self, state: ChannelState, method: Any) -> None:
-        consumer = state.consumers.pop(method.consumer_tag, None)
+    async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:
+        consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
             consumer.scope.cancel()
             await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
-        self._reply(state, method, commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
+        self._protocol.send_reply(state.number, command, cmd.BasicCancelOk(command.consumer_tag))
 
-    async def _forget_consumer(self, state: ChannelState, consumer: Consumer) -> None:
+    async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
 
         The reference design closes the Pulsar consumers behind an AMQP consumer on cancel,
         which redelivers what they held; later acks of those tags are accepted and ignored.
         They are requeued explicitly first, so that they come back marked redelivered.
         """
-        returned = []
-        for tag, entry in list(state.unacked.items()):
-            if entry.consumer is consumer:
-                del state.unacked[tag]
-                state.forgotten.add(tag)
-                returned.append(entry.delivery)
+        returned = [e.delivery for e in state.tags.forget(lambda e: e.consumer is consumer)]
         consumer.unacked = 0
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
@@ -543,27 +489,26 @@ class AMQPSession:
             await consumer.subscription.close()
         state.signal_credit()
 
-    async def _basic_get(self, state: ChannelState, method: Any) -> None:
-        queue = self._queue_name(state, method.queue)
-        got = await self._vhost.get(queue, owner=self._link.owner)
+    async def _basic_get(self, state: SessionChannel, command: cmd.BasicGet) -> None:
+        got = await self._vhost.get(self._named(state, command), self._link.owner)
         counts = self._counts
         if got is None:
             counts.get_empty += 1
-            self._protocol.send_method(state.number, commands.Basic.GetEmpty())
+            self._protocol.send_reply(state.number, command, cmd.BasicGetEmpty())
             return
         delivery, remaining = got
-        tag = state.take_tag()
+        tag = state.tags.next()
         message = delivery.message
         size = len(message.body)
         counts.delivered_bytes += size
         if delivery.redelivered:
             counts.redelivered += 1
-        if method.no_ack:
+        if command.no_ack:
             counts.delivered_get_auto_ack += 1
             counts.acknowledged_bytes += size
         else:
             counts.delivered_get_manual_ack += 1
-            state.unacked[tag] = Unacked(delivery, None)
+            state.tags.unsettled[tag] = Unacked(delivery, None)
         self._protocol.send_get_ok(
             state.number,
             tag,
@@ -574,16 +519,18 @@ class AMQPSession:
             message.header,
             message.body,
         )
-        if method.no_ack:
+        if command.no_ack:
             await delivery.ack()
 
-    async def _basic_recover(self, state: ChannelState, method: Any) -> None:
-        if not method.requeue:
+    async def _basic_recover(
+        self, state: SessionChannel, command: cmd.BasicRecover | cmd.BasicRecoverAsync
+    ) -> None:
+        if not command.requeue:
             # RabbitMQ does not implement redelivery to the same consumer either.
             raise amqp_error(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
         await self._settle_all(state, requeue=True)
-        if isinstance(method, commands.Basic.Recover):
-            self._protocol.send_method(state.number, commands.Basic.RecoverOk())
+        # Recover-Async is the one without a reply: its ``nowait`` is always set.
+        self._protocol.send_reply(state.number, command, cmd.BasicRecoverOk())
 
     # ------------------------------------------------------------------ acknowledgements
 
@@ -592,22 +539,7 @@ class AMQPSession:
         state = self._channels.get(channel)
         if state is None:
             return
-        if multiple and tag == 0:
-            entries = list(state.unacked.values())
-            state.unacked.clear()
-        elif multiple:
-            if tag not in state.unacked and tag not in state.forgotten:
-                raise amqp_error(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            state.forgotten = {t for t in state.forgotten if t > tag}
-            entries = [state.unacked.pop(t) for t in [t for t in state.unacked if t <= tag]]
-        else:
-            entry = state.unacked.pop(tag, None)
-            if entry is None:
-                if tag in state.forgotten:
-                    state.forgotten.discard(tag)
-                    return
-                raise amqp_error(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            entries = [entry]
+        entries = state.tags.settle(tag, multiple)
         counts = self._counts
         for entry in entries:
             if entry.consumer is not None:
@@ -621,9 +553,8 @@ class AMQPSession:
         if entries:
             state.signal_credit()
 
-    async def _settle_all(self, state: ChannelState, *, requeue: bool) -> None:
-        entries = list(state.unacked.values())
-        state.unacked.clear()
+    async def _settle_all(self, state: SessionChannel, *, requeue: bool) -> None:
+        entries = state.tags.take_all()
         for consumer in state.consumers.values():
             consumer.unacked = 0
         for entry in entries:
@@ -632,7 +563,7 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ teardown
 
-    async def _release_channel(self, state: ChannelState) -> None:
+    async def _release_channel(self, state: SessionChannel) -> None:
         if state.confirm_scope is not None:
             state.confirm_scope.cancel()
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
@@ -640,12 +571,8 @@ class AMQPSession:
             for consumer in state.consumers.values():
                 consumer.scope.cancel()
             # Messages fetched with Basic.Get have no subscription to give them back.
-            for entry in state.unacked.values():
+            for entry in state.tags.take_all():
                 await entry.delivery.reject(True)
-            state.unacked.clear()
             for consumer in state.consumers.values():
                 await consumer.subscription.close()
             state.consumers.clear()
-
-
-_BASIC_PUBLISH = (commands.Basic.Publish.index >> 16, commands.Basic.Publish.index & 0xFFFF)

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import random
 import struct
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from gateway.amqp import events as ev
-from gateway.amqp.codec import CLIENT_METHODS, SPECS
+from gateway.amqp.codec import SPECS
+from gateway.amqp.commands import Command
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
 from gateway.amqp.errors import (
     HARD_CODES,
@@ -376,9 +378,10 @@ def make_case(seed: int) -> Case:
 
 # ------------------------------------------------------------------------------ checking
 
+COMMANDS = typing.get_args(Command)
 _TERMINAL = (ev.ConnectionTerminated, ev.ConnectionClosed, ev.HeartbeatTimedOut)
 _SHELL_WORK = (
-    ev.MethodReceived,
+    ev.CommandReceived,
     ev.PublishReceived,
     ev.AckReceived,
     ev.NackReceived,
@@ -518,8 +521,8 @@ class _Checker:
             event.properties  # noqa: B018 - promised never to fail once the event is out
             if len(event.body) > self.settings.max_message_size:
                 raise Violation(f"a message of {len(event.body)} octets got through")
-        elif isinstance(event, ev.MethodReceived) and type(event.method) not in CLIENT_METHODS:
-            raise Violation(f"handed the shell {type(event.method).__name__}")
+        elif isinstance(event, ev.CommandReceived) and not isinstance(event.command, COMMANDS):
+            raise Violation(f"handed the shell {type(event.command).__name__}")
         if not self.errored:
             self.reached_shell = True
 

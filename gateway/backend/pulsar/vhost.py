@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 import trio
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
-from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.interface import (
     Message,
@@ -244,16 +244,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ exchanges
 
-    async def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        bindings = await self.catalog.exchange_bindings(name, if_unused=if_unused)
+    async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
+        bindings = await self.catalog.exchange_bindings(command)
         view = self._view
         if not bindings:
-            await self.catalog.delete_exchange(name, if_unused=if_unused)
+            await self.catalog.delete_exchange(command)
             return
         drains, drained = await self._plan_drains(view, bindings)
         await self.catalog.delete_exchange(
-            name,
-            if_unused=if_unused,
+            command,
             drains={(q, self._local(t)): record for (q, t), record in drains.items()},
         )
         await self._unsubscribe_drained(view, drained)
@@ -310,31 +309,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ queues
 
-    async def declare_queue(
-        self,
-        name: str,
-        *,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        owner: Owner,
-    ) -> QueueStatus:
+    async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
+        name = command.queue
+
         async def subscribe_default() -> None:
             # The default exchange's subscription exists before anyone can see the queue.
             await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
 
-        _queue, created = await self.catalog.declare_queue(
-            name,
-            passive=passive,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            owner=owner,
-            before_create=subscribe_default,
-        )
+        _queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
         if created:
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
@@ -381,9 +363,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             held[queue] = held.get(queue, 0) + getter.outstanding
         return held
 
-    async def delete_queue(
-        self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
-    ) -> int:
+    async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
+        name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
         if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
         await self.catalog.find_queue(name, owner)
@@ -453,7 +434,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return False
         return True
 
-    async def purge_queue(self, name: str, *, owner: Owner) -> int:
+    async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
+        name = command.queue
         await self.catalog.find_queue(name, owner)
         view = self._view
         count = await self._message_count(view, name)
@@ -467,16 +449,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     # ------------------------------------------------------------------ bindings
 
-    async def bind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        *,
-        owner: Owner,
-    ) -> None:
-        binding, target = await self.catalog.binding(queue, exchange, routing_key, arguments, owner)
+    async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
+        queue, exchange, routing_key = command.queue, command.exchange, command.routing_key
+        binding, target = await self.catalog.binding(command, owner)
         view = self._view
         # Subscriptions first, so a publisher that sees the binding finds them in place.
         subscribed = self._binding_topics(view, binding)
@@ -500,16 +475,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             for topic in set(fresh) - set(subscribed):
                 await self._subscribe_topic(topic, queue)
 
-    async def unbind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Field],
-        *,
-        owner: Owner,
-    ) -> None:
-        binding = await self.catalog.unbinding(queue, exchange, routing_key, arguments, owner)
+    async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
+        binding = await self.catalog.unbinding(command, owner)
         if binding is None:
             return
         view = self._view
@@ -744,16 +711,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self,
-        queue: str,
-        *,
-        exclusive: bool,
-        owner: Owner,
-        prefetch: int = 0,
-        arguments: Mapping[str, Any] | None = None,
+        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> RegisteredSubscription:
+        queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
-        self.catalog.check_consume(entity, arguments or {})
+        self.catalog.check_consume(entity, command)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -829,7 +791,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             done.set()
             self._leaving.pop(subscription, None)
 
-    async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
+        queue = command.queue
         await self.catalog.find_queue(queue, owner)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from pamqp import commands
 
+from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
+from gateway.amqp.codec import encode_method_frame, make_method
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import table_to_plain
@@ -291,30 +293,83 @@ def test_simultaneous_channel_close() -> None:
     assert closed == ev.ChannelClosed(1, 406, "PRECONDITION_FAILED - x", False)
 
 
-def test_methods_reach_the_shell() -> None:
+def test_methods_reach_the_shell_as_typed_commands() -> None:
     client = Client()
     client.handshake()
     client.open_channel(1)
     declare = commands.Queue.Declare(queue="q", durable=True, arguments={"x-message-ttl": 1000})
     [received] = client.send(method(1, declare))
-    assert isinstance(received, ev.MethodReceived)
+    assert isinstance(received, ev.CommandReceived)
     assert received.channel == 1
-    assert isinstance(received.method, commands.Queue.Declare)
-    assert received.method.queue == "q"
-    assert received.method.durable is True
-    assert table_to_plain(received.method.arguments) == {"x-message-ttl": 1000}
-    for value in (
-        commands.Basic.Qos(prefetch_count=10),
-        commands.Basic.Consume(queue="q", consumer_tag="c"),
-        commands.Basic.Cancel(consumer_tag="c"),
-        commands.Basic.Get(queue="q"),
-        commands.Basic.Recover(requeue=True),
-        commands.Confirm.Select(),
-        commands.Tx.Select(),
-        commands.Exchange.Bind(destination="a", source="b"),
+    assert isinstance(received.command, cmd.QueueDeclare)
+    assert received.command.queue == "q"
+    assert received.command.durable is True
+    assert table_to_plain(dict(received.command.arguments)) == {"x-message-ttl": 1000}
+    for value, expected in (
+        (commands.Basic.Qos(prefetch_count=10), cmd.BasicQos(prefetch_count=10)),
+        (
+            commands.Basic.Consume(queue="q", consumer_tag="c"),
+            cmd.BasicConsume("q", consumer_tag="c"),
+        ),
+        (commands.Basic.Cancel(consumer_tag="c"), cmd.BasicCancel("c")),
+        (commands.Basic.Get(queue="q"), cmd.BasicGet("q")),
+        (commands.Basic.Recover(requeue=True), cmd.BasicRecover(requeue=True)),
+        (commands.Basic.RecoverAsync(requeue=True), cmd.BasicRecoverAsync(requeue=True)),
+        (commands.Confirm.Select(), cmd.ConfirmSelect()),
     ):
         [got] = client.send(method(1, value))
-        assert isinstance(got, ev.MethodReceived) and type(got.method) is type(value)
+        assert isinstance(got, ev.CommandReceived) and got.command == expected
+    # Entity names come stripped of CR and LF, as RabbitMQ strips them; routing keys do not.
+    bind = make_method(commands.Queue.Bind, queue="q\r\n", exchange="x\n", routing_key="k\n")
+    [got] = client.send(encode_method_frame(1, bind))
+    assert isinstance(got, ev.CommandReceived) and got.command == cmd.QueueBind("q", "x", "k\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        (commands.Tx.Select(), "tx.select"),
+        (commands.Exchange.Bind(destination="a", source="b"), "exchange.bind"),
+    ],
+)
+def test_methods_the_gateway_does_not_implement_are_refused_by_the_core(
+    value: Any, name: str
+) -> None:
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    [errored] = client.send(method(1, value))
+    assert isinstance(errored, ev.ConnectionErrored)
+    close = client.expect_connection_close(ReplyCode.NOT_IMPLEMENTED)
+    assert close.reply_text == f"NOT_IMPLEMENTED - {name} is not supported by this gateway"
+    assert (close.class_id, close.method_id) == (value.index >> 16, value.index & 0xFFFF)
+
+
+def test_replies_go_out_unless_the_command_said_nowait() -> None:
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    assert client.conn.send_reply(1, cmd.QueueBind("q", "x"), cmd.QueueBindOk())
+    client.expect_one(commands.Queue.BindOk, 1)
+    assert not client.conn.send_reply(1, cmd.QueueBind("q", "x", nowait=True), cmd.QueueBindOk())
+    # Recover-Async has no reply at all; Queue.Unbind has no nowait bit, so always one.
+    assert not client.conn.send_reply(1, cmd.BasicRecoverAsync(True), cmd.BasicRecoverOk())
+    assert client.received() == []
+    assert client.conn.send_reply(1, cmd.QueueUnbind("q", "x"), cmd.QueueUnbindOk())
+    client.expect_one(commands.Queue.UnbindOk, 1)
+
+
+def test_a_refusal_names_the_command() -> None:
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    client.conn.refuse(1, ChannelError(ReplyCode.NOT_FOUND, "no queue"), cmd.QueuePurge("q"))
+    close = client.expect_channel_close(1, ReplyCode.NOT_FOUND)
+    assert (close.class_id, close.method_id) == (50, 30)
+    client.open_channel(2)
+    client.conn.refuse(2, AMQPError(ReplyCode.NOT_IMPLEMENTED, "no"), cmd.BasicQos())
+    close = client.expect_connection_close(ReplyCode.NOT_IMPLEMENTED)
+    assert (close.class_id, close.method_id) == (60, 10)
 
 
 def test_acks_nacks_rejects() -> None:
@@ -379,7 +434,7 @@ def test_queue_declare_ok_with_a_name_pamqp_would_refuse() -> None:
     client.handshake()
     client.open_channel(1)
     name = "файл=очередь?*"
-    assert client.conn.send_queue_declare_ok(1, name, 3, 1)
+    assert client.conn.send_reply(1, cmd.QueueDeclare(name), cmd.QueueDeclareOk(name, 3, 1))
     ok = client.expect_one(commands.Queue.DeclareOk, 1)
     assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 3, 1)
 

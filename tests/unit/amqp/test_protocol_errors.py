@@ -339,7 +339,7 @@ def test_soft_error_leaves_other_channels_alone() -> None:
     assert isinstance(errored, ev.ChannelErrored) and errored.channel == 1
     client.expect_channel_close(1, ReplyCode.CONTENT_TOO_LARGE)
     [ok] = client.send(method(2, commands.Basic.Qos(prefetch_count=1)))
-    assert isinstance(ok, ev.MethodReceived)
+    assert isinstance(ok, ev.CommandReceived)
     assert client.conn.state is ConnectionState.OPEN
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.auth.authorization import AuthorizingBackend, AuthorizingVirtualHost
@@ -32,15 +33,7 @@ Need = tuple[Access, str, str]  # access, resource kind, resource name
 async def _declare_exchange(
     vhost: VirtualHost, name: str, arguments: dict[str, Field] | None = None
 ) -> None:
-    await vhost.declare_exchange(
-        name,
-        "direct",
-        passive=False,
-        durable=False,
-        auto_delete=False,
-        internal=False,
-        arguments=arguments or {},
-    )
+    await vhost.declare_exchange(cmd.ExchangeDeclare(name, "direct", arguments=arguments or {}))
 
 
 async def _declare_queue(
@@ -52,13 +45,7 @@ async def _declare_queue(
     arguments: dict[str, Field] | None = None,
 ) -> Any:
     return await vhost.declare_queue(
-        name,
-        passive=passive,
-        durable=False,
-        exclusive=False,
-        auto_delete=False,
-        arguments=arguments or {},
-        owner=owner,
+        cmd.QueueDeclare(name, passive=passive, arguments=arguments or {}), owner
     )
 
 
@@ -71,7 +58,7 @@ async def _world() -> MemoryBackend:
         await _declare_exchange(admin, name)
     await _declare_exchange(admin, "xae", {"alternate-exchange": Field("S", "ae")})
     await _declare_queue(admin, "q", ADMIN_OWNER)
-    await admin.bind_queue("q", "x", "k", {}, owner=ADMIN_OWNER)
+    await admin.bind_queue(cmd.QueueBind("q", "x", "k"), ADMIN_OWNER)
     await admin.publish(Message("", "q", EMPTY_HEADER, b"m"))
     return backend
 
@@ -139,25 +126,17 @@ CASES = [
     ),
     Case(
         "exchange.declare passive",
-        lambda v: v.declare_exchange(
-            "x",
-            "direct",
-            passive=True,
-            durable=False,
-            auto_delete=False,
-            internal=False,
-            arguments={},
-        ),
+        lambda v: v.declare_exchange(cmd.ExchangeDeclare("x", "direct", passive=True)),
         [],
     ),
     Case(
         "exchange.delete",
-        lambda v: v.delete_exchange("x", if_unused=False),
+        lambda v: v.delete_exchange(cmd.ExchangeDelete("x", if_unused=False)),
         [(Access.CONFIGURE, "exchange", "x")],
     ),
     Case(
         "exchange.delete missing (idempotent, still checked)",
-        lambda v: v.delete_exchange("nope", if_unused=False),
+        lambda v: v.delete_exchange(cmd.ExchangeDelete("nope", if_unused=False)),
         [(Access.CONFIGURE, "exchange", "nope")],
     ),
     Case("queue.declare", lambda v: _declare_queue(v, "new"), [(Access.CONFIGURE, "queue", "new")]),
@@ -189,22 +168,22 @@ CASES = [
     Case("queue.declare passive", lambda v: _declare_queue(v, "q", passive=True), []),
     Case(
         "queue.delete",
-        lambda v: v.delete_queue("q", if_unused=False, if_empty=False, owner=OWNER),
+        lambda v: v.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER),
         [(Access.CONFIGURE, "queue", "q")],
     ),
     Case(
         "queue.purge",
-        lambda v: v.purge_queue("q", owner=OWNER),
+        lambda v: v.purge_queue(cmd.QueuePurge("q"), OWNER),
         [(Access.READ, "queue", "q")],
     ),
     Case(
         "queue.bind",
-        lambda v: v.bind_queue("q", "x", "k2", {}, owner=OWNER),
+        lambda v: v.bind_queue(cmd.QueueBind("q", "x", "k2"), OWNER),
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
         "queue.unbind",
-        lambda v: v.unbind_queue("q", "x", "k", {}, owner=OWNER),
+        lambda v: v.unbind_queue(cmd.QueueUnbind("q", "x", "k"), OWNER),
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
@@ -219,10 +198,10 @@ CASES = [
     ),
     Case(
         "basic.consume",
-        lambda v: v.consume("q", exclusive=False, owner=OWNER),
+        lambda v: v.consume(cmd.BasicConsume("q", exclusive=False), OWNER),
         [(Access.READ, "queue", "q")],
     ),
-    Case("basic.get", lambda v: v.get("q", owner=OWNER), [(Access.READ, "queue", "q")]),
+    Case("basic.get", lambda v: v.get(cmd.BasicGet("q"), OWNER), [(Access.READ, "queue", "q")]),
 ]
 
 
@@ -263,9 +242,9 @@ async def test_a_refused_operation_changes_nothing() -> None:
     vhost, _ = await _as_user(Permissions("", "", ""))
     inner = vhost.inner if isinstance(vhost, AuthorizingVirtualHost) else vhost
     with pytest.raises(AMQPError):
-        await vhost.delete_queue("q", if_unused=False, if_empty=False, owner=OWNER)
+        await vhost.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER)
     with pytest.raises(AMQPError):
-        await vhost.get("q", owner=OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
     status = await _declare_queue(inner, "q", passive=True)
     assert status.message_count == 1
 
@@ -278,11 +257,11 @@ async def test_a_refused_operation_changes_nothing() -> None:
             "ACCESS_REFUSED - operation not permitted on the default exchange",
         ),
         (
-            lambda v: v.delete_exchange("", if_unused=False),
+            lambda v: v.delete_exchange(cmd.ExchangeDelete("", if_unused=False)),
             "ACCESS_REFUSED - operation not permitted on the default exchange",
         ),
         (
-            lambda v: v.delete_exchange("amq.direct", if_unused=False),
+            lambda v: v.delete_exchange(cmd.ExchangeDelete("amq.direct", if_unused=False)),
             "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed",
         ),
     ],
@@ -313,7 +292,7 @@ async def test_creating_an_amq_exchange_is_checked_before_its_name() -> None:
 async def test_binding_to_the_default_exchange_is_refused_for_its_name() -> None:
     vhost, _ = await _as_user(Permissions("", "^q$", ""))
     with pytest.raises(AMQPError) as refused:
-        await vhost.bind_queue("q", "", "q", {}, owner=OWNER)
+        await vhost.bind_queue(cmd.QueueBind("q", "", "q"), OWNER)
     assert refused.value.reply_text == (
         "ACCESS_REFUSED - operation not permitted on the default exchange"
     )
@@ -338,7 +317,7 @@ async def test_an_entry_of_empty_patterns_opens_the_vhost_and_nothing_else() -> 
     vhost, _ = await _as_user(Permissions("", "", ""))
     assert vhost.name == "/"
     with pytest.raises(AMQPError, match="access to queue 'q'"):
-        await vhost.get("q", owner=OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
 
 
 async def test_aliases_of_a_vhost_share_its_permissions() -> None:
@@ -371,7 +350,7 @@ async def test_superusers_need_no_entry_and_are_not_checked() -> None:
     backend = AuthorizingBackend(inner, MemoryPermissionStore(), superusers=["root", ADMIN])
     vhost = await backend.open_vhost("/", "root")
     assert not isinstance(vhost, AuthorizingVirtualHost)  # nothing to pay per operation
-    await vhost.delete_queue("q", if_unused=False, if_empty=False, owner=OWNER)
+    await vhost.delete_queue(cmd.QueueDelete("q", if_unused=False, if_empty=False), OWNER)
     other = await backend.open_vhost("/elsewhere", "root")
     await _declare_queue(other, "anything")
 
@@ -385,14 +364,14 @@ async def test_changes_apply_to_the_next_operation_of_an_open_vhost() -> None:
     store.put(SCOPE, USER, Permissions(".*", "^$", ".*"))
     with pytest.raises(AMQPError, match="write access to exchange 'x'"):
         await vhost.publish(Message("x", "k", EMPTY_HEADER, b"2"))
-    assert await vhost.get("q", owner=OWNER) is not None
+    assert await vhost.get(cmd.BasicGet("q"), OWNER) is not None
     store.put(SCOPE, USER, Permissions.everything())
     await vhost.publish(Message("x", "k", EMPTY_HEADER, b"3"))
     # Without an entry every operation is refused; the vhost stays open (as in RabbitMQ,
     # which checks the vhost at Connection.Open only).
     assert store.remove(SCOPE, USER)
     with pytest.raises(AMQPError) as refused:
-        await vhost.get("q", owner=OWNER)
+        await vhost.get(cmd.BasicGet("q"), OWNER)
     assert refused.value.reply_code == ReplyCode.ACCESS_REFUSED
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.amqp.commands import QueueDeclare
 from gateway.amqp.errors import ChannelError
 from gateway.amqp.fieldtable import Field
 from gateway.model.entities import (
@@ -29,7 +30,6 @@ from gateway.model.entities import (
     not_found,
     queue_type_of,
     resource,
-    strip_cr_lf,
 )
 
 S = Field  # shorthand in tables
@@ -111,13 +111,9 @@ def test_queue_owner_goes_with_exclusive() -> None:
 
 
 def test_declared_queue_exclusive_is_owned_and_never_durable() -> None:
-    queue = declared_queue(
-        "q", durable=True, exclusive=True, auto_delete=False, arguments=None, connection="c1"
-    )
+    queue = declared_queue(QueueDeclare("q", durable=True, exclusive=True), "c1")
     assert queue == Queue("q", durable=False, exclusive=True, owner="c1")
-    shared = declared_queue(
-        "q", durable=True, exclusive=False, auto_delete=True, arguments={}, connection="c1"
-    )
+    shared = declared_queue(QueueDeclare("q", durable=True, auto_delete=True), "c1")
     assert shared == Queue("q", durable=True, auto_delete=True)
 
 
@@ -130,11 +126,6 @@ def test_messages() -> None:
         "NOT_FOUND - no exchange 'x' in vhost '/t/n'"
     )
     assert not_found("queue", "q", "/").reply_code == 404
-
-
-def test_strip_cr_lf() -> None:
-    assert strip_cr_lf("a\r\nb\n") == "ab"
-    assert strip_cr_lf("plain") == "plain"
 
 
 def test_names_longer_than_a_shortstr_are_refused() -> None:
