@@ -43,6 +43,10 @@ def _ignore_reconnect(new_session: bool) -> None:
     pass
 
 
+def _nothing() -> None:
+    pass
+
+
 class KazooSession:
     """A kazoo client, its lifecycle from trio, and its state changes delivered to trio.
 
@@ -50,7 +54,9 @@ class KazooSession:
     ``was_connected`` telling whether it is the first since the connection was up;
     ``on_reconnected(new_session)`` runs for the first CONNECTED after either, ``new_session``
     telling whether the session expired meanwhile (so its ephemeral znodes and watches are
-    gone). ``owner`` names the store in refusals ("the metadata store is closed").
+    gone). ``on_closing()`` runs when ``aclose`` starts, with ``closed`` already true, so that
+    the owner's waiters can wake up and leave before the (slow) disconnect. ``owner`` names the
+    store in refusals ("the metadata store is closed").
     """
 
     def __init__(
@@ -63,6 +69,7 @@ class KazooSession:
         request_timeout: float,
         on_disconnected: Callable[[str, bool], None] = _ignore_disconnect,
         on_reconnected: Callable[[bool], None] = _ignore_reconnect,
+        on_closing: Callable[[], None] = _nothing,
     ) -> None:
         self.hosts = hosts
         self.owner = owner
@@ -70,6 +77,7 @@ class KazooSession:
         self.request_timeout = request_timeout
         self._on_disconnected = on_disconnected
         self._on_reconnected = on_reconnected
+        self._on_closing = on_closing
         # Reconnect quickly and keep trying: the default backs off to an hour between tries.
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
         self.client: Any = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
@@ -146,6 +154,7 @@ class KazooSession:
             return
         self.closed = True
         self._signal_connection()
+        self._on_closing()
         if self.started:
             self.client.remove_listener(self._state_listener)
             with trio.CancelScope(shield=True):
@@ -214,29 +223,3 @@ class KazooSession:
             self.session_lost = True
         self.disconnected = True
         self._on_disconnected(state, was_connected)
-
-
-# The metadata store's own lifecycle, until it moves onto KazooSession too.
-
-
-async def start_client(
-    client: KazooClient, listener: Callable[[Any], Any], hosts: str, timeout: float
-) -> None:
-    """Connect ``client`` with ``listener`` watching its state; MetadataUnavailable (and the
-    listener removed again) if ZooKeeper cannot be reached within ``timeout``."""
-    client.add_listener(listener)
-    try:
-        await trio.to_thread.run_sync(client.start, timeout, abandon_on_cancel=True)
-    except Exception as error:
-        client.remove_listener(listener)
-        raise MetadataUnavailable(
-            f"cannot connect to ZooKeeper at {hosts} within {timeout:g} s: {error}"
-        ) from error
-
-
-async def stop_client(client: KazooClient, listener: Callable[[Any], Any]) -> None:
-    """Disconnect and release a started ``client``, even from a cancelled task."""
-    client.remove_listener(listener)
-    with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(client.stop)
-        await trio.to_thread.run_sync(client.close)
