@@ -4,10 +4,11 @@ and records, is deletes.py.)
 
 Every write is one ``multi``, so it happens whole or not at all, and is compare-and-set by
 construction: a path can be created only once. docs/metadata.md ("Writes") has the table of
-each operation's transaction and its answer to a lost race; here each write is a loop that
-retries after a race it can explain (a missing bucket, a record that came or went) and gives
-up after ``ATTEMPTS``. Each successful write is applied to the namespace's view in the answer
-callback (calls.py), so it is in the view when the write returns.
+each operation's transaction and its answer to a lost race; here each write is one
+``attempt`` that ``retry_races`` repeats while it answers AGAIN (a race it can explain: a
+missing bucket, a record that came or went), up to ``ATTEMPTS`` times. Each successful write
+is applied to the namespace's view in the answer callback (calls.py), so it is in the view
+when the write returns.
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ from gateway.metadata.paths import (
 )
 from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.calls import (
-    ATTEMPTS,
+    AGAIN,
+    Again,
     Create,
     Delete,
     KazooCalls,
     Op,
     SetData,
     absent,
-    too_many_races,
+    retry_races,
     unexpected,
     value,
 )
@@ -287,7 +289,7 @@ class EntityTransactions:
         def created() -> None:
             self._watcher.own(namespace, lambda m: m.own_created(folder, child, entity))
 
-        for _ in range(ATTEMPTS):
+        async def attempt() -> Exchange | Queue | Again:
             failure = await self._calls.transact(what, ops, created)
             if failure is None:
                 return entity
@@ -296,12 +298,13 @@ class EntityTransactions:
                 winner = await self.read_entity(namespace, folder, child, what)
                 if winner is not None:
                     return winner
-                continue  # deleted again before we could read it: try to create it
+                return AGAIN  # deleted again before we could read it: try to create it
             if isinstance(error, NoNodeError):
                 await self._calls.ensure_parents(namespace, path, what)
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     async def _create_exclusive_queue(self, namespace: str, queue: Queue) -> Queue:
         """The queue and its owner record in one transaction: an exclusive queue exists only
@@ -328,7 +331,7 @@ class EntityTransactions:
 
             self._watcher.own(namespace, apply)
 
-        for _ in range(ATTEMPTS):
+        async def attempt() -> Queue | Again:
             failure = await self._calls.transact(what, ops, created)
             if failure is None:
                 return queue
@@ -338,18 +341,19 @@ class EntityTransactions:
                 if winner is not None:
                     assert isinstance(winner, Queue)
                     return winner
-                continue
+                return AGAIN
             if isinstance(error, NoNodeError):
                 await self._calls.ensure_parents(namespace, ops[index].path, what)
-                continue
+                return AGAIN
             if index == 1 and isinstance(error, NodeExistsError):
                 # An owner record without its queue (they are created and deleted together;
                 # only a hand edit or a bug leaves one): it owns nothing, remove it.
                 log.error("metadata: removing the owner record %s of no queue", owner_path)
                 await self._calls.delete_if_there(owner_path, what)
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     async def read_entity(
         self, namespace: str, folder: Folder, child: str, what: str
@@ -409,7 +413,7 @@ class EntityTransactions:
             if index == 0 and isinstance(error, NodeExistsError):
                 self._watcher.own(namespace, lambda m: m.learned(Folder.BINDINGS, child, binding))
 
-        for _ in range(ATTEMPTS):
+        async def attempt() -> bool | Again:
             ops = base + writes.ops()
             failure = await self._calls.transact(what, ops, created, exists)
             if failure is None:
@@ -417,12 +421,12 @@ class EntityTransactions:
             index, error = failure
             if index >= len(base):
                 await writes.failed(ops[index], error, what)
-                continue
+                return AGAIN
             if index == 0 and isinstance(error, NodeExistsError):
                 return False
             if index == 0 and isinstance(error, NoNodeError):
                 await self._calls.ensure_parents(namespace, ops[0].path, what)
-                continue
+                return AGAIN
             if isinstance(error, NoNodeError):
                 kind = "queue" if index == 1 else "exchange"
                 raise MissingEntity(kind, binding.queue if index == 1 else binding.exchange)
@@ -430,9 +434,10 @@ class EntityTransactions:
                 # A ref without its binding (only a hand edit makes one): remove it, retry.
                 log.error("metadata: removing dangling binding ref %s", ops[index].path)
                 await self._calls.delete_if_there(ops[index].path, what)
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     async def remove_binding(
         self,
@@ -459,7 +464,9 @@ class EntityTransactions:
                 self._watcher.forget(namespace, Folder.BINDINGS, child)
 
         repaired = False
-        for _ in range(ATTEMPTS):
+
+        async def attempt() -> bool | Again:
+            nonlocal base, repaired
             ops = base + writes.ops()
             failure = await self._calls.transact(what, ops, deleted, gone)
             if failure is None:
@@ -467,7 +474,7 @@ class EntityTransactions:
             index, error = failure
             if index >= len(base):
                 await writes.failed(ops[index], error, what)
-                continue
+                return AGAIN
             if index == 0 and isinstance(error, NoNodeError):
                 return False
             if isinstance(error, NoNodeError) and not repaired:
@@ -478,9 +485,10 @@ class EntityTransactions:
                     await self._calls.delete_if_there(op.path, what)
                 base = base[:1]
                 repaired = True
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         what = f"register routing key {routing_key!r} of exchange {exchange!r}"
@@ -496,7 +504,7 @@ class EntityTransactions:
             if isinstance(error, NodeExistsError):
                 self._watcher.own(namespace, lambda m: m.learned(Folder.TOPIC_KEYS, child, key))
 
-        for _ in range(ATTEMPTS):
+        async def attempt() -> bool | Again:
             failure = await self._calls.transact(what, ops, created, exists)
             if failure is None:
                 return True
@@ -505,9 +513,10 @@ class EntityTransactions:
                 return False
             if isinstance(error, NoNodeError):
                 await self._calls.ensure_parents(namespace, ops[0].path, what)
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     # ------------------------------------------------------------------ consumers
 
@@ -538,7 +547,7 @@ class EntityTransactions:
             self._ephemerals.track(path, record)
             self._watcher.own(namespace, lambda m: m.own_created(Folder.CONSUMERS, child, entity))
 
-        for _ in range(ATTEMPTS):
+        async def attempt() -> str | Again:
             document = await self._calls.read_data(queue_path, what)
             if document is None:
                 raise MissingEntity("queue", queue)
@@ -567,14 +576,15 @@ class EntityTransactions:
             if op.path == queue_path:
                 if isinstance(error, NoNodeError):
                     raise MissingEntity("queue", queue)
-                continue  # BadVersion: a consumer came or went since we read; again
+                return AGAIN  # BadVersion: a consumer came or went since we read; again
             if op.path == marker_path and isinstance(error, NodeExistsError):
                 raise ConsumerConflict(queue)
             if isinstance(error, NoNodeError):
                 await self._calls.ensure_parents(namespace, op.path, what)
-                continue
+                return AGAIN
             raise unexpected(error, what)
-        raise too_many_races(what)
+
+        return await retry_races(what, attempt)
 
     async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
         what = f"unregister a consumer of queue {queue!r}"
