@@ -19,7 +19,7 @@ failure (``_after_failure``) as "list again", "gone already", or a real error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +222,9 @@ class _CascadingDelete:
         return await retry_races(self.what, self._attempt)
 
     async def _attempt(self) -> bool | Again:
+        """Check the condition on the queue's document (at its version), list the refs and
+        the records (at that version still, or AGAIN), check the rest of the condition, and
+        commit the next batch; a failure is explained by ``_after_failure``."""
         checked_version: int | None = None
         if self._condition is not None and self._condition is not QueueCondition.UNUSED:
             document = await self._calls.read_data(self._path, self.what)
@@ -349,7 +352,9 @@ class _CascadingDelete:
             removal = DrainKey(self._name, topic, REMOVE)
             mirror.own_created(Folder.DRAINS, drain_child(self._name, topic), removal)
 
-    def _failed_callback(self, batch: _Batch) -> Any:
+    def _failed_callback(self, batch: _Batch) -> Callable[[int, Exception], None]:
+        """What to apply to the view when ``batch`` fails (in answer order)."""
+
         def failed(index: int, error: Exception) -> None:
             if batch.deletes_node(index) and isinstance(error, NoNodeError):
                 self._watcher.forget(self._namespace, self._folder, self._child)

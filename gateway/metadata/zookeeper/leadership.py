@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 from kazoo.exceptions import NoNodeError
@@ -31,7 +31,8 @@ from gateway.metadata.zookeeper.calls import (
 
 log = logging.getLogger(__name__)
 
-CANDIDATE_PREFIX = "c_"
+# Candidates are "c_<sequence>"; anything else in the folder is not a candidate.
+CANDIDATE_PREFIX: Final = "c_"
 
 
 class Leadership:
