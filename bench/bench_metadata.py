@@ -163,7 +163,8 @@ async def reader(hosts: str, prefix: str, namespace: str, tag: str, count: int) 
             print(f"seen {index} {time.perf_counter():.9f}", flush=True)
         # What the first reader of the view pays after a change: the parts of the snapshot
         # that changed are copied (a peek at the store's internals, to time that alone).
-        mirror = store._namespaces[namespace].mirror
+        mirror = store.mirror_of(namespace)
+        assert mirror is not None
         rebuilds = []
         for _ in range(5):
             mirror._snapshot = None

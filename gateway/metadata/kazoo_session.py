@@ -1,35 +1,225 @@
-"""Starting and stopping a kazoo client from trio, for every ZooKeeper store of the gateway
-(metadata, permissions): kazoo's ``start``/``stop``/``close`` block, so they run in a thread."""
+"""One ZooKeeper session driven from trio: the bridge every ZooKeeper store of the gateway
+(metadata, permissions) stands on.
+
+kazoo runs threads of its own: a connection thread (state listeners), a completion thread
+(answers to asynchronous calls) and a watch thread. A callback on those threads must neither
+block nor raise, and must not touch trio state, so each one only hands its argument to the
+trio thread (``TrioToken.run_sync_soon``, dropped once the trio run is over) and returns.
+kazoo's blocking calls (``start``, ``stop``, the synchronous API) run in worker threads.
+
+The session also keeps the connection state as the store sees it (``disconnected``,
+``session_lost``) and tells its owner about each change on the trio thread, in the order kazoo
+reported them, so that a store can refuse writes while ZooKeeper is unreachable and read
+everything again once it is back.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
 
 from gateway.metadata.store import MetadataUnavailable
 
+__all__ = ["KazooSession"]
 
-async def start_client(
-    client: KazooClient, listener: Callable[[Any], Any], hosts: str, timeout: float
-) -> None:
-    """Connect ``client`` with ``listener`` watching its state; MetadataUnavailable (and the
-    listener removed again) if ZooKeeper cannot be reached within ``timeout``."""
-    client.add_listener(listener)
-    try:
-        await trio.to_thread.run_sync(client.start, timeout, abandon_on_cancel=True)
-    except Exception as error:
-        client.remove_listener(listener)
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _ignore_disconnect(state: str, was_connected: bool) -> None:
+    pass
+
+
+def _ignore_reconnect(new_session: bool) -> None:
+    pass
+
+
+def _nothing() -> None:
+    pass
+
+
+class KazooSession:
+    """A kazoo client, its lifecycle from trio, and its state changes delivered to trio.
+
+    ``on_disconnected(state, was_connected)`` runs for every SUSPENDED or LOST (``state``),
+    ``was_connected`` telling whether it is the first since the connection was up;
+    ``on_reconnected(new_session)`` runs for the first CONNECTED after either, ``new_session``
+    telling whether the session expired meanwhile (so its ephemeral znodes and watches are
+    gone). ``on_closing()`` runs when ``aclose`` starts, with ``closed`` already true, so that
+    the owner's waiters can wake up and leave before the (slow) disconnect. ``owner`` names the
+    store in refusals ("the metadata store is closed").
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        owner: str,
+        session_timeout: float,
+        connect_timeout: float,
+        request_timeout: float,
+        on_disconnected: Callable[[str, bool], None] = _ignore_disconnect,
+        on_reconnected: Callable[[bool], None] = _ignore_reconnect,
+        on_closing: Callable[[], None] = _nothing,
+    ) -> None:
+        self.hosts = hosts
+        self.owner = owner
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._on_disconnected = on_disconnected
+        self._on_reconnected = on_reconnected
+        self._on_closing = on_closing
+        # Reconnect quickly and keep trying: the default backs off to an hour between tries.
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        self.client: Any = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.started = False
+        self.closed = False
+        self._start_lock = trio.Lock()
+        # Set by SUSPENDED or LOST, cleared by the next CONNECTED.
+        self.disconnected = False
+        # Set by LOST (the session expired): the next CONNECTED is a new session.
+        self.session_lost = False
+        # Set (and replaced) at every state change, for tasks waiting on one.
+        self.connection_changed = trio.Event()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def connected(self) -> bool:
+        """Whether ZooKeeper is reachable now (kazoo's own state, not the last one reported)."""
+        return self.started and not self.closed and self.client.state == KazooState.CONNECTED
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        """Wait until the connection is up (or, with False, down), as reported to trio."""
+        while (self.started and not self.disconnected and not self.closed) != connected:
+            await self.connection_changed.wait()
+
+    def check_connected(self, what: str, consequence: str = "") -> None:
+        """MetadataUnavailable unless a request can be sent now: kazoo would queue it while
+        disconnected, and the caller would wait for an answer that may never come."""
+        if self.closed:
+            raise MetadataUnavailable(f"cannot {what}: the {self.owner} is closed")
+        state = self.client.state
+        if state != KazooState.CONNECTED:
+            raise MetadataUnavailable(
+                f"cannot {what}: ZooKeeper at {self.hosts} is unreachable (connection "
+                f"{str(state).lower()}){consequence}"
+            )
+
+    def _signal_connection(self) -> None:
+        self.connection_changed.set()
+        self.connection_changed = trio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def connect(self) -> None:
+        """Connect now (the first call does otherwise); MetadataUnavailable if ZooKeeper
+        cannot be reached within ``connect_timeout``."""
+        if self.started:
+            return
+        async with self._start_lock:
+            if self.started:
+                return
+            if self.closed:
+                raise MetadataUnavailable(f"the {self.owner} is closed")
+            self._token = trio.lowlevel.current_trio_token()
+            self.client.add_listener(self._state_listener)
+            try:
+                await trio.to_thread.run_sync(
+                    self.client.start, self.connect_timeout, abandon_on_cancel=True
+                )
+            except Exception as error:
+                self.client.remove_listener(self._state_listener)
+                raise MetadataUnavailable(
+                    f"cannot connect to ZooKeeper at {self.hosts} within "
+                    f"{self.connect_timeout:g} s: {error}"
+                ) from error
+            self.started = True
+            self._signal_connection()
+
+    async def aclose(self) -> None:
+        """Disconnect and release the client, even from a cancelled task. Waiters in
+        ``wait_connected`` wake up and find the session closed."""
+        if self.closed:
+            return
+        self.closed = True
+        self._signal_connection()
+        self._on_closing()
+        if self.started:
+            self.client.remove_listener(self._state_listener)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.client.stop)
+                await trio.to_thread.run_sync(self.client.close)
+
+    # ------------------------------------------------------------------ kazoo threads -> trio
+
+    def notify(self, fn: Callable[..., None], *args: Any) -> None:
+        """From any kazoo thread: run ``fn(*args)`` on the trio thread soon, in call order."""
+        token = self._token
+        if token is None:
+            return
+        # RunFinishedError: the trio run is over, nobody is left to care.
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(fn, *args)
+
+    def link(self, async_result: Any, apply: Callable[[Any], None]) -> None:
+        """Run ``apply(async_result)`` on the trio thread when the answer comes.
+
+        Must be called from the trio thread right after issuing the request: kazoo's
+        completion thread runs callbacks in the order the server answered, and so then does
+        trio (a FIFO), which is what keeps a store's view from going back in time."""
+        async_result.rawlink(lambda result: self.notify(self._apply, apply, result))
+
+    @staticmethod
+    def _apply(apply: Callable[[Any], None], result: Any) -> None:
+        try:
+            apply(result)
+        except Exception:
+            # An exception here would end the trio run; log it instead.
+            log.exception("applying a ZooKeeper answer failed")
+
+    async def call_in_thread(self, fn: Callable[..., T], what: str, *args: Any) -> T:
+        """Run a blocking kazoo call in a worker thread, giving up after ``request_timeout``
+        (the thread is abandoned; kazoo ends it when its request times out)."""
+        with trio.move_on_after(self.request_timeout):
+            try:
+                return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+            except KazooException as error:
+                raise MetadataUnavailable(
+                    f"ZooKeeper refused to {what}: {type(error).__name__} {error}".rstrip()
+                ) from error
         raise MetadataUnavailable(
-            f"cannot connect to ZooKeeper at {hosts} within {timeout:g} s: {error}"
-        ) from error
+            f"ZooKeeper at {self.hosts} did not answer within {self.request_timeout:g} s "
+            f"while trying to {what}"
+        )
 
+    def _state_listener(self, state: str) -> None:  # kazoo's connection thread
+        self.notify(self._on_state, state)
 
-async def stop_client(client: KazooClient, listener: Callable[[Any], Any]) -> None:
-    """Disconnect and release a started ``client``, even from a cancelled task."""
-    client.remove_listener(listener)
-    with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(client.stop)
-        await trio.to_thread.run_sync(client.close)
+    def _on_state(self, state: str) -> None:
+        if self.closed:
+            return
+        self._signal_connection()
+        if state == KazooState.CONNECTED:
+            if not self.disconnected:
+                return  # the first connection: connect() has reported it
+            self.disconnected = False
+            new_session, self.session_lost = self.session_lost, False
+            self._on_reconnected(new_session)
+            return
+        # SUSPENDED or LOST (LOST after SUSPENDED too: the session is gone either way).
+        was_connected = not self.disconnected
+        if state == KazooState.LOST:
+            self.session_lost = True
+        self.disconnected = True
+        self._on_disconnected(state, was_connected)

@@ -29,7 +29,6 @@ read (a consistent snapshot, labelled with the node's ``mzxid``).
 from __future__ import annotations
 
 import builtins
-import contextlib
 import enum
 import json
 import logging
@@ -41,19 +40,16 @@ from types import MappingProxyType
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import trio
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.states import EventType, KazooState
-from kazoo.retry import KazooRetry
+from kazoo.protocol.states import EventType
 
-from gateway.metadata.kazoo_session import start_client, stop_client
+from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.paths import Layout, decode_name, encode_name
 from gateway.metadata.store import MetadataUnavailable
 
@@ -354,9 +350,10 @@ class ZooKeeperPermissionStore(_Versioned):
     """``PermissionStore`` on ZooKeeper. ``set``/``clear``/``list`` work on their own (the
     command line uses just those); ``lookup`` answers from the cache that ``run`` keeps.
 
-    Threads: kazoo's synchronous calls run in worker threads (``trio.to_thread``); its watch
-    and connection-state callbacks only hand a note to trio (``run_sync_soon``) and return.
-    The cache is read and written on the trio thread alone.
+    Threads: kazoo's synchronous calls run in worker threads, and its watch and
+    connection-state callbacks only hand a note to trio (both through ``KazooSession``, the
+    bridge the metadata store uses too). The cache is read and written on the trio thread
+    alone.
     """
 
     def __init__(
@@ -369,18 +366,16 @@ class ZooKeeperPermissionStore(_Versioned):
         request_timeout: float = 10.0,
     ) -> None:
         super().__init__()
-        self._hosts = hosts
         self._root = permissions_root(prefix)
-        self._connect_timeout = connect_timeout
-        self._request_timeout = request_timeout
-        # Reconnect quickly and keep trying: the default backs off to an hour between tries.
-        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
-        self._client: Any = KazooClient(
-            hosts=hosts, timeout=session_timeout, connection_retry=retry
+        self._session = KazooSession(
+            hosts,
+            owner="permission store",
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            on_disconnected=self._on_disconnected,
+            on_reconnected=self._on_reconnected,
         )
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._started = False
-        self._start_lock = trio.Lock()
         self._snapshots: dict[str, _Snapshot] = {}
         self._flat: dict[tuple[str, str], Permissions] = {}
         # What the reloader has to do: re-list the vhosts (all of them after a reconnect, or
@@ -389,8 +384,6 @@ class ZooKeeperPermissionStore(_Versioned):
         self._relist = False
         self._dirty: builtins.set[str] = set()
         self._wakeup = trio.Event()
-        self._disconnected = False
-        self._connection_changed = trio.Event()
         self._running = False
 
     @property
@@ -398,36 +391,24 @@ class ZooKeeperPermissionStore(_Versioned):
         return self._root
 
     @property
+    def _client(self) -> Any:
+        """The kazoo client (for tests that need this store's own session)."""
+        return self._session.client
+
+    @property
     def connected(self) -> bool:
-        return self._started and not self._closed and self._client.state == KazooState.CONNECTED
+        return self._session.connected
 
     async def wait_connected(self, connected: bool = True) -> None:
         """Wait until the connection is up (or, with False, down), as this store saw it."""
-        while (self._started and not self._disconnected and not self._closed) != connected:
-            await self._connection_changed.wait()
+        await self._session.wait_connected(connected)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def connect(self) -> None:
         """Connect now (the first call does otherwise); MetadataUnavailable if ZooKeeper
         cannot be reached within ``connect_timeout``."""
-        if self._started:
-            return
-        async with self._start_lock:
-            if self._started:
-                return
-            if self._closed:
-                raise MetadataUnavailable("the permission store is closed")
-            self._token = trio.lowlevel.current_trio_token()
-            await start_client(
-                self._client, self._state_listener, self._hosts, self._connect_timeout
-            )
-            self._started = True
-            self._signal_connection()
-
-    def _signal_connection(self) -> None:
-        self._connection_changed.set()
-        self._connection_changed = trio.Event()
+        await self._session.connect()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -435,9 +416,7 @@ class ZooKeeperPermissionStore(_Versioned):
         self._closed = True
         self._event.set()
         self._wakeup.set()
-        self._signal_connection()
-        if self._started:
-            await stop_client(self._client, self._state_listener)
+        await self._session.aclose()
 
     async def __aenter__(self) -> ZooKeeperPermissionStore:
         await self.connect()
@@ -480,11 +459,7 @@ class ZooKeeperPermissionStore(_Versioned):
 
     async def _write(self, vhost: str, principal: str, data: bytes | None, what: str) -> bool:
         await self.connect()
-        if not self.connected:
-            raise MetadataUnavailable(
-                f"cannot {what}: ZooKeeper at {self._hosts} is unreachable "
-                f"(connection {str(self._client.state).lower()})"
-            )
+        self._session.check_connected(what)
         changed = await self._call(self._write_sync, what, vhost, principal, data)
         if changed and self._running:
             # Own writes are visible here when the call returns (the watch would tell us a
@@ -590,18 +565,7 @@ class ZooKeeperPermissionStore(_Versioned):
         raise MetadataUnavailable(f"vhost {vhost!r} changed while being read, {ATTEMPTS} times")
 
     async def _call(self, fn: Callable[..., T], what: str, *args: Any) -> T:
-        """Run a blocking kazoo call in a thread, giving up after ``request_timeout``."""
-        with trio.move_on_after(self._request_timeout):
-            try:
-                return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
-            except KazooException as error:
-                raise MetadataUnavailable(
-                    f"ZooKeeper refused to {what}: {type(error).__name__} {error}".rstrip()
-                ) from error
-        raise MetadataUnavailable(
-            f"ZooKeeper at {self._hosts} did not answer within {self._request_timeout:g} s "
-            f"while trying to {what}"
-        )
+        return await self._session.call_in_thread(fn, what, *args)
 
     # ------------------------------------------------------------------ the cache
 
@@ -690,19 +654,11 @@ class ZooKeeperPermissionStore(_Versioned):
         if changed:
             self._bump()
 
-    # ------------------------------------------------------------------ kazoo -> trio
-
-    def _notify(self, fn: Callable[..., None], *args: Any) -> None:
-        token = self._token
-        if token is None:
-            return
-        # RunFinishedError: the trio run is over, nobody is left to care.
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(fn, *args)
+    # ------------------------------------------------------------------ watches, state
 
     def _on_root_watch(self, event: Any) -> None:  # kazoo's watch thread
         if event.type != EventType.NONE:
-            self._notify(self._mark, None)
+            self._session.notify(self._mark, None)
 
     def _on_vhost_watch(self, event: Any) -> None:  # kazoo's watch thread
         path = event.path
@@ -712,10 +668,7 @@ class ZooKeeperPermissionStore(_Versioned):
             vhost = decode_name(path[len(self._root) + 1 :])
         except ValueError:
             return
-        self._notify(self._mark, vhost)
-
-    def _state_listener(self, state: str) -> None:  # kazoo's connection thread
-        self._notify(self._on_state, state)
+        self._session.notify(self._mark, vhost)
 
     def _mark(self, vhost: str | None) -> None:
         if vhost is None:
@@ -724,23 +677,17 @@ class ZooKeeperPermissionStore(_Versioned):
             self._dirty.add(vhost)
         self._wakeup.set()
 
-    def _on_state(self, state: str) -> None:
-        if self._closed:
-            return
-        self._signal_connection()
-        if state == KazooState.CONNECTED:
-            if self._disconnected:
-                # Watches may have been lost with the session, and changes made meanwhile
-                # were not seen: read everything again (which also sets the watches again).
-                self._disconnected = False
-                log.info("permissions: reconnected to ZooKeeper; reloading")
-                self._full = True
-                self._wakeup.set()
-            return
-        if not self._disconnected:
+    def _on_reconnected(self, new_session: bool) -> None:
+        # Watches may have been lost with the session, and changes made meanwhile were not
+        # seen: read everything again (which also sets the watches again).
+        log.info("permissions: reconnected to ZooKeeper; reloading")
+        self._full = True
+        self._wakeup.set()
+
+    def _on_disconnected(self, state: str, was_connected: bool) -> None:
+        if was_connected:
             log.warning(
                 "permissions: ZooKeeper connection %s; checks use the cached permissions "
                 "until it is back",
                 str(state).lower(),
             )
-        self._disconnected = True

@@ -384,7 +384,7 @@ async def test_a_leader_that_loses_zookeeper_stops_and_the_other_takes_over(
         # Back with a new session, it stands again, behind the leader.
         with trio.fail_after(DEADLINE):
             while True:
-                candidates = await steady._children(  # a look at the candidates
+                candidates = await steady._calls.children(  # a look at the candidates
                     zk_fleet.stores[0].layout.leader(namespace), "list candidates"
                 )
                 if len(candidates) == 2:

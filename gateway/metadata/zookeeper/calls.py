@@ -1,0 +1,339 @@
+"""kazoo requests issued from trio, answered in server order, and the transaction operations.
+
+ZooKeeper answers one session's requests in order, and kazoo's completion thread runs the
+callbacks in that order, so answers reach trio (``KazooSession.link``) in server order. Every
+answer is *applied* (to the mirror, the view) right there, in the ``apply`` callback, never
+later in the task that awaits it: a task resumes after other callbacks have run, and applying
+its answer then could put an older state over a newer one. So own writes are in the view when
+the write returns, and a later watch event cannot regress them. (kazoo APIs that wrap their
+result in a second AsyncResult, ``create_async`` and ``sync_async``, would reorder callbacks;
+writes therefore go through ``transaction()`` even for a single create.)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+import outcome
+import trio
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    ZookeeperStoppedError,
+)
+
+from gateway.metadata.codec import namespace_document
+from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.paths import BUCKETS, Layout
+from gateway.metadata.store import MetadataUnavailable
+
+T = TypeVar("T")
+
+# A compare-and-set loop gives up after this many lost races (each one means someone else
+# changed the same entity meanwhile; a handful is already unusual).
+ATTEMPTS: Final = 16
+# Operations per transaction, and their approximate size: a multi is one packet, and
+# ZooKeeper refuses packets over jute.maxbuffer (1 MB by default).
+TXN_OPS: Final = 900
+TXN_BYTES: Final = 512 * 1024
+# Errors that say "the connection went away": the outcome of a write is then unknown.
+CONNECTION_ERRORS: Final = (
+    ConnectionLoss,
+    SessionExpiredError,
+    ConnectionClosedError,
+    ZookeeperStoppedError,
+    OperationTimeoutError,
+)
+# Why the metadata store refuses a write while ZooKeeper is away (appended to the refusal).
+_REFUSAL: Final = (
+    "; metadata changes are refused until it is back, while publishing and consuming go on "
+    "with the entities already known"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Fails the transaction unless ``path`` exists (at ``version``; -1: any)."""
+
+    path: str
+    version: int = -1
+
+
+Op = Create | Delete | SetData | Check
+# A failed transaction: the index of the operation that failed, and its error.
+Failure = tuple[int, Exception]
+
+
+def op_size(op: Op) -> int:
+    """About how many bytes ``op`` adds to a transaction's packet."""
+    return len(op.path) + 32 + (len(op.data) if isinstance(op, Create | SetData) else 0)
+
+
+def absent(path: str) -> list[Op]:
+    """Operations that fail the transaction (NodeExists at the first) if ``path`` exists, and
+    change nothing otherwise: ZooKeeper has no "check absent", but creating and deleting a node
+    within one transaction is exactly that."""
+    return [Create(path), Delete(path)]
+
+
+def nothing() -> None:
+    """An ``on_success`` for writes whose success changes no view."""
+
+
+class Reply(Generic[T]):
+    """One answer, applied on the trio thread and awaited by one task."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: outcome.Outcome[T] | None = None
+
+
+def unexpected(error: Exception, what: str) -> Exception:
+    """What to raise for an error no caller expected: ZooKeeper's as MetadataUnavailable."""
+    if isinstance(error, KazooException):
+        return MetadataUnavailable(f"ZooKeeper refused to {what}: {type(error).__name__}")
+    return error
+
+
+def too_many_races(what: str) -> MetadataUnavailable:
+    return MetadataUnavailable(
+        f"could not {what}: it changed concurrently {ATTEMPTS} times in a row; try again"
+    )
+
+
+class Again(enum.Enum):
+    """What an attempt of a compare-and-set loop returns when it lost a race (or repaired
+    something in the way): the loop tries again, from a fresh read."""
+
+    AGAIN = enum.auto()
+
+
+AGAIN: Final = Again.AGAIN
+
+
+async def retry_races(what: str, attempt: Callable[[], Awaitable[T | Again]]) -> T:
+    """``attempt()``'s first answer other than AGAIN; MetadataUnavailable after ATTEMPTS
+    lost races in a row."""
+    for _ in range(ATTEMPTS):
+        result = await attempt()
+        if not isinstance(result, Again):
+            return result
+    raise too_many_races(what)
+
+
+def value(result: Any, what: str) -> Any:
+    """The value of a kazoo answer; a lost connection as MetadataUnavailable."""
+    try:
+        return result.get_nowait()
+    except CONNECTION_ERRORS as error:
+        raise MetadataUnavailable(
+            f"lost the connection to ZooKeeper while trying to {what}; the change may or "
+            "may not have been made"
+        ) from error
+
+
+class KazooCalls:
+    """Requests on one session, each answer applied on arrival (see the module docstring)."""
+
+    def __init__(self, session: KazooSession, layout: Layout) -> None:
+        self.session = session
+        self.layout = layout
+
+    @property
+    def client(self) -> Any:
+        return self.session.client
+
+    def check_writable(self, what: str) -> None:
+        self.session.check_connected(what, _REFUSAL)
+
+    async def prepare(self, what: str) -> None:
+        """Connect if not yet; refuse at once while ZooKeeper is unreachable."""
+        await self.session.connect()
+        self.check_writable(what)
+
+    # ------------------------------------------------------------------ issuing, waiting
+
+    def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
+        """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
+        once while ZooKeeper is unreachable (kazoo would queue it)."""
+        self.check_writable(what)
+        reply: Reply[T] = Reply()
+
+        def on_answer(result: Any) -> None:
+            reply.result = outcome.capture(apply, result)
+            reply.done.set()
+
+        self.session.link(issue(), on_answer)
+        return reply
+
+    async def wait(self, reply: Reply[T], what: str) -> T:
+        """The answer, or MetadataUnavailable if none comes within ``request_timeout``."""
+        timeout = self.session.request_timeout
+        with trio.move_on_after(timeout):
+            await reply.done.wait()
+        if reply.result is None:
+            raise MetadataUnavailable(
+                f"ZooKeeper did not answer within {timeout:g} s while trying to "
+                f"{what}; the change may or may not have been made"
+            )
+        return reply.result.unwrap()
+
+    async def ask(self, issue: Callable[[], Any], apply: Callable[[Any], T], what: str) -> T:
+        return await self.wait(self.submit(what, issue, apply), what)
+
+    # ------------------------------------------------------------------ transactions
+
+    async def transact(
+        self,
+        what: str,
+        ops: Sequence[Op],
+        on_success: Callable[[], None],
+        on_failure: Callable[[int, Exception], None] | None = None,
+    ) -> Failure | None:
+        """Commit ``ops`` atomically. On success ``on_success`` runs in answer order (it
+        updates the view) and None is returned; otherwise ``on_failure`` runs likewise and
+        (index of the failed op, its error) is returned."""
+        return await self.wait(self.submit_transaction(what, ops, on_success, on_failure), what)
+
+    def submit_transaction(
+        self,
+        what: str,
+        ops: Sequence[Op],
+        on_success: Callable[[], None] | None = None,
+        on_failure: Callable[[int, Exception], None] | None = None,
+    ) -> Reply[Failure | None]:
+        # transaction() even for one create: create_async would reorder answers.
+        transaction = self.client.transaction()
+        for op in ops:
+            if isinstance(op, Create):
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif isinstance(op, Delete):
+                transaction.delete(op.path, op.version)
+            elif isinstance(op, SetData):
+                transaction.set_data(op.path, op.data, op.version)
+            else:
+                transaction.check(op.path, op.version)
+
+        def apply(result: Any) -> Failure | None:
+            for index, item in enumerate(value(result, what)):
+                # The other operations of a failed transaction report "rolled back".
+                if isinstance(item, Exception) and not isinstance(
+                    item, RolledBackError | RuntimeInconsistency
+                ):
+                    if on_failure is not None:
+                        on_failure(index, item)
+                    return index, item
+            if on_success is not None:
+                on_success()
+            return None
+
+        return self.submit(what, transaction.commit_async, apply)
+
+    # ------------------------------------------------------------------ small requests
+
+    def submit_children(self, path: str, what: str) -> Reply[list[str]]:
+        """List ``path`` (no watch); a missing node has no children."""
+
+        def apply(result: Any) -> list[str]:
+            try:
+                return list(value(result, what))
+            except NoNodeError:
+                return []
+
+        return self.submit(what, lambda: self.client.get_children_async(path), apply)
+
+    async def children(self, path: str, what: str) -> list[str]:
+        return await self.wait(self.submit_children(path, what), what)
+
+    async def synced_children(self, path: str, what: str) -> list[str]:
+        """The children of ``path`` after a sync (none if it does not exist): what another
+        replica wrote before now, whether or not this one's watches have reported it."""
+        await self.prepare(what)
+        self.client.sync_async(path)  # the listing below is answered after it (same session)
+        return await self.children(path, what)
+
+    async def read_data(self, path: str, what: str) -> tuple[bytes, int] | None:
+        """The node's data and version; None if it does not exist."""
+
+        def apply(result: Any) -> tuple[bytes, int] | None:
+            try:
+                data, stat = value(result, what)
+            except NoNodeError:
+                return None
+            return bytes(data or b""), int(stat.version)
+
+        return await self.ask(lambda: self.client.get_async(path), apply, what)
+
+    async def exists(self, path: str, what: str) -> bool:
+        def apply(result: Any) -> bool:
+            return value(result, what) is not None
+
+        return await self.ask(lambda: self.client.exists_async(path), apply, what)
+
+    async def delete_if_there(self, path: str, what: str) -> None:
+        failure = await self.transact(what, [Delete(path)], nothing)
+        if failure is not None and not isinstance(failure[1], NoNodeError):
+            raise unexpected(failure[1], what)
+
+    # ------------------------------------------------------------------ folders, buckets
+
+    async def ensure_parents(self, namespace: str, path: str, what: str) -> None:
+        """Create the bucket of ``path`` (and the namespace's folders, if missing too).
+
+        Buckets are created on first use: an empty vhost does not cost 1,024 znodes, nor a
+        replica 1,024 listings to open it. Usually only the bucket is missing."""
+        bucket = path.rsplit("/", 1)[0]
+        failure = await self.transact(what, [Create(bucket)], nothing)
+        if failure is None or isinstance(failure[1], NodeExistsError):
+            return
+        if not isinstance(failure[1], NoNodeError):
+            raise unexpected(failure[1], what)
+        await self.ensure_paths(namespace, [*self.layout.skeleton(namespace), bucket], what)
+
+    async def ensure_paths(self, namespace: str, paths: Sequence[str], what: str) -> None:
+        """Create each path unless it exists. All are issued before any answer is awaited, in
+        the order given: one session's requests are applied in order, so a parent listed
+        before its child exists when the child is created."""
+        root = self.layout.namespace(namespace)
+        replies = [
+            self.submit_transaction(
+                what, [Create(path, namespace_document(BUCKETS) if path == root else b"")]
+            )
+            for path in paths
+        ]
+        for reply in replies:
+            failure = await self.wait(reply, what)
+            if failure is not None and not isinstance(failure[1], NodeExistsError):
+                raise unexpected(failure[1], what)

@@ -1,0 +1,368 @@
+"""The watch-driven listing that keeps each open namespace's mirror (mirror.py) current.
+
+One-shot children watches on each folder (to learn new buckets) and each bucket. A watch event
+re-lists that bucket (one listing in flight per path; events meanwhile mark it dirty), the
+mirror diffs the listing, and the new children's data is read with a multiRead. Once a
+namespace is loaded, those reads also keep each node's Stat mtime: an entity that enters the
+view reports the time since its write to ``watch_lag`` (watch_lag.py); the first load's reads
+do not (100,000 queues read at start-up are not lag).
+
+**Faults.** On SUSPENDED or LOST the views stay as they are, and answers to reads issued
+before are ignored (an epoch counter): they may never come, or come from a server that is no
+longer ours. On CONNECTED after either, every open namespace is re-listed (after a ``sync``,
+so a server that lags behind cannot show an older state), which re-registers the watches
+(kazoo drops them all when a connection drops) and repairs the mirror from the diff.
+
+Own writes and reads reach the mirror through ``own``, applied in the same answer order as the
+listings (calls.py), so neither can put an older state over a newer one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import trio
+from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
+from kazoo.protocol.states import EventType
+
+from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.mirror import NamespaceMirror
+from gateway.metadata.multiread import MISSING, MultiRead
+from gateway.metadata.paths import Folder, Layout
+from gateway.metadata.watch_lag import WatchLag, lag_seconds
+from gateway.metadata.zookeeper.calls import CONNECTION_ERRORS
+
+log = logging.getLogger(__name__)
+
+# Reads per multiRead: ~100 KB answers, far below ZooKeeper's 1 MB packet limit.
+READ_BATCH: Final = 500
+
+
+@dataclass(eq=False)
+class WatchedNamespace:
+    """One open namespace: its mirror, and the state of the listings that keep it current."""
+
+    name: str
+    mirror: NamespaceMirror
+    # Set (and replaced) when the mirror's version moves past ``signalled``.
+    event: trio.Event = field(default_factory=trio.Event)
+    signalled: int = 0
+    loaded: trio.Event = field(default_factory=trio.Event)
+    load_started: float = 0.0
+    load_seconds: float | None = None
+    # Reads in flight in the current epoch that the first load waits for.
+    outstanding: int = 0
+    # Paths with a listing in flight (current epoch), and paths whose watch fired meanwhile.
+    inflight: set[str] = field(default_factory=set)
+    dirty: set[str] = field(default_factory=set)
+    # Buckets listed (so watched) in the current epoch. Not the mirror's buckets: our own
+    # write into a new bucket makes the mirror know it before any listing watches it.
+    watched: set[str] = field(default_factory=set)
+    # When the resync after a reconnect started (None when not resyncing).
+    resync_started: float | None = None
+
+
+class NamespaceWatcher:
+    """The open namespaces of one store, each kept current by watches."""
+
+    def __init__(self, session: KazooSession, layout: Layout, watch_lag: WatchLag | None) -> None:
+        self._session = session
+        self._layout = layout
+        # Told the lag of each change other replicas made, once it is in a loaded view.
+        self._watch_lag = watch_lag
+        self._namespaces: dict[str, WatchedNamespace] = {}
+        # Listed path -> (namespace, folder, bucket or None for the folder itself).
+        self._watched: dict[str, tuple[WatchedNamespace, Folder, str | None]] = {}
+        # Grows at every connection change; answers of an older epoch are dropped.
+        self._epoch = 0
+        # False once the server said it has no multiRead (ZooKeeper before 3.6).
+        self._multiread = True
+
+    # ------------------------------------------------------------------ namespaces
+
+    def get(self, namespace: str) -> WatchedNamespace | None:
+        return self._namespaces.get(namespace)
+
+    def __len__(self) -> int:
+        return len(self._namespaces)
+
+    def start(self, namespace: str) -> WatchedNamespace:
+        """Open ``namespace``: list every folder and bucket, with watches. ``loaded`` is set
+        when every answer of that first load is in."""
+        state = WatchedNamespace(namespace, NamespaceMirror(namespace))
+        state.load_started = time.perf_counter()
+        self._namespaces[namespace] = state
+        for folder in Folder:
+            self._list_folder(state, folder, every_bucket=True)
+        return state
+
+    def close(self, namespace: str) -> None:
+        """Stop keeping ``namespace`` current (it is being deleted); waiters in ``changed``
+        wake up and find it gone."""
+        closing = self._namespaces.pop(namespace, None)
+        if closing is not None:
+            closing.event.set()
+            self._watched = {p: e for p, e in self._watched.items() if e[0] is not closing}
+
+    def mirror(self, namespace: str) -> NamespaceMirror | None:
+        state = self._namespaces.get(namespace)
+        return None if state is None else state.mirror
+
+    def own(self, namespace: str, apply: Callable[[NamespaceMirror], None]) -> None:
+        """Apply one of our own writes (or reads) to the namespace's view, if it is open."""
+        state = self._namespaces.get(namespace)
+        if state is not None:
+            apply(state.mirror)
+            self.wake(state)
+
+    def forget(self, namespace: str, folder: Folder, child: str) -> None:
+        """We found ``child`` gone: out of the view too."""
+        self.own(namespace, lambda mirror: mirror.forget(folder, child))
+
+    def live(self, state: WatchedNamespace) -> bool:
+        """Whether answers for ``state`` still matter (the store is open, the namespace too)."""
+        return not self._session.closed and self._namespaces.get(state.name) is state
+
+    def wake(self, state: WatchedNamespace) -> None:
+        if state.mirror.version != state.signalled or self._session.closed:
+            state.signalled = state.mirror.version
+            state.event.set()
+            state.event = trio.Event()
+
+    def wake_all(self) -> None:
+        for state in self._namespaces.values():
+            self.wake(state)
+
+    # ------------------------------------------------------------------ connection changes
+
+    def disconnected(self) -> None:
+        """Answers to reads issued so far may never come: forget them."""
+        self._epoch += 1
+
+    def resync_all(self) -> None:
+        """Connected again: list every open namespace again (see the module docstring)."""
+        self._epoch += 1
+        log.info(
+            "metadata: reconnected to ZooKeeper; resynchronising %d namespace(s)",
+            len(self._namespaces),
+        )
+        for state in self._namespaces.values():
+            self._resync(state)
+
+    def _resync(self, state: WatchedNamespace) -> None:
+        state.resync_started = time.perf_counter()
+        state.inflight.clear()
+        state.dirty.clear()
+        state.watched.clear()
+        state.outstanding = 0
+        # A server that lags behind the one we used before must catch up before we read.
+        self._session.client.sync_async(self._layout.namespace(state.name))
+        for folder in Folder:
+            self._list_folder(state, folder, every_bucket=True)
+
+    # ------------------------------------------------------------------ listings
+
+    def _watch_listener(self, event: Any) -> None:  # kazoo's watch thread
+        self._session.notify(self._on_watch, event.path, event.type)
+
+    def _on_watch(self, path: str | None, event_type: str) -> None:
+        if self._session.closed or path is None or event_type == EventType.NONE:
+            return  # NONE: kazoo dropping watches on disconnect; the resync re-lists
+        entry = self._watched.get(path)
+        if entry is None or not self.live(entry[0]):
+            return
+        state, folder, bucket = entry
+        if bucket is None:
+            self._list_folder(state, folder, every_bucket=False)
+        else:
+            self._list_bucket(state, folder, bucket)
+
+    def _list_folder(self, state: WatchedNamespace, folder: Folder, *, every_bucket: bool) -> None:
+        path = self._layout.folder(state.name, folder)
+        if not every_bucket and path in state.inflight:
+            state.dirty.add(path)
+            return
+        self._watched[path] = (state, folder, None)
+        state.inflight.add(path)
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or not self.live(state):
+                return
+            state.outstanding -= 1
+            state.inflight.discard(path)
+            try:
+                buckets, _stat = result.get_nowait()
+            except NoNodeError:
+                buckets = []
+            except (KazooException, OSError):
+                buckets = None  # the connection went; the resync lists again
+            if buckets is not None:
+                state.mirror.apply_folder_listing(folder, buckets)
+                for bucket in buckets:
+                    bucket_path = self._layout.bucket(state.name, folder, bucket)
+                    if every_bucket or bucket_path not in state.watched:
+                        self._list_bucket(state, folder, bucket)
+            if path in state.dirty:
+                state.dirty.discard(path)
+                self._list_folder(state, folder, every_bucket=False)
+            self._settle(state)
+
+        self._session.link(
+            self._session.client.get_children_async(
+                path, watch=self._watch_listener, include_data=True
+            ),
+            apply,
+        )
+
+    def _list_bucket(self, state: WatchedNamespace, folder: Folder, bucket: str) -> None:
+        path = self._layout.bucket(state.name, folder, bucket)
+        if path in state.inflight:
+            state.dirty.add(path)
+            return
+        self._watched[path] = (state, folder, bucket)
+        state.watched.add(path)
+        state.inflight.add(path)
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or not self.live(state):
+                return
+            state.outstanding -= 1
+            state.inflight.discard(path)
+            try:
+                children, stat = result.get_nowait()
+            except NoNodeError:
+                state.mirror.apply_missing_bucket(folder, bucket)
+            except (KazooException, OSError):
+                pass  # the connection went; the resync lists again
+            else:
+                to_read = state.mirror.apply_bucket_listing(folder, bucket, children, stat.cversion)
+                if to_read:
+                    self._read(state, folder, to_read)
+            if path in state.dirty:
+                state.dirty.discard(path)
+                self._list_bucket(state, folder, bucket)
+            self._settle(state)
+
+        self._session.link(
+            self._session.client.get_children_async(
+                path, watch=self._watch_listener, include_data=True
+            ),
+            apply,
+        )
+
+    # ------------------------------------------------------------------ reading new children
+
+    def _read(self, state: WatchedNamespace, folder: Folder, children: list[str]) -> None:
+        """Read the children's data, in multiReads of READ_BATCH (or one get each where the
+        server has no multiRead)."""
+        if not self._multiread:
+            for child in children:
+                self._read_one(state, folder, child)
+            return
+        client = self._session.client
+        chroot = client.chroot or ""
+        # Reads issued before the first load finished are answered before it does (it waits
+        # for every outstanding answer), so this leaves the whole load unmeasured.
+        measure = self._watch_lag is not None and state.loaded.is_set()
+        for start in range(0, len(children), READ_BATCH):
+            batch = children[start : start + READ_BATCH]
+            paths = [chroot + self._layout.node(state.name, folder, child) for child in batch]
+            request = MultiRead(paths, mtimes=measure)
+            state.outstanding += 1
+            epoch = self._epoch
+
+            def apply(
+                result: Any,
+                batch: list[str] = batch,
+                epoch: int = epoch,
+                request: MultiRead = request,
+            ) -> None:
+                if epoch != self._epoch or not self.live(state):
+                    return
+                state.outstanding -= 1
+                try:
+                    datas = result.get_nowait()
+                except UnimplementedError:
+                    log.warning("metadata: ZooKeeper has no multiRead; reading one node at a time")
+                    self._multiread = False
+                    self._read(state, folder, batch)
+                except (KazooException, OSError, ValueError) as error:
+                    if not isinstance(error, CONNECTION_ERRORS):
+                        log.warning("metadata: reading %d znodes failed: %r", len(batch), error)
+                else:
+                    mtimes = request.mtimes
+                    for index, (child, data) in enumerate(zip(batch, datas, strict=True)):
+                        seen = state.mirror.apply_data(
+                            folder, child, None if data is MISSING else data
+                        )
+                        if seen and mtimes is not None:
+                            self._observe_lag(mtimes[index])
+                self._settle(state)
+
+            async_result = client.handler.async_result()
+            self._session.link(async_result, apply)
+            # kazoo has no public way to send a request type it does not know.
+            client._call(request, async_result)
+
+    def _read_one(self, state: WatchedNamespace, folder: Folder, child: str) -> None:
+        state.outstanding += 1
+        epoch = self._epoch
+        measure = state.loaded.is_set()
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or not self.live(state):
+                return
+            state.outstanding -= 1
+            try:
+                data, stat = result.get_nowait()
+            except NoNodeError:
+                state.mirror.apply_data(folder, child, None)
+            except (KazooException, OSError):
+                pass
+            else:
+                if state.mirror.apply_data(folder, child, data or b"") and measure:
+                    self._observe_lag(stat.mtime)
+            self._settle(state)
+
+        path = self._layout.node(state.name, folder, child)
+        self._session.link(self._session.client.get_async(path), apply)
+
+    def _observe_lag(self, mtime_ms: int | None) -> None:
+        """Report the lag of a change that just entered the view (answers are applied on
+        arrival, so now is when this replica's view shows it)."""
+        if self._watch_lag is not None and mtime_ms is not None:
+            self._watch_lag(lag_seconds(mtime_ms))
+
+    def _settle(self, state: WatchedNamespace) -> None:
+        """After an answer: wake waiters, and finish the first load when nothing is left."""
+        self.wake(state)
+        if state.outstanding == 0 and state.resync_started is not None and state.loaded.is_set():
+            log.info(
+                "metadata: resynchronised namespace %s with ZooKeeper in %.3f s",
+                state.name,
+                time.perf_counter() - state.resync_started,
+            )
+            state.resync_started = None
+        if state.outstanding == 0 and not state.loaded.is_set():
+            state.load_seconds = time.perf_counter() - state.load_started
+            counts = state.mirror.counts()
+            log.info(
+                "metadata: loaded namespace %s from ZooKeeper in %.3f s: %d exchanges, "
+                "%d queues, %d bindings, %d topic keys",
+                state.name,
+                state.load_seconds,
+                counts[Folder.EXCHANGES.value],
+                counts[Folder.QUEUES.value],
+                counts[Folder.BINDINGS.value],
+                counts[Folder.TOPIC_KEYS.value],
+            )
+            state.resync_started = None
+            state.loaded.set()

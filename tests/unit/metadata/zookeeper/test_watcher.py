@@ -1,0 +1,101 @@
+"""watcher.py on the real ZooKeeper: the first load, changes another client makes reaching the
+mirror through watches (with their lag reported, the load's not), own writes applied at once,
+and a closed namespace left alone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import trio
+from kazoo.client import KazooClient
+
+from gateway.metadata.codec import encode_queue
+from gateway.metadata.paths import Folder, encode_name
+from gateway.metadata.store import VhostView
+from gateway.metadata.zookeeper.watcher import WatchedNamespace
+from gateway.model.entities import Queue
+from tests.unit.metadata.conftest import Parts, make_parts
+
+pytestmark = pytest.mark.integration
+
+DEADLINE = 20.0
+
+
+@pytest.fixture
+async def lagging(zk_hosts: str, zk_prefix: str) -> AsyncIterator[tuple[Parts, list[float]]]:
+    lags: list[float] = []
+    built = make_parts(zk_hosts, zk_prefix, lags)
+    await built.session.connect()
+    try:
+        yield built, lags
+    finally:
+        with trio.CancelScope(shield=True):
+            await built.session.aclose()
+
+
+def _write_queue(raw: KazooClient, parts: Parts, namespace: str, queue: Queue) -> None:
+    path = parts.layout.node(namespace, Folder.QUEUES, encode_name(queue.name))
+    raw.create(path, encode_queue(queue), makepath=True)
+
+
+async def _until(state: WatchedNamespace, predicate: Callable[[VhostView], bool]) -> VhostView:
+    with trio.fail_after(DEADLINE):
+        while not predicate(view := state.mirror.snapshot()):
+            await state.event.wait()
+    return view
+
+
+async def _open(parts: Parts, namespace: str) -> WatchedNamespace:
+    await parts.calls.ensure_paths(namespace, parts.layout.skeleton(namespace), "open")
+    state = parts.watcher.start(namespace)
+    with trio.fail_after(DEADLINE):
+        await state.loaded.wait()
+    return state
+
+
+async def test_load_then_follow_another_clients_changes(
+    lagging: tuple[Parts, list[float]], raw: KazooClient, namespace: str
+) -> None:
+    parts, lags = lagging
+    await parts.calls.ensure_paths(namespace, parts.layout.skeleton(namespace), "open")
+    _write_queue(raw, parts, namespace, Queue("before", durable=True))
+
+    state = await _open(parts, namespace)
+    assert state.mirror.snapshot().queues["before"].durable
+    assert state.load_seconds is not None and state.load_seconds > 0
+    assert lags == []  # what the first load reads is not lag
+    assert parts.watcher.get(namespace) is state and len(parts.watcher) == 1
+
+    _write_queue(raw, parts, namespace, Queue("after"))
+    await _until(state, lambda view: "after" in view.queues)
+    assert len(lags) == 1 and lags[0] >= 0
+
+    raw.delete(parts.layout.node(namespace, Folder.QUEUES, encode_name("before")))
+    view = await _until(state, lambda view: "before" not in view.queues)
+    assert set(view.queues) == {"after"}
+
+
+async def test_own_writes_are_in_the_view_at_once(parts: Parts, namespace: str) -> None:
+    state = await _open(parts, namespace)
+    version = state.mirror.version
+    event = state.event
+    parts.watcher.own(
+        namespace, lambda mirror: mirror.own_created(Folder.QUEUES, "mine", Queue("mine"))
+    )
+    assert "mine" in state.mirror.snapshot().queues
+    assert state.mirror.version > version and event.is_set()  # waiters woken
+    parts.watcher.forget(namespace, Folder.QUEUES, "mine")
+    assert "mine" not in state.mirror.snapshot().queues
+    # Own writes to a namespace that is not open go nowhere.
+    parts.watcher.own("other/ns", lambda mirror: pytest.fail("applied to no namespace"))
+
+
+async def test_a_closed_namespace_is_no_longer_followed(parts: Parts, namespace: str) -> None:
+    state = await _open(parts, namespace)
+    event = state.event
+    assert parts.watcher.live(state)
+    parts.watcher.close(namespace)
+    assert event.is_set()  # waiters wake up and find it gone
+    assert not parts.watcher.live(state)
+    assert parts.watcher.get(namespace) is None and parts.watcher.mirror(namespace) is None
