@@ -17,6 +17,7 @@ import trio
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
+from gateway.backend.dead_letters import letter_for
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -26,7 +27,8 @@ from gateway.backend.interface import (
 )
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
-from gateway.model.entities import resource
+from gateway.model.dead_letter import Reason
+from gateway.model.entities import Exchange, resource
 from gateway.model.vhost import VhostMapper
 
 
@@ -46,11 +48,15 @@ class MemoryDelivery:
         self.settled = True
         if requeue:
             self.queue.requeue(self.message)
+        else:
+            await self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
 
 @dataclass(eq=False)
 class MemoryQueue:
     name: str
+    # Sends a message leaving the queue to its dead-letter exchange, if it has one.
+    dead_letter: Callable[[str, Message, Reason], Awaitable[None]]
     ready: deque[tuple[Message, bool]] = field(default_factory=deque)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
@@ -129,7 +135,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         """The message store of a queue the catalog knows (created on first use)."""
         queue = self._queues.get(name)
         if queue is None:
-            queue = self._queues[name] = MemoryQueue(name)
+            queue = self._queues[name] = MemoryQueue(name, self._dead_letter)
         return queue
 
     # ------------------------------------------------------------------ entities
@@ -220,6 +226,14 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
+        names = self._route(exchange, message)
+        for name in names:
+            self._messages(name).push(message)
+        return PublishOutcome(routed=bool(names))
+
+    def _route(self, exchange: Exchange, message: Message) -> set[str]:
+        """The queues ``message`` reaches through ``exchange`` (or its alternates)."""
+        view = self.catalog.view
         names = self.catalog.routes(view, exchange, message)
         seen = {exchange.name}
         # Unroutable: on to the alternate exchange, and its own, until one routes
@@ -231,9 +245,21 @@ class MemoryVirtualHost(CatalogVirtualHost):
             exchange = alternate
             seen.add(exchange.name)
             names = self.catalog.routes(view, exchange, message)
-        for name in names:
-            self._messages(name).push(message)
-        return PublishOutcome(routed=bool(names))
+        return names
+
+    async def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
+        """RabbitMQ's dead-lettering (the Pulsar backend's dead_lettering.py, in memory)."""
+        view = self.catalog.view
+        entity = view.queues.get(queue)
+        letter = None if entity is None else letter_for(message, entity, reason)
+        if letter is None:
+            return
+        exchange = self.catalog.exchange(view, letter.message.exchange)
+        if exchange is None:
+            return  # a missing dead-letter exchange drops the message, as on RabbitMQ
+        for name in self._route(exchange, letter.message):
+            if reason == "rejected" or not letter.cycles(name):
+                self._messages(name).push(letter.message)
 
     async def consume(
         self,

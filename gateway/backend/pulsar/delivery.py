@@ -27,6 +27,7 @@ from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.messages import REQUEUED, from_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.bounded import remember
+from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -39,6 +40,9 @@ log = logging.getLogger("gateway.pulsar.delivery")
 Admits = Callable[[Message, ReceivedMessage], bool]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
 RequeueCopy = Callable[[str, Message], Awaitable[None]]
+# Sends a message leaving a queue to the queue's dead-letter exchange, if it has one; returns
+# once stored (dead_lettering.py).
+DeadLetter = Callable[[str, Message, Reason], Awaitable[None]]
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -113,13 +117,30 @@ class PulsarDelivery:
             return
         self._settle(requeued=requeue)
         if not requeue:
-            # Dropped: there is no dead-lettering yet, so the message is simply done.
-            self._acknowledge()
+            await self.drop("rejected")
             return
         try:
             self._consumer.negative_acknowledge(self._received)
         except (ClosedError, PulsarClientError):
             log.debug("reject after consumer close on %s", self._received.topic)
+
+    async def drop(self, reason: Reason) -> None:
+        """The message leaves the queue for ``reason``: dead-lettered first if the queue
+        says so, and acknowledged only once the dead letter is stored. If it could not be,
+        the original goes back to the queue (delivered again), never lost."""
+        subscription = self._subscription
+        try:
+            await subscription.dead_letter(subscription.queue, self.message, reason)
+        except Exception as error:
+            log.warning(
+                "dead-lettering a message of '%s' failed (%s); it stays in the queue",
+                subscription.queue,
+                error,
+            )
+            with contextlib.suppress(ClosedError, PulsarClientError):
+                self._consumer.negative_acknowledge(self._received)
+            return
+        self._acknowledge()
 
     async def _requeue_copy(self) -> None:
         """Requeue one message of a batch: a copy goes in, then the original goes out."""
@@ -152,11 +173,13 @@ class PulsarQueueSubscription:
         on_closed: Callable[[PulsarQueueSubscription], None],
         redeliveries: Redeliveries,
         requeue_copy: RequeueCopy,
+        dead_letter: DeadLetter,
         *,
         exclusive: bool = False,
     ) -> None:
         self.queue = queue
         self.requeue_copy = requeue_copy
+        self.dead_letter = dead_letter
         self.consumer = consumer
         self.exclusive = exclusive
         self._admits = admits

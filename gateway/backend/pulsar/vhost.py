@@ -38,6 +38,7 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import (
     Admits,
     PulsarDelivery,
@@ -146,6 +147,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._sweeping_getters = False
         # Per queue: (messages left at the last Basic.Get, when the broker last counted them).
         self._left_after_get: dict[str, tuple[int, float]] = {}
+        self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
 
     # ------------------------------------------------------------------ helpers
 
@@ -529,6 +531,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
             exchange = await self.catalog.require_fresh_exchange(message.exchange)
             view = self._view
         self.catalog.check_publishable(exchange)
+        return await self._send(exchange, message, mandatory=mandatory)
+
+    async def _send(
+        self, exchange: Exchange, message: Message, *, mandatory: bool = False
+    ) -> PublishOutcome:
+        """Route ``message`` through ``exchange`` (and its alternates) and write it."""
         key = message.routing_key
         routed = await self._routes(exchange, message)
         seen = {exchange.name}
@@ -691,15 +699,23 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._consumer_closed,
             self._redeliveries,
             self._requeue_copy,
+            self._dead_lettering.dead_letter,
             exclusive=exclusive,
         )
 
     async def _requeue_copy(self, queue: str, message: Message) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
         default exchange's: only this queue reads it) and wait until Pulsar stored it."""
+        await self._write_to_queue(queue, message, requeued=True)
+
+    async def _write_to_queue(
+        self, queue: str, message: Message, *, requeued: bool = False
+    ) -> None:
+        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it."""
         topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
         properties = to_pulsar(message)
-        properties[REQUEUED] = "true"
+        if requeued:
+            properties[REQUEUED] = "true"
         stored = await self._r.producers.submit(topic, message.body, properties)
         await stored.durable()
 

@@ -26,8 +26,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
     [
         {"x-message-ttl": 1000},
         {"x-expires": 60_000},
-        {"x-dead-letter-exchange": "dlx"},
-        {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
         {"x-max-length": 10},
         {"x-max-length-bytes": 1024},
         {"x-overflow": "reject-publish"},
@@ -93,6 +91,8 @@ def test_accepted_arguments(running: Running) -> None:
         {"x-queue-mode": "lazy", "x-queue-version": 2},
         {"x-queue-leader-locator": "balanced"},
         {"x-custom": "anything", "plain": 1},
+        {"x-dead-letter-exchange": "dlx"},
+        {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
     ):
         name = unique("q")
         channel.queue_declare(name, arguments=arguments)

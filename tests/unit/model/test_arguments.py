@@ -8,6 +8,7 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.model.arguments import (
     ACCEPTED_WITHOUT_EFFECT,
+    IMPLEMENTED,
     NOT_IMPLEMENTED,
     QUEUE_ARGUMENTS,
     check_consume_arguments,
@@ -36,8 +37,9 @@ def refusal(arguments: dict[str, Field], **flags: bool) -> str | None:
 
 def test_every_known_argument_is_either_accepted_or_refused() -> None:
     known = set().union(*QUEUE_ARGUMENTS.values())
-    assert known == NOT_IMPLEMENTED | set(ACCEPTED_WITHOUT_EFFECT)
+    assert known == NOT_IMPLEMENTED | set(ACCEPTED_WITHOUT_EFFECT) | IMPLEMENTED
     assert not NOT_IMPLEMENTED & set(ACCEPTED_WITHOUT_EFFECT)
+    assert not NOT_IMPLEMENTED & IMPLEMENTED
 
 
 @pytest.mark.parametrize(
