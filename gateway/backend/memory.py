@@ -7,6 +7,7 @@ same behavioural tests run against both backends. Nothing is durable.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.dead_letters import letter_for
+from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -29,7 +31,12 @@ from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
+from gateway.model.ttl import effective_ttl, is_expired, queue_message_ttl
 from gateway.model.vhost import VhostMapper
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(eq=False)
@@ -37,6 +44,7 @@ class MemoryDelivery:
     queue: MemoryQueue
     message: Message
     redelivered: bool
+    enqueued: int  # ms: a requeued message keeps its expiry (RabbitMQ's TTL)
     settled: bool = False
 
     async def ack(self) -> None:
@@ -47,17 +55,19 @@ class MemoryDelivery:
             return
         self.settled = True
         if requeue:
-            self.queue.requeue(self.message)
+            self.queue.requeue(self.message, self.enqueued)
         else:
-            await self.queue.dead_letter(self.queue.name, self.message, "rejected")
+            self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
 
 @dataclass(eq=False)
 class MemoryQueue:
     name: str
     # Sends a message leaving the queue to its dead-letter exchange, if it has one.
-    dead_letter: Callable[[str, Message, Reason], Awaitable[None]]
-    ready: deque[tuple[Message, bool]] = field(default_factory=deque)
+    dead_letter: Callable[[str, Message, Reason], None]
+    ttl: int | None = None  # x-message-ttl
+    # (message, redelivered, when it entered the queue in ms)
+    ready: deque[tuple[Message, bool, int]] = field(default_factory=deque)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
     deleted: bool = False
@@ -68,20 +78,39 @@ class MemoryQueue:
         self.changed = trio.Event()
 
     def push(self, message: Message) -> None:
-        self.ready.append((message, False))
+        self.ready.append((message, False, now_ms()))
         self._signal()
 
-    def requeue(self, message: Message) -> None:
+    def requeue(self, message: Message, enqueued: int) -> None:
         if not self.deleted:
             # RabbitMQ puts a requeued message back near its original position: the front.
-            self.ready.appendleft((message, True))
+            self.ready.appendleft((message, True, enqueued))
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
-        if not self.ready:
-            return None
-        message, redelivered = self.ready.popleft()
-        return MemoryDelivery(self, message, redelivered)
+        while self.ready:
+            message, redelivered, enqueued = self.ready.popleft()
+            if not self._expired(message, enqueued):
+                return MemoryDelivery(self, message, redelivered, enqueued)
+            self.dead_letter(self.name, message, "expired")
+        return None
+
+    def _expired(self, message: Message, enqueued: int) -> bool:
+        if self.ttl is None and message.properties.expiration is None:
+            return False
+        ttl = effective_ttl(self.ttl, message.properties.expiration)
+        return is_expired(enqueued, ttl, now_ms())
+
+    def count(self) -> int:
+        """Messages ready, expired ones removed first (dead-lettered if so configured)."""
+        kept: deque[tuple[Message, bool, int]] = deque()
+        for entry in self.ready:
+            if self._expired(entry[0], entry[2]):
+                self.dead_letter(self.name, entry[0], "expired")
+            else:
+                kept.append(entry)
+        self.ready = kept
+        return len(kept)
 
     def delete(self) -> None:
         self.deleted = True
@@ -135,7 +164,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         """The message store of a queue the catalog knows (created on first use)."""
         queue = self._queues.get(name)
         if queue is None:
-            queue = self._queues[name] = MemoryQueue(name, self._dead_letter)
+            entity = self.catalog.view.queues.get(name)
+            ttl = None if entity is None else queue_message_ttl(entity.arguments)
+            queue = self._queues[name] = MemoryQueue(name, self._dead_letter, ttl)
         return queue
 
     # ------------------------------------------------------------------ entities
@@ -161,7 +192,8 @@ class MemoryVirtualHost(CatalogVirtualHost):
             owner=owner,
         )
         queue = self._messages(name)
-        return QueueStatus(name, len(queue.ready), len(queue.subscriptions))
+        self._expire_all()
+        return QueueStatus(name, queue.count(), len(queue.subscriptions))
 
     async def delete_queue(
         self, name: str, *, if_unused: bool, if_empty: bool, owner: Owner
@@ -174,9 +206,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         where = resource("queue", name, self.name)
         if if_unused and queue.subscriptions:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.count():
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
-        count = len(queue.ready)
+        count = queue.count()
         await self._drop_queue(name)
         return count
 
@@ -189,7 +221,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def purge_queue(self, name: str, *, owner: Owner) -> int:
         self.catalog.queue(self.catalog.view, name, owner)
         queue = self._messages(name)
-        count = len(queue.ready)
+        count = queue.count()
         queue.ready.clear()
         return count
 
@@ -226,6 +258,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
+        check_expiration(message)
         names = self._route(exchange, message)
         for name in names:
             self._messages(name).push(message)
@@ -247,7 +280,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
             names = self.catalog.routes(view, exchange, message)
         return names
 
-    async def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
+    def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
         """RabbitMQ's dead-lettering (the Pulsar backend's dead_lettering.py, in memory)."""
         view = self.catalog.view
         entity = view.queues.get(queue)
@@ -289,12 +322,19 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if entity is not None and entity.auto_delete and not queue.subscriptions:
             await self._drop_queue(queue.name)
 
+    def _expire_all(self) -> None:
+        """Remove expired messages from every queue (this backend has no timer: it does so
+        on each Basic.Get and Queue.Declare, which is when a test looks)."""
+        for queue in list(self._queues.values()):
+            queue.count()
+
     async def get(self, queue: str, *, owner: Owner) -> tuple[MemoryDelivery, int] | None:
         self.catalog.queue(self.catalog.view, queue, owner)
+        self._expire_all()
         delivery = self._messages(queue).take()
         if delivery is None:
             return None
-        return delivery, len(delivery.queue.ready)
+        return delivery, delivery.queue.count()
 
     async def release(self, owner: Owner) -> None:
         for name in self.catalog.owned_by(owner):

@@ -123,7 +123,9 @@ ACCEPTED_WITHOUT_EFFECT: Final[Mapping[str, str]] = {
     "x-max-in-memory-bytes": "memory tuning, unused by RabbitMQ since 3.10",
 }
 # Known to RabbitMQ, changing what it does, and implemented here (docs/compatibility.md).
-IMPLEMENTED: Final = frozenset({"x-dead-letter-exchange", "x-dead-letter-routing-key"})
+IMPLEMENTED: Final = frozenset(
+    {"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl"}
+)
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.
 NOT_IMPLEMENTED: Final = frozenset(
     set().union(*QUEUE_ARGUMENTS.values()) - set(ACCEPTED_WITHOUT_EFFECT) - IMPLEMENTED

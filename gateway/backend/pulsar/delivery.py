@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
+from gateway.backend.pulsar.expiry import DeadLetter, QueueExpiry, enqueued_at
 from gateway.backend.pulsar.messages import REQUEUED, from_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.bounded import remember
@@ -39,10 +40,8 @@ log = logging.getLogger("gateway.pulsar.delivery")
 # that are not the queue's (the filter is applied on delivery).
 Admits = Callable[[Message, ReceivedMessage], bool]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
-RequeueCopy = Callable[[str, Message], Awaitable[None]]
-# Sends a message leaving a queue to the queue's dead-letter exchange, if it has one; returns
-# once stored (dead_lettering.py).
-DeadLetter = Callable[[str, Message, Reason], Awaitable[None]]
+# The int is when the original entered the queue (ms): the copy keeps its expiry.
+RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -142,11 +141,19 @@ class PulsarDelivery:
             return
         self._acknowledge()
 
+    def unread(self) -> None:
+        """Never handed to a client (the TTL sweep only looked): forgotten here, and given
+        back when the consumer closes, not marked redelivered."""
+        self._settle(requeued=False)
+
     async def _requeue_copy(self) -> None:
         """Requeue one message of a batch: a copy goes in, then the original goes out."""
         self._settle(requeued=False)  # the original is done with; the copy is marked
         try:
-            await self._subscription.requeue_copy(self._subscription.queue, self.message)
+            received = self._received
+            await self._subscription.requeue_copy(
+                self._subscription.queue, self.message, enqueued_at(received, received.properties)
+            )
         except Exception as error:
             # Not stored: Pulsar's way then, which gives the message back with the rest of
             # its entry (duplicates, but nothing lost).
@@ -176,8 +183,10 @@ class PulsarQueueSubscription:
         dead_letter: DeadLetter,
         *,
         exclusive: bool = False,
+        expiry: QueueExpiry | None = None,
     ) -> None:
         self.queue = queue
+        self.expiry = expiry
         self.requeue_copy = requeue_copy
         self.dead_letter = dead_letter
         self.consumer = consumer
@@ -227,6 +236,11 @@ class PulsarQueueSubscription:
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)
+            return None
+        if self.expiry is not None and self.expiry.expired(received, properties):
+            # Never delivered (RabbitMQ's guarantee); dead-lettered if the queue says so.
+            self.redeliveries.settled(key_of(received))
+            self.expiry.drop(self.consumer, received, message)
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)
 
@@ -292,4 +306,6 @@ class PulsarQueueSubscription:
             return
         self.closed = True
         self._on_closed(self)
+        if self.expiry is not None:
+            await self.expiry.idle()
         await self.consumer.aclose()

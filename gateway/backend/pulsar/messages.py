@@ -33,6 +33,8 @@ ROUTING_KEY: Final = "amqp-routing-key"
 # On a copy written by the gateway to requeue one message of a batch (delivery.py): the copy
 # is delivered with redelivered=true.
 REQUEUED: Final = "amqp-requeued"
+# On such a copy: when the original entered the queue (ms), so that requeueing keeps its TTL.
+ENQUEUED: Final = "amqp-enqueued"
 HEADER_PREFIX: Final = "header."
 _EMPTY_PROPERTIES: Final = b"\x00\x00"
 
@@ -52,7 +54,7 @@ _READABLE: Final = (
     ("app_id", "app-id"),
 )
 _ATTRIBUTE_FOR: Final = {readable: attribute for attribute, readable in _READABLE}
-_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY, REQUEUED})
+_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY, REQUEUED, ENQUEUED})
 
 
 def _text(value: object) -> str:

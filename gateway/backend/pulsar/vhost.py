@@ -31,6 +31,7 @@ import trio
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
+from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -46,7 +47,8 @@ from gateway.backend.pulsar.delivery import (
     exchange_and_key,
 )
 from gateway.backend.pulsar.drains import Drains, position_of
-from gateway.backend.pulsar.messages import REQUEUED, to_pulsar
+from gateway.backend.pulsar.expiry import QueueExpiry
+from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -67,6 +69,7 @@ from gateway.model.routing import (
     headers_match,
     publish_topic,
 )
+from gateway.model.ttl import queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
@@ -531,6 +534,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             exchange = await self.catalog.require_fresh_exchange(message.exchange)
             view = self._view
         self.catalog.check_publishable(exchange)
+        check_expiration(message)
         return await self._send(exchange, message, mandatory=mandatory)
 
     async def _send(
@@ -701,21 +705,35 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._requeue_copy,
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
+            expiry=self._expiry(view, queue),
         )
 
-    async def _requeue_copy(self, queue: str, message: Message) -> None:
+    def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
+        """The TTL check of ``queue``'s consumers (expiry.py)."""
+        entity = view.queues.get(queue)
+        ttl = None if entity is None else queue_message_ttl(entity.arguments)
+        return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
+
+    async def sweeper(self, queue: str, read_ahead: int) -> PulsarQueueSubscription:
+        """A consumer for the leader's TTL sweep of ``queue`` (ttl_sweep.py)."""
+        return await self._subscription(queue, exclusive=False, read_ahead=read_ahead)
+
+    async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
-        default exchange's: only this queue reads it) and wait until Pulsar stored it."""
-        await self._write_to_queue(queue, message, requeued=True)
+        default exchange's: only this queue reads it) and wait until Pulsar stored it. It
+        keeps the time the original entered the queue (its TTL runs from then)."""
+        await self._write_to_queue(queue, message, enqueued=enqueued)
 
     async def _write_to_queue(
-        self, queue: str, message: Message, *, requeued: bool = False
+        self, queue: str, message: Message, *, enqueued: int | None = None
     ) -> None:
-        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it."""
+        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it
+        (``enqueued``: a requeued copy of a message that entered the queue then)."""
         topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
         properties = to_pulsar(message)
-        if requeued:
+        if enqueued is not None:
             properties[REQUEUED] = "true"
+            properties[ENQUEUED] = str(enqueued)
         stored = await self._r.producers.submit(topic, message.body, properties)
         await stored.durable()
 

@@ -24,7 +24,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-message-ttl": 1000},
         {"x-expires": 60_000},
         {"x-max-length": 10},
         {"x-max-length-bytes": 1024},
@@ -93,6 +92,7 @@ def test_accepted_arguments(running: Running) -> None:
         {"x-custom": "anything", "plain": 1},
         {"x-dead-letter-exchange": "dlx"},
         {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
+        {"x-message-ttl": 1000},
     ):
         name = unique("q")
         channel.queue_declare(name, arguments=arguments)

@@ -45,7 +45,7 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
-        ({"x-message-ttl": Field("I", 1000)}, NOT_OURS),
+        ({"x-expires": Field("I", 1000)}, NOT_OURS),
         ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
         ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
         ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
@@ -63,6 +63,11 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 )
 def test_reasons(arguments: dict[str, Field], reason: str) -> None:
     assert refusal(arguments) == f"invalid arg '{next(iter(arguments))}' for {WHERE}: {reason}"
+
+
+def test_implemented_arguments_are_accepted() -> None:
+    assert refusal({"x-message-ttl": Field("I", 1000)}) is None
+    assert refusal({"x-dead-letter-exchange": Field("S", "d")}) is None
 
 
 def test_dead_letter_exchange_type_is_checked_first() -> None:
