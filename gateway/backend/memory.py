@@ -27,10 +27,12 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.overflow import RefusedStored
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
+from gateway.model.length_limit import LengthLimit, length_limit
 from gateway.model.ttl import effective_ttl, is_expired, queue_message_ttl
 from gateway.model.vhost import VhostMapper
 
@@ -66,6 +68,7 @@ class MemoryQueue:
     # Sends a message leaving the queue to its dead-letter exchange, if it has one.
     dead_letter: Callable[[str, Message, Reason], None]
     ttl: int | None = None  # x-message-ttl
+    limit: LengthLimit | None = None  # x-max-length, x-overflow
     # (message, redelivered, when it entered the queue in ms)
     ready: deque[tuple[Message, bool, int]] = field(default_factory=deque)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
@@ -165,8 +168,13 @@ class MemoryVirtualHost(CatalogVirtualHost):
         queue = self._queues.get(name)
         if queue is None:
             entity = self.catalog.view.queues.get(name)
-            ttl = None if entity is None else queue_message_ttl(entity.arguments)
-            queue = self._queues[name] = MemoryQueue(name, self._dead_letter, ttl)
+            arguments = {} if entity is None else entity.arguments
+            queue = self._queues[name] = MemoryQueue(
+                name,
+                self._dead_letter,
+                queue_message_ttl(arguments),
+                length_limit(arguments),
+            )
         return queue
 
     # ------------------------------------------------------------------ entities
@@ -260,9 +268,25 @@ class MemoryVirtualHost(CatalogVirtualHost):
         exchange = self.catalog.publish_target(view, message.exchange)
         check_expiration(message)
         names = self._route(exchange, message)
-        for name in names:
-            self._messages(name).push(message)
+        refused = [name for name in sorted(names) if not self._enqueue(name, message)]
+        if refused:
+            return PublishOutcome(routed=True, stored=RefusedStored(refused))
         return PublishOutcome(routed=bool(names))
+
+    def _enqueue(self, name: str, message: Message) -> bool:
+        """Put ``message`` in queue ``name`` within its length limit; False if refused."""
+        queue = self._messages(name)
+        limit = queue.limit
+        if limit is not None and limit.rejects_publish and not limit.has_room(queue.count()):
+            if limit.dead_letters_rejected:
+                self._dead_letter(name, message, "maxlen")
+            return False
+        queue.push(message)
+        if limit is not None and not limit.rejects_publish:
+            for _ in range(limit.excess(queue.count())):  # drop-head: the oldest go
+                oldest = queue.ready.popleft()[0]
+                self._dead_letter(name, oldest, "maxlen")
+        return True
 
     def _route(self, exchange: Exchange, message: Message) -> set[str]:
         """The queues ``message`` reaches through ``exchange`` (or its alternates)."""
@@ -292,7 +316,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
             return  # a missing dead-letter exchange drops the message, as on RabbitMQ
         for name in self._route(exchange, letter.message):
             if reason == "rejected" or not letter.cycles(name):
-                self._messages(name).push(letter.message)
+                self._enqueue(name, letter.message)
 
     async def consume(
         self,

@@ -124,7 +124,13 @@ ACCEPTED_WITHOUT_EFFECT: Final[Mapping[str, str]] = {
 }
 # Known to RabbitMQ, changing what it does, and implemented here (docs/compatibility.md).
 IMPLEMENTED: Final = frozenset(
-    {"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-message-ttl"}
+    {
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-message-ttl",
+        "x-max-length",
+        "x-overflow",
+    }
 )
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.
 NOT_IMPLEMENTED: Final = frozenset(

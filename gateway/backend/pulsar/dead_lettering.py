@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from gateway.backend.catalog import Catalog
 from gateway.backend.dead_letters import letter_for
 from gateway.backend.interface import Message, PublishOutcome
+from gateway.backend.overflow import QueueFull
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange
 
@@ -68,4 +69,9 @@ class DeadLettering:
                     await self._write_to_queue(target, letter.message)
                 return
         outcome = await self._send(exchange, letter.message)
-        await outcome.stored.durable()
+        try:
+            await outcome.stored.durable()
+        except QueueFull:
+            # A full reject-publish queue refuses dead letters too (RabbitMQ drops them);
+            # the other queues the letter reached have it.
+            log.debug("a dead letter of queue '%s' was refused by a full queue", queue)

@@ -25,7 +25,7 @@ import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.expiry import DeadLetter, QueueExpiry, enqueued_at
-from gateway.backend.pulsar.messages import REQUEUED, from_pulsar
+from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.bounded import remember
 from gateway.model.dead_letter import Reason
@@ -232,7 +232,9 @@ class PulsarQueueSubscription:
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
         properties = received.properties
         message = message_of(received, properties)
-        if not self._admits(message, received):
+        if not self._admits(message, received) or (
+            REFUSED_BY in properties and self.queue in refused_by(properties)
+        ):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)

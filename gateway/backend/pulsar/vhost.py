@@ -22,6 +22,7 @@ drained or recorded subscriptions.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.overflow import RefusedStored
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import (
     Admits,
@@ -48,7 +50,8 @@ from gateway.backend.pulsar.delivery import (
 )
 from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
-from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
+from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
+from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -151,6 +154,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # Per queue: (messages left at the last Basic.Get, when the broker last counted them).
         self._left_after_get: dict[str, tuple[int, float]] = {}
         self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
+        self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
 
     # ------------------------------------------------------------------ helpers
 
@@ -572,11 +576,36 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if topic is None:
             topic = publish_topic(self.namespace, exchange, key)
             remember(self._publish_topics, named, topic, _PUBLISH_TOPICS_CACHED)
+        properties = to_pulsar(message)
+        refused = await self._refusals(exchange, message) if self._limits.of(self._view) else []
+        if refused:
+            # Full queues with x-overflow reject-publish: the others still get the message.
+            if set(refused) >= self.catalog.routes(self._view, exchange, message):
+                return PublishOutcome(routed=True, stored=RefusedStored(refused))
+            properties[REFUSED_BY] = json.dumps(refused)
         try:
-            stored = await self._r.producers.submit(topic, message.body, to_pulsar(message))
+            stored = await self._r.producers.submit(topic, message.body, properties)
         except PulsarClientError as error:
             raise to_amqp_error(error, f"publishing to {topic}") from None
+        if refused:
+            return PublishOutcome(routed=True, stored=RefusedStored(refused, stored))
         return PublishOutcome(routed=routed, stored=stored)
+
+    async def _refusals(self, exchange: Exchange, message: Message) -> list[str]:
+        """The routed queues whose reject-publish length limit refuses ``message``."""
+        view = self._view
+        targets = self.catalog.routes(view, exchange, message)
+        return await self._limits.refusing(self._limits.of(view), targets, message)
+
+    async def _ready_now(self, queue: str) -> int:
+        """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""
+        return await self._message_count(self._view, queue)
+
+    async def count_ready(self, queue: str) -> int:
+        """``queue``'s ready messages fleet-wide less all read ahead, for the drop-head trim
+        (length_limit.py)."""
+        view = self._view
+        return await count_ready(self._r.admin, self._queue_topics(view, queue), queue)
 
     async def _routes(self, exchange: Exchange, message: Message) -> bool:
         """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows

@@ -48,9 +48,9 @@ def test_expired_messages_are_never_delivered_and_leave_the_count(running: Runni
     short, long = unique("short"), unique("long")
     channel.queue_declare(short, arguments={"x-message-ttl": 300})
     channel.queue_declare(long, arguments={"x-message-ttl": 600_000})
-    published = time.time()
     for queue in (short, long):
         channel.basic_publish("", queue, b"m")
+    published = time.time()  # confirmed: stored (and stamped) before now
     wait_past(published + 0.4, channel.connection)
     assert channel.basic_get(short, auto_ack=True) == (None, None, None)
     _, _, body = get(channel, long)
@@ -65,9 +65,9 @@ def test_the_lower_of_queue_and_message_ttl_wins(running: Running) -> None:
     channel.confirm_delivery()
     queue = unique("q")
     channel.queue_declare(queue, arguments={"x-message-ttl": 600_000})
-    published = time.time()
     channel.basic_publish("", queue, b"short", pika.BasicProperties(expiration="200"))
     channel.basic_publish("", queue, b"long", pika.BasicProperties(expiration="600000"))
+    published = time.time()
     wait_past(published + 0.3, channel.connection)
     _, properties, body = get(channel, queue)
     assert body == b"long"
@@ -80,11 +80,11 @@ def test_a_requeued_message_keeps_its_expiry(running: Running) -> None:
     channel = running.connect().channel()
     channel.confirm_delivery()
     queue = unique("q")
-    channel.queue_declare(queue, arguments={"x-message-ttl": 500})
-    published = time.time()
+    channel.queue_declare(queue, arguments={"x-message-ttl": 2000})
     channel.basic_publish("", queue, b"m")
+    published = time.time()
     method, _, _ = get(channel, queue, auto_ack=False)  # held: an unacked message lives on
-    wait_past(published + 0.6, channel.connection)
+    wait_past(published + 2.1, channel.connection)
     channel.basic_reject(method.delivery_tag, requeue=True)
     wait_count(channel, queue, 0)
     assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
@@ -95,16 +95,17 @@ def test_a_consumer_gets_only_what_has_not_expired(running: Running) -> None:
     channel = running.connect().channel()
     channel.confirm_delivery()
     queue = unique("q")
-    channel.queue_declare(queue, arguments={"x-message-ttl": 400})
+    # Long enough for the first message to reach the consumer on a loaded machine.
+    channel.queue_declare(queue, arguments={"x-message-ttl": 3000})
     channel.basic_qos(prefetch_count=1)
     received: list[tuple[Any, bytes]] = []
     channel.basic_consume(queue, lambda ch, method, p, body: received.append((method, body)))
-    published = time.time()
     channel.basic_publish("", queue, b"first")
     channel.basic_publish("", queue, b"second")  # waits behind first (prefetch 1)
+    published = time.time()
     while not received:
         channel.connection.process_data_events(time_limit=0.05)
-    wait_past(published + 0.5, channel.connection)
+    wait_past(published + 3.1, channel.connection)
     channel.basic_ack(received[0][0].delivery_tag)
     channel.basic_publish("", queue, b"third")
     while len(received) < 2:

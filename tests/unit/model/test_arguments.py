@@ -53,7 +53,7 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
         ({"x-max-priority": Field("B", 255)}, NOT_OURS),
         ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
         ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
-        ({"x-overflow": Field("S", "reject-publish-dlx")}, NOT_OURS),
+        ({"x-max-length-bytes": Field("I", 1024)}, NOT_OURS),
         ({"x-overflow": Field("I", 1)}, "{unacceptable_type,signedint}"),
         ({"x-queue-version": Field("I", 3)}, "\"unsupported queue version '3'\""),
         ({"x-queue-leader-locator": Field("S", "nearest")}, "invalid_queue_locator_arg"),
@@ -68,6 +68,7 @@ def test_reasons(arguments: dict[str, Field], reason: str) -> None:
 def test_implemented_arguments_are_accepted() -> None:
     assert refusal({"x-message-ttl": Field("I", 1000)}) is None
     assert refusal({"x-dead-letter-exchange": Field("S", "d")}) is None
+    assert refusal({"x-max-length": Field("I", 10), "x-overflow": Field("S", "drop-head")}) is None
 
 
 def test_dead_letter_exchange_type_is_checked_first() -> None:
@@ -78,7 +79,7 @@ def test_dead_letter_exchange_type_is_checked_first() -> None:
 
 def test_invalid_values_come_before_refusals() -> None:
     # RabbitMQ would refuse the value; the argument then never needs implementing.
-    arguments = {"x-max-length": Field("I", 5), "x-message-ttl": Field("I", -1)}
+    arguments = {"x-max-length-bytes": Field("I", 5), "x-message-ttl": Field("I", -1)}
     assert refusal(arguments) == f"invalid arg 'x-message-ttl' for {WHERE}: {{value_negative,-1}}"
 
 
