@@ -36,6 +36,9 @@ from gateway.model.length_limit import LengthLimit, length_limit
 from gateway.model.ttl import effective_ttl, is_expired, queue_message_ttl
 from gateway.model.vhost import VhostMapper
 
+# How often a waiting consumer has expired messages removed (see MemorySubscription).
+EXPIRY_TICK = 0.1
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -125,6 +128,9 @@ class MemoryQueue:
 class MemorySubscription:
     queue: MemoryQueue
     on_closed: Callable[[MemoryQueue], Awaitable[None]]
+    # Removes expired messages from every queue of the vhost (dead-lettering them): run while
+    # a consumer waits, this backend's timer for TTLs (delay queues have no consumer).
+    expire_all: Callable[[], None] = lambda: None
     outstanding: list[MemoryDelivery] = field(default_factory=list)
     closed: bool = False
 
@@ -143,7 +149,9 @@ class MemorySubscription:
                 flush, before_wait = before_wait, None
                 await flush()
                 continue  # the queue may have changed while that ran
-            await self.queue.changed.wait()
+            with trio.move_on_after(EXPIRY_TICK):
+                await self.queue.changed.wait()
+            self.expire_all()
 
     async def close(self) -> None:
         if self.closed:
@@ -335,7 +343,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 ReplyCode.ACCESS_REFUSED,
                 f"{resource('queue', queue, self.name)} in exclusive use",
             )
-        subscription = MemorySubscription(target, self._consumer_gone)
+        subscription = MemorySubscription(target, self._consumer_gone, self._expire_all)
         target.subscriptions.append(subscription)
         target.exclusive_consumer = exclusive
         return subscription

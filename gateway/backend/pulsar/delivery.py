@@ -141,6 +141,12 @@ class PulsarDelivery:
             return
         self._acknowledge()
 
+    def expires_at(self) -> int | None:
+        """When the message expires in its queue (ms since the epoch), if it does."""
+        expiry = self._subscription.expiry
+        received = self._received
+        return None if expiry is None else expiry.deadline(received, received.properties)
+
     def unread(self) -> None:
         """Never handed to a client (the TTL sweep only looked): forgotten here, and given
         back when the consumer closes, not marked redelivered."""

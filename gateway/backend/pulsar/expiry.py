@@ -24,7 +24,7 @@ import trio
 from gateway.backend.interface import Message
 from gateway.backend.pulsar.messages import ENQUEUED
 from gateway.model.dead_letter import Reason
-from gateway.model.ttl import effective_ttl, is_expired
+from gateway.model.ttl import ZERO_TTL_GRACE_MS, effective_ttl, is_expired
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 
@@ -74,6 +74,13 @@ class QueueExpiry:
             return False  # the common case, decided with one dict lookup
         ttl = effective_ttl(self.ttl, expiration)
         return is_expired(enqueued_at(received, properties), ttl, now_ms())
+
+    def deadline(self, received: ReceivedMessage, properties: Mapping[str, str]) -> int | None:
+        """When the message expires (ms since the epoch), if it does."""
+        ttl = effective_ttl(self.ttl, properties.get("expiration"))
+        if ttl is None:
+            return None
+        return enqueued_at(received, properties) + max(ttl, ZERO_TTL_GRACE_MS if ttl == 0 else 0)
 
     def drop(self, consumer: TrioConsumer, received: ReceivedMessage, message: Message) -> None:
         """Dead-letter (if the queue says so) and acknowledge an expired message, in the

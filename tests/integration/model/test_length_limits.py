@@ -10,8 +10,11 @@ count rather than expect it at once.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import aio_pika
+import aiormq
 import pika
 import pika.exceptions
 import pytest
@@ -20,7 +23,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from tests.integration.model.conftest import Running
 from tests.integration.model.test_dead_lettering import get
 from tests.integration.model.test_ttl import wait_count
-from tests.support.clients import unique
+from tests.support.clients import amqp_url, unique
 
 
 def confirmed(running: Running) -> BlockingChannel:
@@ -142,3 +145,25 @@ def test_overflow_without_a_limit_does_nothing(running: Running) -> None:
     while channel.queue_declare(queue, passive=True).method.message_count != 3:
         assert time.monotonic() < deadline
     channel.connection.close()
+
+
+def test_aio_pika_publish_to_a_full_queue_is_nacked(running: Running) -> None:
+    queue = unique("q")
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        connection = await aio_pika.connect(amqp_url(running.port))
+        async with connection:
+            channel = await connection.channel()  # confirms on, as aio-pika's default
+            await channel.declare_queue(
+                queue, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+            )
+            for body in (b"fits", b"does not"):
+                try:
+                    await channel.default_exchange.publish(aio_pika.Message(body), queue)
+                    outcomes.append("ack")
+                except aiormq.exceptions.DeliveryError:
+                    outcomes.append("nack")
+        return outcomes
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == ["ack", "nack"]

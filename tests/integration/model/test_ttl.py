@@ -12,9 +12,11 @@ with a deadline), never for a fixed while.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import aio_pika
 import pika
 import pika.exceptions
 import pytest
@@ -22,7 +24,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.model.conftest import Running
 from tests.integration.model.test_dead_lettering import get
-from tests.support.clients import channel_closed, unique
+from tests.support.clients import amqp_url, channel_closed, unique
 
 # Expired messages leave the count within TTL (rounded up to a second) + the sweep interval
 # (1 s) + a round's work; generous for a loaded machine.
@@ -171,3 +173,36 @@ def test_an_invalid_expiration_is_refused(
     with channel_closed(406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {reason}"):
         channel.basic_publish("", queue, b"m", pika.BasicProperties(expiration=expiration))
         channel.queue_declare(queue, passive=True)  # a round trip that sees the close
+
+
+def test_aio_pika_delay_queue(running: Running) -> None:
+    """aio-pika's retry-with-delay pattern: a per-message expiration in a queue nobody reads,
+    dead-lettered to the work queue once it expires."""
+    delay, work = unique("delay"), unique("work")
+
+    async def scenario() -> tuple[bytes, dict[str, Any], str | None]:
+        connection = await aio_pika.connect(amqp_url(running.port))
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(work)
+            await channel.declare_queue(
+                delay, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": work}
+            )
+            await channel.default_exchange.publish(
+                aio_pika.Message(b"retry me", expiration=0.3), routing_key=delay
+            )
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    await message.ack()
+                    return message.body, dict(message.headers), message.properties.expiration
+        raise AssertionError("nothing came out of the delay queue")
+
+    body, headers, expiration = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert body == b"retry me"
+    assert expiration is None
+    [death] = headers["x-death"]
+    assert (death["queue"], death["reason"], death["original-expiration"]) == (
+        delay,
+        "expired",
+        "300",
+    )
