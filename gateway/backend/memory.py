@@ -33,7 +33,7 @@ from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
 from gateway.model.length_limit import LengthLimit, length_limit
-from gateway.model.ttl import effective_ttl, is_expired, queue_message_ttl
+from gateway.model.ttl import effective_ttl, is_expired, queue_expires, queue_message_ttl
 from gateway.model.vhost import VhostMapper
 
 # How often a waiting consumer has expired messages removed (see MemorySubscription).
@@ -170,6 +170,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         self.name = name
         self.catalog = Catalog(name, namespace, store)
         self._queues: dict[str, MemoryQueue] = {}
+        self._last_used: dict[str, float] = {}  # x-expires: each queue's latest use
 
     def _messages(self, name: str) -> MemoryQueue:
         """The message store of a queue the catalog knows (created on first use)."""
@@ -198,6 +199,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         arguments: Mapping[str, Any],
         owner: Owner,
     ) -> QueueStatus:
+        await self._expire_queues()
         await self.catalog.declare_queue(
             name,
             passive=passive,
@@ -208,6 +210,8 @@ class MemoryVirtualHost(CatalogVirtualHost):
             owner=owner,
         )
         queue = self._messages(name)
+        if not passive:
+            self._used(name)  # a redeclare renews an x-expires lease
         self._expire_all()
         return QueueStatus(name, queue.count(), len(queue.subscriptions))
 
@@ -335,8 +339,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
         prefetch: int = 0,
         arguments: Mapping[str, Any] | None = None,
     ) -> MemorySubscription:
+        await self._expire_queues()
         entity = self.catalog.queue(self.catalog.view, queue, owner)
         self.catalog.check_consume(entity, arguments or {})
+        self._used(queue)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(
@@ -350,9 +356,28 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     async def _consumer_gone(self, queue: MemoryQueue) -> None:
         # An auto-delete queue goes when its last consumer does (having had at least one).
+        self._used(queue.name)  # in use until now (x-expires)
         entity = self.catalog.view.queues.get(queue.name)
         if entity is not None and entity.auto_delete and not queue.subscriptions:
             await self._drop_queue(queue.name)
+
+    def _used(self, name: str) -> None:
+        self._last_used[name] = time.monotonic()
+
+    async def _expire_queues(self) -> None:
+        """Delete the queues unused (no consumer, no redeclare, no Basic.Get) for their
+        ``x-expires`` (checked when the vhost is used: this backend has no timer)."""
+        now = time.monotonic()
+        for name, entity in list(self.catalog.view.queues.items()):
+            expires = queue_expires(entity.arguments)
+            if expires is None:
+                continue
+            queue = self._queues.get(name)
+            if queue is not None and queue.subscriptions:
+                self._used(name)
+            elif now - self._last_used.setdefault(name, now) >= expires / 1000:
+                self._last_used.pop(name, None)
+                await self._drop_queue(name)
 
     def _expire_all(self) -> None:
         """Remove expired messages from every queue (this backend has no timer: it does so
@@ -361,7 +386,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
             queue.count()
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[MemoryDelivery, int] | None:
+        await self._expire_queues()
         self.catalog.queue(self.catalog.view, queue, owner)
+        self._used(queue)
         self._expire_all()
         delivery = self._messages(queue).take()
         if delivery is None:

@@ -130,6 +130,7 @@ IMPLEMENTED: Final = frozenset(
         "x-message-ttl",
         "x-max-length",
         "x-overflow",
+        "x-expires",
     }
 )
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.

@@ -27,6 +27,7 @@ __all__ = [
     "expiration_error",
     "is_expired",
     "parse_expiration",
+    "queue_expires",
     "queue_message_ttl",
 ]
 
@@ -69,6 +70,12 @@ def parse_expiration(text: str | bytes | None) -> int | None:
 def queue_message_ttl(arguments: Mapping[str, Field]) -> int | None:
     """A queue's ``x-message-ttl`` (validated at declare), or None."""
     field = arguments.get("x-message-ttl")
+    return None if field is None else int(field.value)
+
+
+def queue_expires(arguments: Mapping[str, Field]) -> int | None:
+    """A queue's ``x-expires`` in milliseconds (validated at declare: positive), or None."""
+    field = arguments.get("x-expires")
     return None if field is None else int(field.value)
 
 

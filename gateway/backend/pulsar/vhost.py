@@ -52,6 +52,7 @@ from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -155,6 +156,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._left_after_get: dict[str, tuple[int, float]] = {}
         self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
         self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
+        self._queue_use = QueueUse(namespace, resources.admin)
 
     # ------------------------------------------------------------------ helpers
 
@@ -334,7 +336,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             # The default exchange's subscription exists before anyone can see the queue.
             await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
 
-        _queue, created = await self.catalog.declare_queue(
+        queue, created = await self.catalog.declare_queue(
             name,
             passive=passive,
             durable=durable,
@@ -344,6 +346,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             owner=owner,
             before_create=subscribe_default,
         )
+        if not passive:  # a redeclare renews an x-expires lease (queue_use.py)
+            await self._queue_use.used(name, queue.arguments)
         if created:
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
@@ -817,6 +821,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
     ) -> RegisteredSubscription:
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, arguments or {})
+        await self._queue_use.used(queue, entity.arguments)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -893,7 +898,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._leaving.pop(subscription, None)
 
     async def get(self, queue: str, *, owner: Owner) -> tuple[PulsarDelivery, int] | None:
-        await self.catalog.find_queue(queue, owner)
+        entity = await self.catalog.find_queue(queue, owner)
+        await self._queue_use.used(queue, entity.arguments)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:
             # One small consumer per queue serves the Basic.Gets of a burst: none is created

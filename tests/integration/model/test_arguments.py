@@ -24,7 +24,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-expires": 60_000},
         {"x-max-length-bytes": 1024},
         {"x-max-priority": 10},
         {"x-single-active-consumer": True},
@@ -92,6 +91,7 @@ def test_accepted_arguments(running: Running) -> None:
         {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
         {"x-message-ttl": 1000},
         {"x-max-length": 10, "x-overflow": "reject-publish-dlx"},
+        {"x-expires": 60_000},
     ):
         name = unique("q")
         channel.queue_declare(name, arguments=arguments)

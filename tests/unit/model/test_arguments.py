@@ -45,7 +45,7 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
-        ({"x-expires": Field("I", 1000)}, NOT_OURS),
+        ({"x-max-priority": Field("I", 10)}, NOT_OURS),
         ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
         ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
         ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
@@ -68,6 +68,7 @@ def test_reasons(arguments: dict[str, Field], reason: str) -> None:
 def test_implemented_arguments_are_accepted() -> None:
     assert refusal({"x-message-ttl": Field("I", 1000)}) is None
     assert refusal({"x-dead-letter-exchange": Field("S", "d")}) is None
+    assert refusal({"x-expires": Field("I", 1000)}) is None
     assert refusal({"x-max-length": Field("I", 10), "x-overflow": Field("S", "drop-head")}) is None
 
 

@@ -13,6 +13,7 @@ from gateway.model.ttl import (
     expiration_error,
     is_expired,
     parse_expiration,
+    queue_expires,
     queue_message_ttl,
 )
 
@@ -68,3 +69,8 @@ def test_the_queue_ttl_comes_from_its_arguments() -> None:
     assert queue_message_ttl({}) is None
     assert queue_message_ttl({"x-message-ttl": Field("b", 0)}) == 0
     assert queue_message_ttl({"x-message-ttl": Field("l", 60000)}) == 60000
+
+
+def test_the_queue_expiry_comes_from_its_arguments() -> None:
+    assert queue_expires({}) is None
+    assert queue_expires({"x-expires": Field("I", 1500)}) == 1500
