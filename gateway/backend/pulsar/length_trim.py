@@ -34,9 +34,12 @@ class LengthTrimmer:
         for queue, limit in sorted(limits_in(self._vhost.catalog.view).items()):
             if limit.rejects_publish:
                 continue
-            excess = limit.excess(await self._vhost.count_ready(queue))
-            if excess:
-                await self._drop_oldest(queue, excess)
+            try:
+                excess = limit.excess(await self._vhost.count_ready(queue))
+                if excess:
+                    await self._drop_oldest(queue, excess)
+            except Exception as error:  # one queue's trouble does not hold up the others
+                log.info("trimming queue '%s' in %s failed: %s", queue, self._namespace, error)
 
     async def _drop_oldest(self, queue: str, count: int) -> None:
         subscription = await self._vhost.sweeper(queue, count)

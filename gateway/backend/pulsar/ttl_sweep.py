@@ -74,8 +74,12 @@ class ExpirySweeper:
                 if ttl is not None:
                     await self._expire(queue.name, ttl)
             elif not view.consumers.get(queue.name) and now >= self._due.get(queue.name, 0.0):
-                with trio.move_on_after(SWEEP_BUDGET):
-                    self._due[queue.name] = await self._dead_letter_expired(queue.name)
+                try:
+                    with trio.move_on_after(SWEEP_BUDGET):
+                        self._due[queue.name] = await self._dead_letter_expired(queue.name)
+                except Exception as error:  # one queue's trouble does not hold up the others
+                    log.info("sweeping queue '%s' failed: %s", queue.name, error)
+                    self._due[queue.name] = now + HEAD_RECHECK
 
     async def _expire(self, queue: str, ttl: int) -> None:
         seconds = max(1, math.ceil(ttl / 1000))
