@@ -7,6 +7,7 @@ same behavioural tests run against both backends. Nothing is durable.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
+from gateway.backend.dead_letters import letter_for
+from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -23,10 +26,21 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.overflow import RefusedStored
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
-from gateway.model.entities import resource
+from gateway.model.dead_letter import Reason
+from gateway.model.entities import Exchange, resource
+from gateway.model.length_limit import LengthLimit, length_limit
+from gateway.model.ttl import effective_ttl, is_expired, queue_expires, queue_message_ttl
 from gateway.model.vhost import VhostMapper
+
+# How often a waiting consumer has expired messages removed (see MemorySubscription).
+EXPIRY_TICK = 0.1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(eq=False)
@@ -34,6 +48,7 @@ class MemoryDelivery:
     queue: MemoryQueue
     message: Message
     redelivered: bool
+    enqueued: int  # ms: a requeued message keeps its expiry (RabbitMQ's TTL)
     settled: bool = False
 
     async def ack(self) -> None:
@@ -44,13 +59,20 @@ class MemoryDelivery:
             return
         self.settled = True
         if requeue:
-            self.queue.requeue(self.message)
+            self.queue.requeue(self.message, self.enqueued)
+        else:
+            self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
 
 @dataclass(eq=False)
 class MemoryQueue:
     name: str
-    ready: deque[tuple[Message, bool]] = field(default_factory=deque)
+    # Sends a message leaving the queue to its dead-letter exchange, if it has one.
+    dead_letter: Callable[[str, Message, Reason], None]
+    ttl: int | None = None  # x-message-ttl
+    limit: LengthLimit | None = None  # x-max-length, x-overflow
+    # (message, redelivered, when it entered the queue in ms)
+    ready: deque[tuple[Message, bool, int]] = field(default_factory=deque)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
     deleted: bool = False
@@ -61,20 +83,39 @@ class MemoryQueue:
         self.changed = trio.Event()
 
     def push(self, message: Message) -> None:
-        self.ready.append((message, False))
+        self.ready.append((message, False, now_ms()))
         self._signal()
 
-    def requeue(self, message: Message) -> None:
+    def requeue(self, message: Message, enqueued: int) -> None:
         if not self.deleted:
             # RabbitMQ puts a requeued message back near its original position: the front.
-            self.ready.appendleft((message, True))
+            self.ready.appendleft((message, True, enqueued))
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
-        if not self.ready:
-            return None
-        message, redelivered = self.ready.popleft()
-        return MemoryDelivery(self, message, redelivered)
+        while self.ready:
+            message, redelivered, enqueued = self.ready.popleft()
+            if not self._expired(message, enqueued):
+                return MemoryDelivery(self, message, redelivered, enqueued)
+            self.dead_letter(self.name, message, "expired")
+        return None
+
+    def _expired(self, message: Message, enqueued: int) -> bool:
+        if self.ttl is None and message.properties.expiration is None:
+            return False
+        ttl = effective_ttl(self.ttl, message.properties.expiration)
+        return is_expired(enqueued, ttl, now_ms())
+
+    def count(self) -> int:
+        """Messages ready, expired ones removed first (dead-lettered if so configured)."""
+        kept: deque[tuple[Message, bool, int]] = deque()
+        for entry in self.ready:
+            if self._expired(entry[0], entry[2]):
+                self.dead_letter(self.name, entry[0], "expired")
+            else:
+                kept.append(entry)
+        self.ready = kept
+        return len(kept)
 
     def delete(self) -> None:
         self.deleted = True
@@ -86,6 +127,9 @@ class MemoryQueue:
 class MemorySubscription:
     queue: MemoryQueue
     on_closed: Callable[[MemoryQueue], Awaitable[None]]
+    # Removes expired messages from every queue of the vhost (dead-lettering them): run while
+    # a consumer waits, this backend's timer for TTLs (delay queues have no consumer).
+    expire_all: Callable[[], None] = lambda: None
     outstanding: list[MemoryDelivery] = field(default_factory=list)
     closed: bool = False
 
@@ -104,7 +148,9 @@ class MemorySubscription:
                 flush, before_wait = before_wait, None
                 await flush()
                 continue  # the queue may have changed while that ran
-            await self.queue.changed.wait()
+            with trio.move_on_after(EXPIRY_TICK):
+                await self.queue.changed.wait()
+            self.expire_all()
 
     async def close(self) -> None:
         if self.closed:
@@ -123,20 +169,32 @@ class MemoryVirtualHost(CatalogVirtualHost):
         self.name = name
         self.catalog = Catalog(name, namespace, store)
         self._queues: dict[str, MemoryQueue] = {}
+        self._last_used: dict[str, float] = {}  # x-expires: each queue's latest use
 
     def _messages(self, name: str) -> MemoryQueue:
         """The message store of a queue the catalog knows (created on first use)."""
         queue = self._queues.get(name)
         if queue is None:
-            queue = self._queues[name] = MemoryQueue(name)
+            entity = self.catalog.view.queues.get(name)
+            arguments = {} if entity is None else entity.arguments
+            queue = self._queues[name] = MemoryQueue(
+                name,
+                self._dead_letter,
+                queue_message_ttl(arguments),
+                length_limit(arguments),
+            )
         return queue
 
     # ------------------------------------------------------------------ entities
 
     async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
+        await self._expire_queues()
         await self.catalog.declare_queue(command, owner)
         queue = self._messages(command.queue)
-        return QueueStatus(command.queue, len(queue.ready), len(queue.subscriptions))
+        if not command.passive:
+            self._used(command.queue)  # a redeclare renews an x-expires lease
+        self._expire_all()
+        return QueueStatus(command.queue, queue.count(), len(queue.subscriptions))
 
     async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
         name = command.queue
@@ -148,9 +206,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         where = resource("queue", name, self.name)
         if command.if_unused and queue.subscriptions:
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} in use")
-        if command.if_empty and queue.ready:
+        if command.if_empty and queue.count():
             raise ChannelError(ReplyCode.PRECONDITION_FAILED, f"{where} not empty")
-        count = len(queue.ready)
+        count = queue.count()
         await self._drop_queue(name)
         return count
 
@@ -163,7 +221,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         self.catalog.queue(self.catalog.view, command.queue, owner)
         queue = self._messages(command.queue)
-        count = len(queue.ready)
+        count = queue.count()
         queue.ready.clear()
         return count
 
@@ -182,6 +240,31 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
+        check_expiration(message)
+        names = self._route(exchange, message)
+        refused = [name for name in sorted(names) if not self._enqueue(name, message)]
+        if refused:
+            return PublishOutcome(routed=True, stored=RefusedStored(refused))
+        return PublishOutcome(routed=bool(names))
+
+    def _enqueue(self, name: str, message: Message) -> bool:
+        """Put ``message`` in queue ``name`` within its length limit; False if refused."""
+        queue = self._messages(name)
+        limit = queue.limit
+        if limit is not None and limit.rejects_publish and not limit.has_room(queue.count()):
+            if limit.dead_letters_rejected:
+                self._dead_letter(name, message, "maxlen")
+            return False
+        queue.push(message)
+        if limit is not None and not limit.rejects_publish:
+            for _ in range(limit.excess(queue.count())):  # drop-head: the oldest go
+                oldest = queue.ready.popleft()[0]
+                self._dead_letter(name, oldest, "maxlen")
+        return True
+
+    def _route(self, exchange: Exchange, message: Message) -> set[str]:
+        """The queues ``message`` reaches through ``exchange`` (or its alternates)."""
+        view = self.catalog.view
         names = self.catalog.routes(view, exchange, message)
         seen = {exchange.name}
         # Unroutable: on to the alternate exchange, and its own, until one routes
@@ -193,39 +276,82 @@ class MemoryVirtualHost(CatalogVirtualHost):
             exchange = alternate
             seen.add(exchange.name)
             names = self.catalog.routes(view, exchange, message)
-        for name in names:
-            self._messages(name).push(message)
-        return PublishOutcome(routed=bool(names))
+        return names
+
+    def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
+        """RabbitMQ's dead-lettering (the Pulsar backend's dead_lettering.py, in memory)."""
+        view = self.catalog.view
+        entity = view.queues.get(queue)
+        letter = None if entity is None else letter_for(message, entity, reason)
+        if letter is None:
+            return
+        exchange = self.catalog.exchange(view, letter.message.exchange)
+        if exchange is None:
+            return  # a missing dead-letter exchange drops the message, as on RabbitMQ
+        for name in self._route(exchange, letter.message):
+            if reason == "rejected" or not letter.cycles(name):
+                self._enqueue(name, letter.message)
 
     async def consume(
         self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> MemorySubscription:
         queue, exclusive = command.queue, command.exclusive
+        await self._expire_queues()
         entity = self.catalog.queue(self.catalog.view, queue, owner)
         self.catalog.check_consume(entity, command)
+        self._used(queue)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
             raise ChannelError(
                 ReplyCode.ACCESS_REFUSED,
                 f"{resource('queue', queue, self.name)} in exclusive use",
             )
-        subscription = MemorySubscription(target, self._consumer_gone)
+        subscription = MemorySubscription(target, self._consumer_gone, self._expire_all)
         target.subscriptions.append(subscription)
         target.exclusive_consumer = exclusive
         return subscription
 
     async def _consumer_gone(self, queue: MemoryQueue) -> None:
         # An auto-delete queue goes when its last consumer does (having had at least one).
+        self._used(queue.name)  # in use until now (x-expires)
         entity = self.catalog.view.queues.get(queue.name)
         if entity is not None and entity.auto_delete and not queue.subscriptions:
             await self._drop_queue(queue.name)
 
+    def _used(self, name: str) -> None:
+        self._last_used[name] = time.monotonic()
+
+    async def _expire_queues(self) -> None:
+        """Delete the queues unused (no consumer, no redeclare, no Basic.Get) for their
+        ``x-expires`` (checked when the vhost is used: this backend has no timer)."""
+        now = time.monotonic()
+        for name, entity in list(self.catalog.view.queues.items()):
+            expires = queue_expires(entity.arguments)
+            if expires is None:
+                continue
+            queue = self._queues.get(name)
+            if queue is not None and queue.subscriptions:
+                self._used(name)
+            elif now - self._last_used.setdefault(name, now) >= expires / 1000:
+                self._last_used.pop(name, None)
+                await self._drop_queue(name)
+
+    def _expire_all(self) -> None:
+        """Remove expired messages from every queue (this backend has no timer: it does so
+        on each Basic.Get and Queue.Declare, which is when a test looks)."""
+        for queue in list(self._queues.values()):
+            queue.count()
+
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[MemoryDelivery, int] | None:
-        self.catalog.queue(self.catalog.view, command.queue, owner)
-        delivery = self._messages(command.queue).take()
+        queue = command.queue
+        await self._expire_queues()
+        self.catalog.queue(self.catalog.view, queue, owner)
+        self._used(queue)
+        self._expire_all()
+        delivery = self._messages(queue).take()
         if delivery is None:
             return None
-        return delivery, len(delivery.queue.ready)
+        return delivery, delivery.queue.count()
 
     async def release(self, owner: Owner) -> None:
         for name in self.catalog.owned_by(owner):

@@ -31,6 +31,7 @@ from gateway.model.values import type_name
 __all__ = [
     "ACCEPTED_WITHOUT_EFFECT",
     "CONSUMER_ARGUMENTS",
+    "IMPLEMENTED",
     "NOT_IMPLEMENTED",
     "QUEUE_ARGUMENTS",
     "QUEUE_TYPE_MODULES",
@@ -121,9 +122,20 @@ ACCEPTED_WITHOUT_EFFECT: Final[Mapping[str, str]] = {
     "x-max-in-memory-length": "memory tuning, unused by RabbitMQ since 3.10",
     "x-max-in-memory-bytes": "memory tuning, unused by RabbitMQ since 3.10",
 }
+# Known to RabbitMQ, changing what it does, and implemented here (docs/compatibility.md).
+IMPLEMENTED: Final = frozenset(
+    {
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-message-ttl",
+        "x-max-length",
+        "x-overflow",
+        "x-expires",
+    }
+)
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.
 NOT_IMPLEMENTED: Final = frozenset(
-    set().union(*QUEUE_ARGUMENTS.values()) - set(ACCEPTED_WITHOUT_EFFECT)
+    set().union(*QUEUE_ARGUMENTS.values()) - set(ACCEPTED_WITHOUT_EFFECT) - IMPLEMENTED
 )
 _CONSUMER_NOT_IMPLEMENTED: Final = frozenset(set().union(*CONSUMER_ARGUMENTS.values()))
 # Exchange arguments that name an exchange: checked for type when the exchange is created.

@@ -239,7 +239,8 @@ class ProcessCounters:
     queues: dict[str, dict[str, QueueGauge]] = field(default_factory=dict)
     # vhost name -> Pulsar namespace "tenant/ns" (usage events and labels).
     namespaces: dict[str, str] = field(default_factory=dict)
-    # Leader-elected work, by job ("reaper", "cleaner", "reconciler").
+    # Leader-elected work, by job ("reaper", "cleaner", "reconciler", "expiry", "length",
+    # "queue-expiry").
     leader_rounds: dict[str, int] = field(default_factory=dict)
     leader_round_failures: dict[str, int] = field(default_factory=dict)
     leader_removals: dict[str, int] = field(default_factory=dict)

@@ -373,6 +373,24 @@ class PulsarAdmin:
         """Drop the subscription's whole backlog (AMQP queue.purge). NotFound if missing."""
         await self.request("POST", self._sub_path(topic, subscription) + "/skip_all")
 
+    async def expire_messages(self, topic: str, subscription: str, seconds: int) -> None:
+        """Acknowledge every message of the subscription published more than ``seconds``
+        ago (Pulsar's per-subscription expiry; the leader's TTL sweep). NotFound if missing."""
+        path = self._sub_path(topic, subscription) + f"/expireMessages/{int(seconds)}"
+        await self.request("POST", path)
+
+    async def subscription_properties(self, topic: str, subscription: str) -> dict[str, str]:
+        """The subscription's properties (str -> str). NotFound if missing."""
+        found = await self._get_json(self._sub_path(topic, subscription) + "/properties")
+        return {str(k): str(v) for k, v in (found or {}).items()}
+
+    async def update_subscription_properties(
+        self, topic: str, subscription: str, properties: Mapping[str, str]
+    ) -> None:
+        """Replace the subscription's properties. NotFound if missing."""
+        path = self._sub_path(topic, subscription) + "/properties"
+        await self.request("PUT", path, body=dict(properties))
+
     async def reset_cursor(self, topic: str, subscription: str, position: Position) -> None:
         """Move the subscription to a position (inclusive, like create_subscription)."""
         path = self._sub_path(topic, subscription) + "/resetcursor"

@@ -24,9 +24,11 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
-from gateway.backend.pulsar.messages import REQUEUED, from_pulsar
+from gateway.backend.pulsar.expiry import DeadLetter, QueueExpiry, enqueued_at
+from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.bounded import remember
+from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
@@ -38,7 +40,8 @@ log = logging.getLogger("gateway.pulsar.delivery")
 # that are not the queue's (the filter is applied on delivery).
 Admits = Callable[[Message, ReceivedMessage], bool]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
-RequeueCopy = Callable[[str, Message], Awaitable[None]]
+# The int is when the original entered the queue (ms): the copy keeps its expiry.
+RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -113,19 +116,50 @@ class PulsarDelivery:
             return
         self._settle(requeued=requeue)
         if not requeue:
-            # Dropped: there is no dead-lettering yet, so the message is simply done.
-            self._acknowledge()
+            await self.drop("rejected")
             return
         try:
             self._consumer.negative_acknowledge(self._received)
         except (ClosedError, PulsarClientError):
             log.debug("reject after consumer close on %s", self._received.topic)
 
+    async def drop(self, reason: Reason) -> None:
+        """The message leaves the queue for ``reason``: dead-lettered first if the queue
+        says so, and acknowledged only once the dead letter is stored. If it could not be,
+        the original goes back to the queue (delivered again), never lost."""
+        subscription = self._subscription
+        try:
+            await subscription.dead_letter(subscription.queue, self.message, reason)
+        except Exception as error:
+            log.warning(
+                "dead-lettering a message of '%s' failed (%s); it stays in the queue",
+                subscription.queue,
+                error,
+            )
+            with contextlib.suppress(ClosedError, PulsarClientError):
+                self._consumer.negative_acknowledge(self._received)
+            return
+        self._acknowledge()
+
+    def expires_at(self) -> int | None:
+        """When the message expires in its queue (ms since the epoch), if it does."""
+        expiry = self._subscription.expiry
+        received = self._received
+        return None if expiry is None else expiry.deadline(received, received.properties)
+
+    def unread(self) -> None:
+        """Never handed to a client (the TTL sweep only looked): forgotten here, and given
+        back when the consumer closes, not marked redelivered."""
+        self._settle(requeued=False)
+
     async def _requeue_copy(self) -> None:
         """Requeue one message of a batch: a copy goes in, then the original goes out."""
         self._settle(requeued=False)  # the original is done with; the copy is marked
         try:
-            await self._subscription.requeue_copy(self._subscription.queue, self.message)
+            received = self._received
+            await self._subscription.requeue_copy(
+                self._subscription.queue, self.message, enqueued_at(received, received.properties)
+            )
         except Exception as error:
             # Not stored: Pulsar's way then, which gives the message back with the rest of
             # its entry (duplicates, but nothing lost).
@@ -152,11 +186,15 @@ class PulsarQueueSubscription:
         on_closed: Callable[[PulsarQueueSubscription], None],
         redeliveries: Redeliveries,
         requeue_copy: RequeueCopy,
+        dead_letter: DeadLetter,
         *,
         exclusive: bool = False,
+        expiry: QueueExpiry | None = None,
     ) -> None:
         self.queue = queue
+        self.expiry = expiry
         self.requeue_copy = requeue_copy
+        self.dead_letter = dead_letter
         self.consumer = consumer
         self.exclusive = exclusive
         self._admits = admits
@@ -200,10 +238,17 @@ class PulsarQueueSubscription:
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
         properties = received.properties
         message = message_of(received, properties)
-        if not self._admits(message, received):
+        if not self._admits(message, received) or (
+            REFUSED_BY in properties and self.queue in refused_by(properties)
+        ):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(received))
             self.consumer.acknowledge(received)
+            return None
+        if self.expiry is not None and self.expiry.expired(received, properties):
+            # Never delivered (RabbitMQ's guarantee); dead-lettered if the queue says so.
+            self.redeliveries.settled(key_of(received))
+            self.expiry.drop(self.consumer, received, message)
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)
 
@@ -269,4 +314,6 @@ class PulsarQueueSubscription:
             return
         self.closed = True
         self._on_closed(self)
+        if self.expiry is not None:
+            await self.expiry.idle()
         await self.consumer.aclose()

@@ -11,7 +11,10 @@ an ephemeral sequential znode per candidate, the lowest leads). The leader of a 
   leader acting on a stale view deletes nothing it should not; a candidate must also have been
   one for a whole ``tick`` (a queue and its owner record reach the views through two
   listings, and for a moment a view can hold the queue without the owner);
-- the subscription **cleaner** and the **reconciler** (cleaner.py).
+- the subscription **cleaner** and the **reconciler** (cleaner.py);
+- the **TTL sweep** of expired messages no consumer reads (ttl_sweep.py);
+- the **drop-head trim** of queues over their ``x-max-length`` (length_trim.py);
+- **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py).
 
 Leadership moves when the leader dies (its candidate node goes with its session) or loses
 ZooKeeper (it stops leading at once, and stands again when it is back). A new leader starts
@@ -33,8 +36,11 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.length_trim import LengthTrimmer
+from gateway.backend.pulsar.queue_expiry import QueueExpirer
 from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.ttl_sweep import ExpirySweeper
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, QueueCondition, VhostView
@@ -129,6 +135,9 @@ class NamespaceLeader:
         self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
         self.queue_stats = QueueStatsRefresher(vhost, admin, namespace)
         self.reconciler = SubscriptionReconciler(vhost, store, admin, namespace)
+        self.ttl_sweep = ExpirySweeper(vhost, store, admin, namespace)
+        self.length_trim = LengthTrimmer(vhost, namespace)
+        self.queue_expiry = QueueExpirer(vhost, admin, namespace)
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
         self._abandoned: set[str] = set()
@@ -145,6 +154,9 @@ class NamespaceLeader:
                 nursery.start_soon(self.queue_stats.run)
                 nursery.start_soon(self.cleaner.run, self._drain_interval)
                 nursery.start_soon(self.reconciler.run, self._reconcile_interval)
+                nursery.start_soon(self.ttl_sweep.run)
+                nursery.start_soon(self.length_trim.run)
+                nursery.start_soon(self.queue_expiry.run)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)
 

@@ -16,6 +16,7 @@ longstr header) so AMQP consumers see what a native application meant to send.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Mapping
 from typing import Final, TypeVar
 
@@ -33,6 +34,11 @@ ROUTING_KEY: Final = "amqp-routing-key"
 # On a copy written by the gateway to requeue one message of a batch (delivery.py): the copy
 # is delivered with redelivered=true.
 REQUEUED: Final = "amqp-requeued"
+# On such a copy: when the original entered the queue (ms), so that requeueing keeps its TTL.
+ENQUEUED: Final = "amqp-enqueued"
+# On a message some full queues refused (x-overflow reject-publish): their names (JSON list);
+# their consumers skip it, the other queues it was routed to deliver it.
+REFUSED_BY: Final = "amqp-refused-by"
 HEADER_PREFIX: Final = "header."
 _EMPTY_PROPERTIES: Final = b"\x00\x00"
 
@@ -52,7 +58,7 @@ _READABLE: Final = (
     ("app_id", "app-id"),
 )
 _ATTRIBUTE_FOR: Final = {readable: attribute for attribute, readable in _READABLE}
-_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY, REQUEUED})
+_OURS: Final = frozenset({RAW_PROPERTIES, EXCHANGE, ROUTING_KEY, REQUEUED, ENQUEUED, REFUSED_BY})
 
 
 def _text(value: object) -> str:
@@ -142,3 +148,15 @@ def _native_properties(properties: Mapping[str, str]) -> bytes:
     if headers:
         values["headers"] = headers
     return encode_properties(MessageProperties(**values))  # type: ignore[arg-type]
+
+
+def refused_by(properties: Mapping[str, str]) -> list[str]:
+    """The queues that refused a message (written for others), from its Pulsar properties."""
+    raw = properties.get(REFUSED_BY)
+    if raw is None:
+        return []
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return []
+    return [str(name) for name in names] if isinstance(names, list) else []

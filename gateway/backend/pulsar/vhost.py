@@ -22,6 +22,7 @@ drained or recorded subscriptions.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
@@ -31,6 +32,7 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
+from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
     Message,
     Owner,
@@ -38,6 +40,8 @@ from gateway.backend.interface import (
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.overflow import RefusedStored
+from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import (
     Admits,
     PulsarDelivery,
@@ -45,7 +49,10 @@ from gateway.backend.pulsar.delivery import (
     exchange_and_key,
 )
 from gateway.backend.pulsar.drains import Drains, position_of
-from gateway.backend.pulsar.messages import REQUEUED, to_pulsar
+from gateway.backend.pulsar.expiry import QueueExpiry
+from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
+from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
@@ -66,6 +73,7 @@ from gateway.model.routing import (
     headers_match,
     publish_topic,
 )
+from gateway.model.ttl import queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
@@ -146,6 +154,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._sweeping_getters = False
         # Per queue: (messages left at the last Basic.Get, when the broker last counted them).
         self._left_after_get: dict[str, tuple[int, float]] = {}
+        self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
+        self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
+        self._queue_use = QueueUse(namespace, resources.admin)
 
     # ------------------------------------------------------------------ helpers
 
@@ -316,7 +327,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             # The default exchange's subscription exists before anyone can see the queue.
             await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
 
-        _queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
+        queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
+        if not command.passive:  # a redeclare renews an x-expires lease (queue_use.py)
+            await self._queue_use.used(name, queue.arguments)
         if created:
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
@@ -496,6 +509,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
             exchange = await self.catalog.require_fresh_exchange(message.exchange)
             view = self._view
         self.catalog.check_publishable(exchange)
+        check_expiration(message)
+        return await self._send(exchange, message, mandatory=mandatory)
+
+    async def _send(
+        self, exchange: Exchange, message: Message, *, mandatory: bool = False
+    ) -> PublishOutcome:
+        """Route ``message`` through ``exchange`` (and its alternates) and write it."""
         key = message.routing_key
         routed = await self._routes(exchange, message)
         seen = {exchange.name}
@@ -527,11 +547,36 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if topic is None:
             topic = publish_topic(self.namespace, exchange, key)
             remember(self._publish_topics, named, topic, _PUBLISH_TOPICS_CACHED)
+        properties = to_pulsar(message)
+        refused = await self._refusals(exchange, message) if self._limits.of(self._view) else []
+        if refused:
+            # Full queues with x-overflow reject-publish: the others still get the message.
+            if set(refused) >= self.catalog.routes(self._view, exchange, message):
+                return PublishOutcome(routed=True, stored=RefusedStored(refused))
+            properties[REFUSED_BY] = json.dumps(refused)
         try:
-            stored = await self._r.producers.submit(topic, message.body, to_pulsar(message))
+            stored = await self._r.producers.submit(topic, message.body, properties)
         except PulsarClientError as error:
             raise to_amqp_error(error, f"publishing to {topic}") from None
+        if refused:
+            return PublishOutcome(routed=True, stored=RefusedStored(refused, stored))
         return PublishOutcome(routed=routed, stored=stored)
+
+    async def _refusals(self, exchange: Exchange, message: Message) -> list[str]:
+        """The routed queues whose reject-publish length limit refuses ``message``."""
+        view = self._view
+        targets = self.catalog.routes(view, exchange, message)
+        return await self._limits.refusing(self._limits.of(view), targets, message)
+
+    async def _ready_now(self, queue: str) -> int:
+        """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""
+        return await self._message_count(self._view, queue)
+
+    async def count_ready(self, queue: str) -> int:
+        """``queue``'s ready messages fleet-wide less all read ahead, for the drop-head trim
+        (length_limit.py)."""
+        view = self._view
+        return await count_ready(self._r.admin, self._queue_topics(view, queue), queue)
 
     async def _routes(self, exchange: Exchange, message: Message) -> bool:
         """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
@@ -658,15 +703,37 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._consumer_closed,
             self._redeliveries,
             self._requeue_copy,
+            self._dead_lettering.dead_letter,
             exclusive=exclusive,
+            expiry=self._expiry(view, queue),
         )
 
-    async def _requeue_copy(self, queue: str, message: Message) -> None:
+    def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
+        """The TTL check of ``queue``'s consumers (expiry.py)."""
+        entity = view.queues.get(queue)
+        ttl = None if entity is None else queue_message_ttl(entity.arguments)
+        return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
+
+    async def sweeper(self, queue: str, read_ahead: int) -> PulsarQueueSubscription:
+        """A consumer for the leader's TTL sweep of ``queue`` (ttl_sweep.py)."""
+        return await self._subscription(queue, exclusive=False, read_ahead=read_ahead)
+
+    async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
-        default exchange's: only this queue reads it) and wait until Pulsar stored it."""
+        default exchange's: only this queue reads it) and wait until Pulsar stored it. It
+        keeps the time the original entered the queue (its TTL runs from then)."""
+        await self._write_to_queue(queue, message, enqueued=enqueued)
+
+    async def _write_to_queue(
+        self, queue: str, message: Message, *, enqueued: int | None = None
+    ) -> None:
+        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it
+        (``enqueued``: a requeued copy of a message that entered the queue then)."""
         topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
         properties = to_pulsar(message)
-        properties[REQUEUED] = "true"
+        if enqueued is not None:
+            properties[REQUEUED] = "true"
+            properties[ENQUEUED] = str(enqueued)
         stored = await self._r.producers.submit(topic, message.body, properties)
         await stored.durable()
 
@@ -716,6 +783,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)
+        await self._queue_use.used(queue, entity.arguments)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -793,7 +861,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
-        await self.catalog.find_queue(queue, owner)
+        entity = await self.catalog.find_queue(queue, owner)
+        await self._queue_use.used(queue, entity.arguments)
         getter = self._getters.get(queue)
         if getter is None or getter.closed:
             # One small consumer per queue serves the Basic.Gets of a burst: none is created

@@ -24,13 +24,7 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-message-ttl": 1000},
-        {"x-expires": 60_000},
-        {"x-dead-letter-exchange": "dlx"},
-        {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
-        {"x-max-length": 10},
         {"x-max-length-bytes": 1024},
-        {"x-overflow": "reject-publish"},
         {"x-max-priority": 10},
         {"x-single-active-consumer": True},
     ],
@@ -93,6 +87,11 @@ def test_accepted_arguments(running: Running) -> None:
         {"x-queue-mode": "lazy", "x-queue-version": 2},
         {"x-queue-leader-locator": "balanced"},
         {"x-custom": "anything", "plain": 1},
+        {"x-dead-letter-exchange": "dlx"},
+        {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
+        {"x-message-ttl": 1000},
+        {"x-max-length": 10, "x-overflow": "reject-publish-dlx"},
+        {"x-expires": 60_000},
     ):
         name = unique("q")
         channel.queue_declare(name, arguments=arguments)

@@ -8,6 +8,7 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.model.arguments import (
     ACCEPTED_WITHOUT_EFFECT,
+    IMPLEMENTED,
     NOT_IMPLEMENTED,
     QUEUE_ARGUMENTS,
     check_consume_arguments,
@@ -36,14 +37,15 @@ def refusal(arguments: dict[str, Field], **flags: bool) -> str | None:
 
 def test_every_known_argument_is_either_accepted_or_refused() -> None:
     known = set().union(*QUEUE_ARGUMENTS.values())
-    assert known == NOT_IMPLEMENTED | set(ACCEPTED_WITHOUT_EFFECT)
+    assert known == NOT_IMPLEMENTED | set(ACCEPTED_WITHOUT_EFFECT) | IMPLEMENTED
     assert not NOT_IMPLEMENTED & set(ACCEPTED_WITHOUT_EFFECT)
+    assert not NOT_IMPLEMENTED & IMPLEMENTED
 
 
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
-        ({"x-message-ttl": Field("I", 1000)}, NOT_OURS),
+        ({"x-max-priority": Field("I", 10)}, NOT_OURS),
         ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
         ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
         ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
@@ -51,7 +53,7 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
         ({"x-max-priority": Field("B", 255)}, NOT_OURS),
         ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
         ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
-        ({"x-overflow": Field("S", "reject-publish-dlx")}, NOT_OURS),
+        ({"x-max-length-bytes": Field("I", 1024)}, NOT_OURS),
         ({"x-overflow": Field("I", 1)}, "{unacceptable_type,signedint}"),
         ({"x-queue-version": Field("I", 3)}, "\"unsupported queue version '3'\""),
         ({"x-queue-leader-locator": Field("S", "nearest")}, "invalid_queue_locator_arg"),
@@ -63,6 +65,13 @@ def test_reasons(arguments: dict[str, Field], reason: str) -> None:
     assert refusal(arguments) == f"invalid arg '{next(iter(arguments))}' for {WHERE}: {reason}"
 
 
+def test_implemented_arguments_are_accepted() -> None:
+    assert refusal({"x-message-ttl": Field("I", 1000)}) is None
+    assert refusal({"x-dead-letter-exchange": Field("S", "d")}) is None
+    assert refusal({"x-expires": Field("I", 1000)}) is None
+    assert refusal({"x-max-length": Field("I", 10), "x-overflow": Field("S", "drop-head")}) is None
+
+
 def test_dead_letter_exchange_type_is_checked_first() -> None:
     # rabbit_channel checks it before rabbit_amqqueue sees any argument.
     arguments = {"x-max-length": Field("l", -1), "x-dead-letter-exchange": Field("l", 1)}
@@ -71,7 +80,7 @@ def test_dead_letter_exchange_type_is_checked_first() -> None:
 
 def test_invalid_values_come_before_refusals() -> None:
     # RabbitMQ would refuse the value; the argument then never needs implementing.
-    arguments = {"x-max-length": Field("I", 5), "x-message-ttl": Field("I", -1)}
+    arguments = {"x-max-length-bytes": Field("I", 5), "x-message-ttl": Field("I", -1)}
     assert refusal(arguments) == f"invalid arg 'x-message-ttl' for {WHERE}: {{value_negative,-1}}"
 
 
