@@ -817,6 +817,33 @@ class ZooKeeperMetadataStore:
             raise self._unexpected(error, what)
         raise self._too_many_races(what)
 
+    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        what = f"look up routing key {routing_key!r} of exchange {exchange!r}"
+        await self._prepare(what)
+        path = self._layout.node(
+            namespace, Folder.TOPIC_KEYS, topic_key_child(exchange, routing_key)
+        )
+        self._client.sync_async(path)  # answered before the read below (same session)
+        return await self._exists(path, what)
+
+    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        what = f"unregister routing key {routing_key!r} of exchange {exchange!r}"
+        await self._prepare(what)
+        child = topic_key_child(exchange, routing_key)
+
+        def deleted() -> None:
+            self._own(namespace, lambda m: m.own_deleted(Folder.TOPIC_KEYS, child))
+
+        failure = await self._transact(
+            what, [_Delete(self._layout.node(namespace, Folder.TOPIC_KEYS, child))], deleted
+        )
+        if failure is None:
+            return True
+        if isinstance(failure[1], NoNodeError):
+            self._forget(namespace, Folder.TOPIC_KEYS, child)
+            return False
+        raise self._unexpected(failure[1], what)
+
     # ================================================================== consumers
 
     async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:

@@ -33,6 +33,7 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.key_sweeper import DefaultKeySweeper
 from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
@@ -129,6 +130,7 @@ class NamespaceLeader:
         self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
         self.queue_stats = QueueStatsRefresher(vhost, admin, namespace)
         self.reconciler = SubscriptionReconciler(vhost, store, admin, namespace)
+        self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
         self._abandoned: set[str] = set()
@@ -145,6 +147,7 @@ class NamespaceLeader:
                 nursery.start_soon(self.queue_stats.run)
                 nursery.start_soon(self.cleaner.run, self._drain_interval)
                 nursery.start_soon(self.reconciler.run, self._reconcile_interval)
+                nursery.start_soon(self.key_sweeper.run, self._drain_interval)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)
 
