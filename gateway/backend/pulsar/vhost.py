@@ -139,6 +139,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
+        # The bindings of each queue, for the view's set of bindings it was built from.
+        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
+            frozenset(),
+            {},
+        )
         # (exchange type, exchange, routing key) -> the topic its messages go to (naming it
         # per message was ~2% of the publish path).
         self._publish_topics: dict[tuple[ExchangeType, str, str], str] = {}
@@ -201,10 +206,22 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if not live or self._active(view, default_activation(queue)):
             topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
         covered = self._live_binding_topics if live else self._binding_topics
-        for binding in view.bindings:
-            if binding.queue == queue and binding not in leaving:
+        for binding in self._bindings_of(view, queue):
+            if binding not in leaving:
                 topics.update(covered(view, binding))
         return topics
+
+    def _bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
+        """``queue``'s bindings in ``view``, from an index built once per set of bindings
+        (not a scan of every binding per call: the queue statistics ask for every queue)."""
+        indexed, index = self._binding_index
+        if indexed is not view.bindings:
+            grouped: dict[str, list[Binding]] = {}
+            for binding in view.bindings:
+                grouped.setdefault(binding.queue, []).append(binding)
+            index = {name: tuple(found) for name, found in grouped.items()}
+            self._binding_index = (view.bindings, index)
+        return index.get(queue, ())
 
     def _draining_topics(self, view: VhostView, queue: str) -> set[str]:
         return {
