@@ -118,7 +118,7 @@ import httpx  # noqa: E402
 import rabbitmq  # noqa: E402  (bench/rabbitmq.py: port_open)
 import trio  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
-from kazoo.exceptions import BadVersionError  # noqa: E402
+from kazoo.exceptions import BadVersionError, NoNodeError  # noqa: E402
 from pamqp import body, commands, frame, header  # noqa: E402
 
 from gateway.metadata.paths import Layout  # noqa: E402
@@ -623,9 +623,11 @@ def leftovers(run: Run, namespace: str) -> Leftovers:
         def count(path: str, depth: int) -> int:
             # Depth 2 is a bucket: made on first use and kept, like the folders.
             own = 0 if depth == 2 else 1
-            return own + sum(
-                count(f"{path}/{child}", depth + 1) for child in client.get_children(path)
-            )
+            try:
+                children = client.get_children(path)
+            except NoNodeError:
+                return 0  # deleted since its parent was listed
+            return own + sum(count(f"{path}/{child}", depth + 1) for child in children)
 
         znodes = count(Layout().namespace(full), 0)
     finally:

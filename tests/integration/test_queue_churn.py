@@ -13,6 +13,7 @@ import httpx
 import pika
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.paths import Layout
 from tests.support.gateway_thread import GatewayInThread
@@ -59,7 +60,10 @@ class Replica:
         root = Layout().namespace(self.namespace)
 
         def count(path: str, depth: int) -> int:
-            children = self.zookeeper.get_children(path)
+            try:
+                children = self.zookeeper.get_children(path)
+            except NoNodeError:
+                return 0  # deleted since its parent was listed
             own = 0 if depth == 2 else 1  # depth 2: a bucket
             return own + sum(count(f"{path}/{child}", depth + 1) for child in children)
 
