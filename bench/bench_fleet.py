@@ -16,16 +16,26 @@ down. A private server also keeps the replicas from loading other runs' vhosts. 
 bounded (``--phase-timeout``, ``--load-timeout``) and preceded by a line with the machine's load
 (load average, and the cores busy over ``--load-sample`` seconds).
 
-1. **declare+bind ops/s through the fleet.** ``--connections`` (6) AMQP connections spread
-   round-robin over the replicas, each doing ``queue.declare`` (durable, a queue of its own) +
-   ``queue.bind`` (to one durable direct exchange, the queue's name as the key) back to back,
-   for ``--seconds`` (15) or ``--ops`` (4000) operations in all, whichever comes first, after
-   ``--warmup`` (5) unmeasured ones per connection. An op is the pair; ops/s = ops / time from
-   the start to the last Bind-Ok; the latency is the pair's. Each declare subscribes the queue
-   to its default-exchange topic and each bind to a new key's topic, so an op creates two
-   Pulsar topics with a subscription each, besides its two ZooKeeper transactions. Run with 1
-   replica, then with 3 (the 2 others started meanwhile). The queues are deleted afterwards
-   (timed apart).
+1. **declare+bind ops/s through the fleet.** AMQP connections spread round-robin over the
+   replicas, each doing ``queue.declare`` (durable, a queue of its own) + ``queue.bind`` (to one
+   durable direct exchange, the queue's name as the key) back to back, for ``--seconds`` (15)
+   or ``--ops`` (4000) operations in all, whichever comes first, after ``--warmup`` (5)
+   unmeasured ones per connection. An op is the pair; ops/s = ops / time from the start to
+   the last Bind-Ok; the latency is the pair's. First the previous design, on a namespace and
+   a replica of its own with ``amqpLazySubscriptions=false`` and ``--eager-connections`` (6):
+   each declare subscribes the queue to its default-exchange topic and each bind to a new
+   key's topic, so an op creates two Pulsar topics with a subscription each, besides its two
+   ZooKeeper transactions. Then lazy subscriptions (the default: no Pulsar work until a
+   message is published to the key, docs/fleet.md) with ``--connections`` (48), through 1
+   replica, then through 3 (the 2 others started meanwhile). The queues are deleted
+   afterwards (timed apart).
+1b. **Queue churn** (between the two lazy runs, through replica 1): ``--churn-connections``
+   (16) connections each repeating for ``--churn-seconds`` (60): declare a server-named
+   exclusive queue, consume it, every ``--churn-reply-every`` (4th) cycle publish a reply to it
+   and wait for its delivery, cancel, delete. Printed: cycles/s and the cycle's p50 / p99; the
+   vhost's topics with subscriptions, its subscriptions and znodes (bucket nodes left out)
+   before and after, and how long until they were equal again (the leader sweeps the keys of
+   deleted queues in its rounds; ``--churn-settle`` bounds the wait); the replica's RSS.
 2. **Bind-Ok on A -> in force on B.** ``--rounds`` (200) rounds per exchange type, after 5
    unmeasured: on replica A a fresh queue is declared and bound; the moment Bind-Ok is read,
    replica B (publisher confirms on) publishes with ``mandatory=true`` to that exchange and key
