@@ -15,6 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.metadata.paths import Layout
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
@@ -69,6 +70,17 @@ class Replica:
 
         return count(root, 0)
 
+    def footprint(self) -> dict[str, int]:
+        """The per-queue state the replica keeps (PulsarVirtualHost.footprint)."""
+
+        def read() -> dict[str, int]:
+            backend = self.gateway.server._backend
+            assert isinstance(backend, PulsarBackend)
+            return backend._vhosts[self.namespace].footprint()
+
+        result: dict[str, int] = self.gateway.call(read)
+        return result
+
     def close(self) -> None:
         self.admin.close()
         self.zookeeper.stop()
@@ -120,13 +132,14 @@ def test_declare_and_bind_without_a_message_create_nothing_in_pulsar(replica: Re
 def test_queue_churn_leaks_no_subscription_and_no_znode(replica: Replica) -> None:
     """Declare -> consume -> delete cycles of the three short-lived kinds, every other one
     with a reply published to it (the RPC pattern), on a fresh vhost: afterwards its
-    subscriptions and znodes are what they were before (the leader sweeps the keys of the
-    deleted reply queues within two of its rounds)."""
+    subscriptions, znodes and the replica's per-queue state are what they were before (the
+    leader sweeps the keys of the deleted reply queues within two of its rounds)."""
     server = replica.connection().channel()
     server.confirm_delivery()
     server.queue_declare("work")  # something that stays, in both counts
     before_znodes = replica.znodes()
     before_subscriptions = replica.subscriptions()
+    before_footprint = replica.footprint()
     for cycle in range(CYCLES):
         connection = replica.connection()
         channel = connection.channel()
@@ -154,3 +167,7 @@ def test_queue_churn_leaks_no_subscription_and_no_znode(replica: Replica) -> Non
         "subscriptions left behind by the churn",
     )
     wait_for(lambda: replica.znodes() == before_znodes, "znodes left behind by the churn")
+    wait_for(
+        lambda: replica.footprint() == before_footprint,
+        f"state left in the replica: {replica.footprint()} (before: {before_footprint})",
+    )

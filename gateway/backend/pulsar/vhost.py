@@ -464,6 +464,21 @@ class PulsarVirtualHost(CatalogVirtualHost):
             held += getter.outstanding
         return max(0, total - held)
 
+    def footprint(self) -> dict[str, int]:
+        """How many entries this replica keeps per queue or key, by structure: what queue
+        churn must not grow (tests/integration/test_queue_churn.py). Bounded caches (the
+        publish topics, the producer cache, closed when idle) are left out."""
+        return {
+            "consumers": len(self._consumers),
+            "registrations": len(self._registrations),
+            "leaving": len(self._leaving),
+            "getters": len(self._getters),
+            "getter_used": len(self._getter_used),
+            "left_after_get": len(self._left_after_get),
+            "purged": len(self._purged),
+            "prepared_keys": len(self._prepared_keys),
+        }
+
     def held(self) -> dict[str, int]:
         """Per queue, the deliveries this replica's clients hold unacknowledged."""
         held: dict[str, int] = {}
