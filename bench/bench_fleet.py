@@ -16,16 +16,26 @@ down. A private server also keeps the replicas from loading other runs' vhosts. 
 bounded (``--phase-timeout``, ``--load-timeout``) and preceded by a line with the machine's load
 (load average, and the cores busy over ``--load-sample`` seconds).
 
-1. **declare+bind ops/s through the fleet.** ``--connections`` (6) AMQP connections spread
-   round-robin over the replicas, each doing ``queue.declare`` (durable, a queue of its own) +
-   ``queue.bind`` (to one durable direct exchange, the queue's name as the key) back to back,
-   for ``--seconds`` (15) or ``--ops`` (4000) operations in all, whichever comes first, after
-   ``--warmup`` (5) unmeasured ones per connection. An op is the pair; ops/s = ops / time from
-   the start to the last Bind-Ok; the latency is the pair's. Each declare subscribes the queue
-   to its default-exchange topic and each bind to a new key's topic, so an op creates two
-   Pulsar topics with a subscription each, besides its two ZooKeeper transactions. Run with 1
-   replica, then with 3 (the 2 others started meanwhile). The queues are deleted afterwards
-   (timed apart).
+1. **declare+bind ops/s through the fleet.** AMQP connections spread round-robin over the
+   replicas, each doing ``queue.declare`` (durable, a queue of its own) + ``queue.bind`` (to one
+   durable direct exchange, the queue's name as the key) back to back, for ``--seconds`` (15)
+   or ``--ops`` (4000) operations in all, whichever comes first, after ``--warmup`` (5)
+   unmeasured ones per connection. An op is the pair; ops/s = ops / time from the start to
+   the last Bind-Ok; the latency is the pair's. First the previous design, on a namespace and
+   a replica of its own with ``amqpLazySubscriptions=false`` and ``--eager-connections`` (6):
+   each declare subscribes the queue to its default-exchange topic and each bind to a new
+   key's topic, so an op creates two Pulsar topics with a subscription each, besides its two
+   ZooKeeper transactions. Then lazy subscriptions (the default: no Pulsar work until a
+   message is published to the key, docs/fleet.md) with ``--connections`` (48), through 1
+   replica, then through 3 (the 2 others started meanwhile). The queues are deleted
+   afterwards (timed apart).
+1b. **Queue churn** (between the two lazy runs, through replica 1): ``--churn-connections``
+   (16) connections each repeating for ``--churn-seconds`` (60): declare a server-named
+   exclusive queue, consume it, every ``--churn-reply-every`` (4th) cycle publish a reply to it
+   and wait for its delivery, cancel, delete. Printed: cycles/s and the cycle's p50 / p99; the
+   vhost's topics with subscriptions, its subscriptions and znodes (bucket nodes left out)
+   before and after, and how long until they were equal again (the leader sweeps the keys of
+   deleted queues in its rounds; ``--churn-settle`` bounds the wait); the replica's RSS.
 2. **Bind-Ok on A -> in force on B.** ``--rounds`` (200) rounds per exchange type, after 5
    unmeasured: on replica A a fresh queue is declared and bound; the moment Bind-Ok is read,
    replica B (publisher confirms on) publishes with ``mandatory=true`` to that exchange and key
@@ -118,9 +128,10 @@ import httpx  # noqa: E402
 import rabbitmq  # noqa: E402  (bench/rabbitmq.py: port_open)
 import trio  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
-from kazoo.exceptions import BadVersionError  # noqa: E402
+from kazoo.exceptions import BadVersionError, NoNodeError  # noqa: E402
 from pamqp import body, commands, frame, header  # noqa: E402
 
+from gateway.metadata.paths import Layout  # noqa: E402
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from gateway.model.entities import Binding, Queue  # noqa: E402
 from tests.integration.fleet.processes import (  # noqa: E402
@@ -138,8 +149,11 @@ READY = re.compile(
 _ROUND_TAG = struct.Struct(">QQ")  # probe body: round, delivery tag on B's channel
 DOC_SIZES = (1_000, 7_000)
 ROW_ORDER = [
-    "ops3",
-    "ops1",
+    "ops1-eager",
+    "ops1-lazy",
+    "ops3-lazy",
+    "churn",
+    "churn-left",
     *(f"ops-store-{size}" for size in DOC_SIZES),
     "prop-direct",
     "prop-topic",
@@ -348,8 +362,9 @@ def stop_private_zookeeper(run: Run) -> None:
     run.zookeeper_process = None
 
 
-def start_gateway(run: Run, name: str, namespace: str) -> GatewayProcess:
-    """A replica with vhost ``/`` on ``public/<namespace>``, on a free port (not waited for)."""
+def start_gateway(run: Run, name: str, namespace: str, *, extra: str = "") -> GatewayProcess:
+    """A replica with vhost ``/`` on ``public/<namespace>``, on a free port (not waited for);
+    ``extra``: more configuration lines."""
     port = free_port()
     config = write_config(
         run.workdir,
@@ -358,6 +373,7 @@ def start_gateway(run: Run, name: str, namespace: str) -> GatewayProcess:
         zookeeper=run.zookeeper,
         web_url=run.stack.WEB_URL,
         broker_url=run.stack.BROKER_URL,
+        extra=extra,
     )
     process = GatewayProcess(name, config, port)
     run.processes.append(process)
@@ -462,6 +478,7 @@ async def basic_get_until(
 
 @dataclass
 class DeclareBind:
+    mode: str  # "eager" (amqpLazySubscriptions=false: the previous design) or "lazy"
     replicas: int
     connections: int
     ops: int
@@ -476,10 +493,12 @@ class DeclareBind:
         return self.ops / self.seconds
 
 
-async def declare_bind(run: Run, ports: list[int], pids: dict[str, int], tag: str) -> DeclareBind:
+async def declare_bind(
+    run: Run, ports: list[int], pids: dict[str, int], tag: str, *, mode: str, connections: int
+) -> DeclareBind:
     args = run.args
     exchange = "bench.fleet.direct"
-    clients = await open_clients(ports, args.connections)
+    clients = await open_clients(ports, connections)
     names: list[list[str]] = [[] for _ in clients]
     latencies: list[float] = []
     declares: list[float] = []
@@ -537,6 +556,7 @@ async def declare_bind(run: Run, ports: list[int], pids: dict[str, int], tag: st
     finally:
         await close_clients(clients)
     return DeclareBind(
+        mode,
         len(ports),
         len(clients),
         len(latencies),
@@ -550,25 +570,195 @@ async def declare_bind(run: Run, ports: list[int], pids: dict[str, int], tag: st
 
 def report_declare_bind(run: Run, result: DeclareBind) -> None:
     per_replica = result.connections / result.replicas
+    design = (
+        "subscriptions at declare and bind (amqpLazySubscriptions=false, the previous design)"
+        if result.mode == "eager"
+        else "lazy subscriptions"
+    )
     label = (
         f"declare+bind through {result.replicas} replica{'s' if result.replicas > 1 else ''}, "
         f"{result.connections} connections"
         + (f" ({per_replica:g} per replica)" if result.replicas > 1 else "")
-        + ": ops/s (latency p50 / p99)"
+        + f", {design}: ops/s (latency p50 / p99)"
     )
     run.cell(
-        f"ops{result.replicas}", label, f"{result.rate:,.0f} ops/s ({p50_p99(result.latencies)})"
+        f"ops{result.replicas}-{result.mode}",
+        label,
+        f"{result.rate:,.0f} ops/s ({p50_p99(result.latencies)})",
     )
     client_us = result.meter.used.get("client", 0.0) / max(1, result.ops) * 1e6
     pairs = zip(result.latencies, result.declares, strict=True)
     binds = [total - declare for total, declare in pairs]
     run.detail(
-        f"declare+bind, {result.replicas} replica(s): {result.ops} ops in "
+        f"declare+bind ({result.mode}), {result.replicas} replica(s): {result.ops} ops in "
         f"{result.seconds:.1f} s; queue.declare p50 / p99 {p50_p99(result.declares)}, "
         f"queue.bind p50 / p99 {p50_p99(binds)}; {result.meter.summary()} ('client' is this "
         f"process: the AMQP client and the gateways' log readers, {client_us:.0f} µs/op); "
         f"deleting the {result.ops + run.args.warmup * result.connections} queues afterwards "
         f"took {result.delete_seconds:.1f} s"
+    )
+
+
+# ============================================================================ churn
+
+
+@dataclass
+class Leftovers:
+    """What a vhost holds: Pulsar subscriptions (and the topics holding any), znodes."""
+
+    topics: int
+    subscriptions: int
+    znodes: int
+
+    def __str__(self) -> str:
+        return f"{self.topics} topics with {self.subscriptions} subscriptions, {self.znodes} znodes"
+
+
+def leftovers(run: Run, namespace: str) -> Leftovers:
+    full = f"public/{namespace}"
+    topics = subscriptions = 0
+    with httpx.Client(base_url=run.stack.WEB_URL, timeout=30) as admin:
+        listed = admin.get(f"/admin/v2/persistent/{full}")
+        listed.raise_for_status()
+        for topic in listed.json():
+            path = str(topic).removeprefix("persistent://")
+            found = admin.get(f"/admin/v2/persistent/{path}/subscriptions")
+            if found.status_code == 200 and found.json():
+                topics += 1
+                subscriptions += len(found.json())
+    client = KazooClient(run.zookeeper_hosts)
+    client.start(timeout=30)
+    try:
+
+        def count(path: str, depth: int) -> int:
+            # Depth 2 is a bucket: made on first use and kept, like the folders.
+            own = 0 if depth == 2 else 1
+            try:
+                children = client.get_children(path)
+            except NoNodeError:
+                return 0  # deleted since its parent was listed
+            return own + sum(count(f"{path}/{child}", depth + 1) for child in children)
+
+        znodes = count(Layout().namespace(full), 0)
+    finally:
+        client.stop()
+        client.close()
+    return Leftovers(topics, subscriptions, znodes)
+
+
+@dataclass
+class Churn:
+    connections: int
+    cycles: int
+    replies: int
+    seconds: float
+    latencies: list[float]
+    before: Leftovers
+    after: Leftovers
+    settled: float | None  # seconds until ``after`` equalled ``before`` (None: never)
+    rss_before: float
+    rss_after: float
+
+    @property
+    def rate(self) -> float:
+        return self.cycles / self.seconds
+
+
+async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[str, int]) -> Churn:
+    """``--churn-connections`` connections each repeating, for ``--churn-seconds``: declare a
+    server-named exclusive queue, consume it, (every ``--churn-reply-every``-th cycle) publish
+    a reply to it on the default exchange and wait for its delivery, cancel, delete. Before
+    and after: the vhost's subscriptions and znodes (equal again once the leader's rounds
+    ran: waited for up to ``--churn-settle`` s) and the replica's RSS."""
+    args = run.args
+    clients = await open_clients([replica.port], args.churn_connections)
+    before = await asyncio.to_thread(leftovers, run, namespace)
+    rss_before = rss_mib(replica.pid)
+    latencies: list[float] = []
+    replies = [0]
+
+    async def cycle(client: gvp.AmqpClient, index: int, n: int) -> None:
+        declared = await client.call(
+            commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk
+        )
+        queue = declared.queue
+        tag = f"churn-{index}-{n}"
+        await client.call(
+            commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=True),
+            commands.Basic.ConsumeOk,
+        )
+        if n % args.churn_reply_every == 0:
+            delivered = asyncio.Event()
+            client.on_delivery = lambda _tag, _head: delivered.set()
+            client.write(publish_frames("", queue, b"reply", mandatory=False))
+            await asyncio.wait_for(delivered.wait(), 30)
+            client.on_delivery = None
+            replies[0] += 1
+        await client.call(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk)
+        await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+
+    async def work(index: int, client: gvp.AmqpClient, stop_at: float) -> None:
+        n = 0
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            await cycle(client, index, n)
+            latencies.append(time.perf_counter() - started)
+            n += 1
+
+    try:
+        async with asyncio.timeout(args.phase_timeout):
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(work(i, c, started + args.churn_seconds) for i, c in enumerate(clients))
+            )
+            elapsed = time.perf_counter() - started
+    finally:
+        await close_clients(clients)
+    waited_from = time.perf_counter()
+    settled: float | None = None
+    after = await asyncio.to_thread(leftovers, run, namespace)
+    while time.perf_counter() - waited_from < args.churn_settle:
+        if after == before:
+            settled = time.perf_counter() - waited_from
+            break
+        await asyncio.sleep(1.0)  # the leader's rounds are seconds apart
+        after = await asyncio.to_thread(leftovers, run, namespace)
+    return Churn(
+        len(clients),
+        len(latencies),
+        replies[0],
+        elapsed,
+        latencies,
+        before,
+        after,
+        settled,
+        rss_before,
+        rss_mib(replica.pid),
+    )
+
+
+def report_churn(run: Run, result: Churn) -> None:
+    run.cell(
+        "churn",
+        f"queue churn through 1 replica, {result.connections} connections: server-named "
+        f"exclusive queue declared, consumed, deleted (a reply in every "
+        f"{run.args.churn_reply_every}th): cycles/s (cycle p50 / p99)",
+        f"{result.rate:,.0f} cycles/s ({p50_p99(result.latencies)})",
+    )
+    settled = (
+        f"back to the same within {result.settled:.0f} s"
+        if result.settled is not None
+        else f"**not back within {run.args.churn_settle:.0f} s**"
+    )
+    run.cell(
+        "churn-left",
+        "left behind by the churn: before -> after (subscriptions, znodes; RSS)",
+        f"{result.before} -> {result.after}, {settled}; RSS {result.rss_before:.0f} -> "
+        f"{result.rss_after:.0f} MiB",
+    )
+    run.detail(
+        f"churn: {result.cycles} cycles ({result.replies} with a reply) in "
+        f"{result.seconds:.1f} s through 1 replica"
     )
 
 
@@ -1134,7 +1324,36 @@ def single_document_phase(run: Run) -> None:
 # ============================================================================ the run
 
 
+def eager_phase(run: Run) -> None:
+    """declare+bind as the previous design did it: subscriptions created at declare and
+    bind (``amqpLazySubscriptions=false``), one replica on a namespace of its own."""
+    namespace = create_namespace(run, "eager")
+    pids: dict[str, int] = {}
+    if run.pulsar_pid:
+        pids["pulsar+zk"] = run.pulsar_pid
+    replica = start_gateway(
+        run, "replica-eager", namespace, extra="amqpLazySubscriptions=false\n"
+    ).wait_ready()
+    pids["replica-eager"] = replica.pid
+    run.machine_load("declare+bind, 1 replica, eager")
+    result = asyncio.run(
+        declare_bind(
+            run,
+            [replica.port],
+            pids,
+            "eager",
+            mode="eager",
+            connections=run.args.eager_connections,
+        )
+    )
+    report_declare_bind(run, result)
+    stop_gateway(run, replica)
+    drop_namespace(run, namespace)
+
+
 def fleet_phases(run: Run) -> None:
+    if "ops" not in run.args.skip and "eager" not in run.args.skip:
+        eager_phase(run)
     namespace = create_namespace(run, "ops")
     print(f"namespace public/{namespace}, ZooKeeper {run.zookeeper}", flush=True)
     pids: dict[str, int] = {}
@@ -1145,8 +1364,22 @@ def fleet_phases(run: Run) -> None:
 
     if "ops" not in run.args.skip:
         run.machine_load("declare+bind, 1 replica")
-        result = asyncio.run(declare_bind(run, [replicas[0].port], pids, "one"))
+        result = asyncio.run(
+            declare_bind(
+                run,
+                [replicas[0].port],
+                pids,
+                "one",
+                mode="lazy",
+                connections=run.args.connections,
+            )
+        )
         report_declare_bind(run, result)
+
+    if "churn" not in run.args.skip:
+        run.machine_load("churn, 1 replica")
+        churned = asyncio.run(churn(run, replicas[0], namespace, pids))
+        report_churn(run, churned)
 
     started = [start_gateway(run, f"replica-{i}", namespace) for i in (2, 3)]
     replicas += [process.wait_ready() for process in started]
@@ -1156,7 +1389,9 @@ def fleet_phases(run: Run) -> None:
 
     if "ops" not in run.args.skip:
         run.machine_load("declare+bind, 3 replicas")
-        result = asyncio.run(declare_bind(run, ports, pids, "three"))
+        result = asyncio.run(
+            declare_bind(run, ports, pids, "three", mode="lazy", connections=run.args.connections)
+        )
         report_declare_bind(run, result)
 
     kinds = [kind for kind in ("direct", "topic") if kind not in run.args.skip]
@@ -1223,7 +1458,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--n", type=int, help="queues (each with a binding) a new replica loads")
     parser.add_argument("--loads", type=int, help="new replicas started (best / median)")
-    parser.add_argument("--connections", type=int, default=6, help="AMQP connections, phase 1")
+    parser.add_argument(
+        "--connections", type=int, default=48, help="AMQP connections, phase 1 (lazy)"
+    )
+    parser.add_argument(
+        "--eager-connections",
+        type=int,
+        default=6,
+        help="AMQP connections, phase 1 with amqpLazySubscriptions=false (the previous figure)",
+    )
+    parser.add_argument("--churn-connections", type=int, default=16, help="churn: connections")
+    parser.add_argument("--churn-seconds", type=float, help="churn: seconds of cycles")
+    parser.add_argument(
+        "--churn-reply-every", type=int, default=4, help="churn: a reply in every n-th cycle"
+    )
+    parser.add_argument(
+        "--churn-settle", type=float, default=60.0, help="churn: seconds to wait for cleanup"
+    )
     parser.add_argument("--seconds", type=float, help="phase 1: seconds per run at most")
     parser.add_argument("--ops", type=int, help="phase 1: declare+bind per run at most")
     parser.add_argument("--warmup", type=int, default=5, help="phase 1: unmeasured per connection")
@@ -1241,7 +1492,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--skip",
         action="append",
         default=[],
-        choices=["fleet", "ops", "propagation", "direct", "topic", "load", "document"],
+        choices=[
+            "fleet",
+            "ops",
+            "eager",
+            "churn",
+            "propagation",
+            "direct",
+            "topic",
+            "load",
+            "document",
+        ],
         help="leave a phase out (repeatable): fleet = ops + propagation",
     )
     args = parser.parse_args(argv)
@@ -1249,6 +1510,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "n": (100_000, 10_000),
         "loads": (3, 1),
         "seconds": (15.0, 5.0),
+        "churn_seconds": (60.0, 10.0),
         "ops": (4000, 1000),
         "rounds": (200, 50),
         "doc_seconds": (15.0, 5.0),

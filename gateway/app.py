@@ -181,6 +181,7 @@ async def open_gateway(
                 store,
                 nursery,
                 batch_index_acks=batching.broker_tracks_indexes,
+                lazy_subscriptions=config.amqpLazySubscriptions,
             )
             mapper = VhostMapper(
                 config.amqpDefaultTenant,

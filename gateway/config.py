@@ -800,6 +800,19 @@ class GatewayConfig:
             ours=True,
         )
     )
+    amqpLazySubscriptions: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "true",
+            """Create a queue's Pulsar subscription on a per-routing-key topic (its own
+            default-exchange topic, a direct or topic exchange's key) only once a message is
+            published there through the gateway, not at declare and bind: declare+bind costs
+            no Pulsar topic (docs/fleet.md, "Lazy subscriptions"). Set false when native Pulsar
+            producers write to those topics directly and AMQP queues must receive it.""",
+            _GW,
+            ours=True,
+        )
+    )
     authorizationEnabled: bool = field(
         metadata=_key(
             Kind.BOOL,

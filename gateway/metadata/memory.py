@@ -345,6 +345,19 @@ class MemoryMetadataStore:
         state.touch()
         return True
 
+    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return TopicKey(exchange, routing_key) in self._namespace(namespace).topic_keys
+
+    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        state = await self._write(namespace)
+        key = TopicKey(exchange, routing_key)
+        if key not in state.topic_keys:
+            return False
+        state.topic_keys.discard(key)
+        state.touch()
+        return True
+
     # ------------------------------------------------------------------ consumers
 
     async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:

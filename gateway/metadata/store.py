@@ -219,6 +219,15 @@ class MetadataStore(Protocol):
         """Record that ``exchange`` has a topic for ``routing_key``; False if known already."""
         ...
 
+    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered now (after a
+        sync): one node, where ``sync_topic_keys`` lists the exchange's every key."""
+        ...
+
+    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        """Remove the record of ``routing_key``'s topic; False if it was not there."""
+        ...
+
     async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
         """Register a consumer of ``queue`` for as long as this replica's session lasts;
         returns its id. Raises ``ConsumerConflict`` when ``exclusive`` and the queue has a

@@ -473,11 +473,11 @@ async def subscribe(
 ) -> TrioConsumer:
     """One TrioConsumer on one or several topics, with one subscription name on each.
 
-    All-or-nothing: if any topic fails, the ones that succeeded are closed again.
+    All-or-nothing: if any topic fails, the ones that succeeded are closed again. No topic at
+    all is allowed: the consumer waits for ``add_topic`` (an AMQP queue none of whose topics
+    has had a message yet has no subscription in Pulsar; docs/fleet.md, "Lazy subscriptions").
     """
     topic_list = [topics] if isinstance(topics, str) else list(dict.fromkeys(topics))
-    if not topic_list:
-        raise ValueError("subscribe needs at least one topic")
     consumer = TrioConsumer(client, subscription, options)
     failures: list[BaseException] = []
 

@@ -3,6 +3,7 @@ for native Pulsar consumers, sensible AMQP properties for native Pulsar producer
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import time
@@ -47,6 +48,21 @@ def running(pulsar_stack: Any) -> Iterator[Running]:
     with fresh_namespace(pulsar_stack) as namespace:
         config = stack_config(
             pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+        )
+        with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
+            yield Running(gateway, namespace, pulsar_stack.broker_url)
+
+
+@pytest.fixture(scope="module")
+def eager(pulsar_stack: Any) -> Iterator[Running]:
+    """A gateway that subscribes queues at declare and bind (``amqpLazySubscriptions=false``):
+    what native producers writing to a queue's topic need."""
+    with fresh_namespace(pulsar_stack) as namespace:
+        config = dataclasses.replace(
+            stack_config(
+                pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+            ),
+            amqpLazySubscriptions=False,
         )
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
             yield Running(gateway, namespace, pulsar_stack.broker_url)
@@ -189,11 +205,11 @@ def test_native_consumer_sees_readable_properties(
 
 
 def test_native_producer_reaches_amqp_consumers(
-    running: Running, pulsar_client: pulsar.Client
+    eager: Running, pulsar_client: pulsar.Client
 ) -> None:
-    channel = running.channel()
+    channel = eager.channel()
     channel.queue_declare("native-in")
-    producer = pulsar_client.create_producer(topic_for(running.namespace, "", "native-in"))
+    producer = pulsar_client.create_producer(topic_for(eager.namespace, "", "native-in"))
     producer.send(
         b'{"from": "pulsar"}',
         properties={"content-type": "application/json", "origin": "native", "header.trace": "t1"},
@@ -208,6 +224,29 @@ def test_native_producer_reaches_amqp_consumers(
     assert method.routing_key == "native-in"
     assert properties.content_type == "application/json"
     assert properties.headers == {"origin": "native", "trace": "t1"}
+
+
+def test_with_lazy_subscriptions_a_native_producer_reaches_a_queue_once_amqp_published_there(
+    running: Running, pulsar_client: pulsar.Client
+) -> None:
+    """Lazy subscriptions: a queue has no subscription on its topic until a message is
+    published there through the gateway; from then on, native producers' messages reach it."""
+    channel = running.channel()
+    channel.queue_declare("lazy-native-in")
+    channel.confirm_delivery()  # stored before the native one is sent
+    channel.basic_publish("", "lazy-native-in", b"first")
+    producer = pulsar_client.create_producer(topic_for(running.namespace, "", "lazy-native-in"))
+    producer.send(b"native")
+    producer.close()
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(bodies) < 2:
+        assert time.monotonic() < deadline, bodies
+        _, _, body = channel.basic_get("lazy-native-in", auto_ack=True)
+        if body is not None:
+            bodies.append(body)
+    channel.connection.close()
+    assert bodies == [b"first", b"native"]
 
 
 def test_timestamps_and_decimals_keep_their_type(running: Running) -> None:

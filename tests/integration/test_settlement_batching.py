@@ -10,6 +10,7 @@ default) and a native Pulsar producer that batches.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,8 +54,13 @@ class Setup:
 @pytest.fixture
 def setup(pulsar_stack: Any) -> Iterator[Setup]:
     with fresh_namespace(pulsar_stack) as namespace:
-        config = stack_config(
-            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+        config = dataclasses.replace(
+            stack_config(
+                pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+            ),
+            # A native producer writes to a queue's topic here: its subscription must exist
+            # from the declare on, not from the first publish through the gateway.
+            amqpLazySubscriptions=False,
         )
         assert config.amqpBatchingEnabled  # the default: what users run
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:

@@ -20,6 +20,7 @@ without batch-index acknowledgement, docs/compatibility.md, "Settlement").
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -348,8 +349,12 @@ class PulsarGateway:
 @pytest.fixture(scope="module")
 def pulsar_gateway(pulsar_stack: Any) -> Iterator[PulsarGateway]:
     with fresh_namespace(pulsar_stack) as namespace:
-        config = stack_config(
-            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+        config = dataclasses.replace(
+            stack_config(
+                pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
+            ),
+            # Native batches are written to queues' topics: subscribed from the declare on.
+            amqpLazySubscriptions=False,
         )
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
             yield PulsarGateway(gateway, Namespace("public", namespace), pulsar_stack.broker_url)

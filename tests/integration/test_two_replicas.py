@@ -183,3 +183,69 @@ def test_alternate_exchange_across_replicas(
                 assert method.exchange == "x"
     assert got["caught"] == [b"unroutable"]
     assert sorted(got["late"]) == [b"m%d" % n for n in range(5)]
+
+
+# Lazy subscriptions (docs/fleet.md): rounds per case of the race below.
+LAZY_ROUNDS = 30
+
+
+@pytest.mark.parametrize("published_before", [True, False], ids=["key-known", "key-new"])
+@pytest.mark.parametrize("kind", ["default", "direct", "topic"])
+def test_a_message_published_on_one_replica_right_after_bind_ok_on_the_other_reaches_the_queue(
+    replicas: tuple[GatewayInThread, GatewayInThread], kind: str, published_before: bool
+) -> None:
+    """Declare (and bind) on replica A, then at once publish on replica B, round after round:
+    the message is in the queue, though declare and bind created no Pulsar subscription when
+    nobody had published to the key. ``key-known``: B published to the key just before (its
+    handshake is done and its view may not show the key yet on A: A must find it in ZooKeeper
+    and subscribe before Bind-Ok); ``key-new``: B's publish is the key's first (B must find
+    A's binding in ZooKeeper and subscribe before it writes). The message published before
+    the bind is not the queue's, as on RabbitMQ."""
+    a, b = replicas
+    binder, publisher = channel_on(a), channel_on(b)
+    exchange = "" if kind == "default" else f"lazy-{kind}"
+    if exchange:
+        binder.exchange_declare(exchange, kind)
+        publisher.exchange_declare(exchange, kind, passive=True)  # known on B
+    publisher.confirm_delivery()
+    for round_ in range(LAZY_ROUNDS):
+        queue = f"{kind}-{published_before}-q{round_}"
+        key = queue if kind == "default" else f"k{round_}"
+        if published_before:
+            publisher.basic_publish(exchange, key, b"before")  # routed nowhere: dropped
+        binder.queue_declare(queue)
+        if exchange:
+            binder.queue_bind(queue, exchange, key)
+        publisher.basic_publish(exchange, key, f"m{round_}".encode())
+        _, _, body = binder.basic_get(queue, auto_ack=True)
+        deadline = time.monotonic() + 10
+        while body is None:
+            assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
+            _, _, body = binder.basic_get(queue, auto_ack=True)
+        assert body == f"m{round_}".encode(), f"round {round_}"
+        binder.queue_delete(queue)
+
+
+def test_a_consumer_started_before_any_message_gets_the_first_one_published_elsewhere(
+    replicas: tuple[GatewayInThread, GatewayInThread],
+) -> None:
+    """A consumer of a queue none of whose topics has had a message consumes nothing in
+    Pulsar yet; the first message, published on the other replica, reaches it (its replica
+    adds the topic once the key's registration reaches its view)."""
+    a, b = replicas
+    consumer = channel_on(a)
+    consumer.exchange_declare("lazy-consumed", "direct")
+    received: list[bytes] = []
+    for n in range(5):
+        consumer.queue_declare(f"c{n}")
+        consumer.queue_bind(f"c{n}", "lazy-consumed", f"k{n}")
+        consumer.basic_consume(f"c{n}", lambda ch, m, p, body: received.append(body), auto_ack=True)
+    publisher = channel_on(b)
+    publisher.confirm_delivery()
+    for n in range(5):
+        publisher.basic_publish("lazy-consumed", f"k{n}", b"via-exchange-%d" % n)
+        publisher.basic_publish("", f"c{n}", b"direct-to-%d" % n)
+    pump_until(consumer, lambda: len(received) == 10)
+    assert sorted(received) == sorted(
+        [b"via-exchange-%d" % n for n in range(5)] + [b"direct-to-%d" % n for n in range(5)]
+    )

@@ -110,6 +110,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "rollupPostgresTable": ("vhost_throughput", "vhost_throughput"),
     "rollupSubscription": ("starlight-rollup", "starlight-rollup"),
     "authorizationEnabled": ("false", False),
+    "amqpLazySubscriptions": ("true", True),
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
     "amqpProxyProtocolTrustedNetworks": ("", ()),

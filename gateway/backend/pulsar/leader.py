@@ -36,6 +36,7 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.key_sweeper import DefaultKeySweeper
 from gateway.backend.pulsar.length_trim import LengthTrimmer
 from gateway.backend.pulsar.queue_expiry import QueueExpirer
 from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
@@ -138,6 +139,7 @@ class NamespaceLeader:
         self.ttl_sweep = ExpirySweeper(vhost, store, admin, namespace)
         self.length_trim = LengthTrimmer(vhost, namespace)
         self.queue_expiry = QueueExpirer(vhost, admin, namespace)
+        self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
         # Candidates of the previous tick: acted on when still candidates in this one.
         self._orphaned: set[str] = set()
         self._abandoned: set[str] = set()
@@ -157,6 +159,7 @@ class NamespaceLeader:
                 nursery.start_soon(self.ttl_sweep.run)
                 nursery.start_soon(self.length_trim.run)
                 nursery.start_soon(self.queue_expiry.run)
+                nursery.start_soon(self.key_sweeper.run, self._drain_interval)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)
 

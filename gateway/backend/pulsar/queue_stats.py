@@ -76,7 +76,7 @@ class QueueStatsRefresher:
         for queue in list(view.queues):
             subscription = subscription_for(queue)
             ready = messages = 0
-            for topic in sorted(self._vhost.bound_topics(view, queue)):
+            for topic in sorted(self._vhost.live_topics(view, queue)):
                 if topic not in topics:
                     topics[topic] = await self._stats(topic)
                 stats = topics[topic]

@@ -42,3 +42,6 @@ class PulsarResources:
     # The broker stores acknowledgements per batch index, so consumers send them so
     # (batching.py); never on a broker that does not.
     batch_index_acks: bool = False
+    # Subscriptions on per-key topics only once a message is published there (activation.py;
+    # ``amqpLazySubscriptions``).
+    lazy_subscriptions: bool = True

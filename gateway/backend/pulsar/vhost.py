@@ -24,8 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import trio
 
@@ -41,6 +41,12 @@ from gateway.backend.interface import (
     SubscriptionEnded,
 )
 from gateway.backend.overflow import RefusedStored
+from gateway.backend.pulsar.activation import (
+    Activation,
+    activation_for,
+    default_activation,
+    lazy_exchange,
+)
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import (
     Admits,
@@ -141,6 +147,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
         self._getters: dict[str, PulsarQueueSubscription] = {}
         self._prepared_keys: set[tuple[str, str]] = set()
+        # The bindings of each queue, for the view's set of bindings it was built from.
+        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
+            frozenset(),
+            {},
+        )
         # (exchange type, exchange, routing key) -> the topic its messages go to (naming it
         # per message was ~2% of the publish path).
         self._publish_topics: dict[tuple[ExchangeType, str, str], str] = {}
@@ -177,17 +188,51 @@ class PulsarVirtualHost(CatalogVirtualHost):
         keys = view.topic_keys.get(binding.exchange, frozenset())
         return binding_topics(self.namespace, exchange, binding, keys)
 
+    def _active(self, view: VhostView, activation: Activation | None) -> bool:
+        """Whether the view knows ``activation``'s key registered (None, or subscriptions
+        made at declare and bind (``amqpLazySubscriptions=false``): always subscribed)."""
+        if activation is None or not self._r.lazy_subscriptions:
+            return True
+        return activation.routing_key in view.topic_keys.get(activation.exchange, ())
+
+    def _live_binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
+        """The topics of ``binding`` that have a subscription (or are about to): those of
+        ``_binding_topics`` less a lazy topic whose key nobody has published to yet."""
+        exchange = self.catalog.exchange(view, binding.exchange)
+        if exchange is None:
+            return []
+        topics = self._binding_topics(view, binding)
+        if self._active(view, activation_for(exchange, binding.routing_key)):
+            return topics
+        return []
+
     def _bound_topics(
-        self, view: VhostView, queue: str, without: Iterable[Binding] = ()
+        self, view: VhostView, queue: str, without: Iterable[Binding] = (), *, live: bool = True
     ) -> set[str]:
         """The topics the queue's bindings (and the default exchange) route into, leaving
-        out the bindings ``without`` (about to be removed)."""
+        out the bindings ``without`` (about to be removed). ``live``: only those with a
+        subscription (activation.py); otherwise also the lazy ones nobody published to."""
         leaving = set(without)
-        topics = {topic_for(self.namespace, DEFAULT_EXCHANGE, queue)}
-        for binding in view.bindings:
-            if binding.queue == queue and binding not in leaving:
-                topics.update(self._binding_topics(view, binding))
+        topics: set[str] = set()
+        if not live or self._active(view, default_activation(queue)):
+            topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
+        covered = self._live_binding_topics if live else self._binding_topics
+        for binding in self._bindings_of(view, queue):
+            if binding not in leaving:
+                topics.update(covered(view, binding))
         return topics
+
+    def _bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
+        """``queue``'s bindings in ``view``, from an index built once per set of bindings
+        (not a scan of every binding per call: the queue statistics ask for every queue)."""
+        indexed, index = self._binding_index
+        if indexed is not view.bindings:
+            grouped: dict[str, list[Binding]] = {}
+            for binding in view.bindings:
+                grouped.setdefault(binding.queue, []).append(binding)
+            index = {name: tuple(found) for name, found in grouped.items()}
+            self._binding_index = (view.bindings, index)
+        return index.get(queue, ())
 
     def _draining_topics(self, view: VhostView, queue: str) -> set[str]:
         return {
@@ -201,16 +246,29 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return self._bound_topics(view, queue) | self._draining_topics(view, queue)
 
     def bound_topics(self, view: VhostView, queue: str) -> set[str]:
-        """The topics ``queue``'s bindings cover in ``view`` (for the leader's cleaner)."""
+        """The topics ``queue``'s bindings cover in ``view``, lazy ones nobody published to
+        included (for the leader's cleaner: a subscription there is never in the way)."""
+        return self._bound_topics(view, queue, live=False)
+
+    def live_topics(self, view: VhostView, queue: str) -> set[str]:
+        """The topics ``queue`` has subscriptions on (for the queue statistics)."""
         return self._bound_topics(view, queue)
 
     def binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
-        """The topics ``binding`` covers in ``view`` (for the leader's reconciler)."""
-        return self._binding_topics(view, binding)
+        """The topics ``binding`` has subscriptions on in ``view`` (for the reconciler)."""
+        return self._live_binding_topics(view, binding)
 
     def needs(self, view: VhostView, queue: str, topic: str) -> bool:
-        """Whether ``queue`` exists and reads ``topic`` in ``view`` (bound or draining)."""
-        return queue in view.queues and topic in self._queue_topics(view, queue)
+        """Whether ``queue`` exists and reads, or may read, ``topic`` in ``view`` (bound,
+        active or not, or draining)."""
+        return queue in view.queues and (
+            topic in self._bound_topics(view, queue, live=False)
+            or topic in self._draining_topics(view, queue)
+        )
+
+    def default_topic(self, queue: str) -> str:
+        """The queue's own topic, the default exchange's."""
+        return topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
 
     def topic(self, local_name: str) -> str:
         """The full name of a topic of this namespace (records name topics locally)."""
@@ -288,7 +346,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 topic
                 for binding in leaving
                 if binding.queue == queue
-                for topic in self._binding_topics(view, binding)
+                for topic in self._live_binding_topics(view, binding)
             }
             for topic in sorted(topics - still_needed):
                 what = f"unbinding queue '{queue}'"
@@ -322,17 +380,50 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         name = command.queue
+        topic = topic_for(self.namespace, DEFAULT_EXCHANGE, name)
+        activation = default_activation(name)
+        subscribed = False
 
         async def subscribe_default() -> None:
-            # The default exchange's subscription exists before anyone can see the queue.
-            await self._subscribe_topic(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
+            # A publisher of this replica that knows the key and sees the queue writes at
+            # once: its subscription exists before anyone can see the queue.
+            nonlocal subscribed
+            if self._active(self._view, activation):
+                await self._subscribe_topic(topic, name)
+                subscribed = True
 
         queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
         if not command.passive:  # a redeclare renews an x-expires lease (queue_use.py)
             await self._queue_use.used(name, queue.arguments)
         if created:
+            if not subscribed:
+                await self._subscribe_if_active(activation, topic, name, undo=self.drop_queue)
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
+
+    async def _subscribe_if_active(
+        self,
+        activation: Activation,
+        topic: str,
+        queue: str,
+        *,
+        undo: Callable[[str], Awaitable[Any]],
+    ) -> None:
+        """The binder's half of the handshake (activation.py), after its write: subscribe
+        ``queue`` on ``topic`` if ZooKeeper has the key now. If Pulsar fails, ``undo`` the
+        write (a queue or binding answered without its subscription would lose messages)."""
+        store = self._r.store
+        registered = await self.catalog.write(
+            store.sync_topic_key(self.catalog.namespace, *activation)
+        )
+        if not registered:
+            return
+        try:
+            await self._subscribe_topic(topic, queue)
+        except BaseException:
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await undo(queue)
+            raise
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
         # Consumers on every replica (registered in the metadata store while they run).
@@ -366,6 +457,21 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if getter is not None:
             held += getter.outstanding
         return max(0, total - held)
+
+    def footprint(self) -> dict[str, int]:
+        """How many entries this replica keeps per queue or key, by structure: what queue
+        churn must not grow (tests/integration/test_queue_churn.py). Bounded caches (the
+        publish topics, the producer cache, closed when idle) are left out."""
+        return {
+            "consumers": len(self._consumers),
+            "registrations": len(self._registrations),
+            "leaving": len(self._leaving),
+            "getters": len(self._getters),
+            "getter_used": len(self._getter_used),
+            "left_after_get": len(self._left_after_get),
+            "purged": len(self._purged),
+            "prepared_keys": len(self._prepared_keys),
+        }
 
     def held(self) -> dict[str, int]:
         """Per queue, the deliveries this replica's clients hold unacknowledged."""
@@ -466,9 +572,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         queue, exchange, routing_key = command.queue, command.exchange, command.routing_key
         binding, target = await self.catalog.binding(command, owner)
         view = self._view
-        # Subscriptions first, so a publisher that sees the binding finds them in place.
+        activation = activation_for(target, routing_key)
+        # Subscriptions first, so a publisher that sees the binding finds them in place; a
+        # lazy topic nobody has published to yet is left to the handshake after the write.
         subscribed = self._binding_topics(view, binding)
         drains: dict[str, DrainRecord] = {}
+        pending: list[str] = []
         for topic in subscribed:
             record = view.drains.get((queue, self._local(topic)))
             if record is not None and record.end is not None and record.resumed is None:
@@ -476,12 +585,24 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 # only the unbound window is skipped (recorded with the binding).
                 last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
                 drains[self._local(topic)] = DrainRecord(record.end, position_of(last))
+            elif not self._active(view, activation):
+                pending.append(topic)
+                continue
             await self._subscribe_topic(topic, queue)
+        existed = binding in view.bindings
         await self.catalog.add_binding(binding, drains=drains or None)
         self._drains.refresh(self._view)
-        if target.type is ExchangeType.TOPIC and compile_topic(routing_key).shape != "literal":
+        if activation is not None:
+
+            async def unbind(_queue: str) -> None:
+                if not existed:
+                    await self.catalog.remove_binding(binding, drains={})
+
+            for topic in pending:  # one: a lazy binding names one topic
+                await self._subscribe_if_active(activation, topic, queue, undo=unbind)
+        elif target.type is ExchangeType.TOPIC:
             # Keys registered meanwhile, on any replica: read from ZooKeeper after our write,
-            # not from the view (see _prepare_topic_key, the other half of this handshake).
+            # not from the view (see _prepare_key, the other half of this handshake).
             store = self._r.store
             keys = await self.catalog.write(store.sync_topic_keys(self.catalog.namespace, exchange))
             fresh = binding_topics(self.namespace, target, binding, keys)
@@ -582,11 +703,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
         (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
         key = message.routing_key
-        unprepared = (exchange.name, key) not in self._prepared_keys
         if (
-            exchange.type is ExchangeType.TOPIC
-            and unprepared
-            and await self._prepare_topic_key(exchange, key)
+            (exchange.name, key) not in self._prepared_keys
+            and (exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange))
+            and await self._prepare_key(exchange, key)
         ):
             return True
         return bool(self.catalog.routes(self._view, exchange, message))
@@ -620,30 +740,42 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return any(compile_topic(pattern).matches(key) for _, pattern in bindings)
         return any(pattern == key for _, pattern in bindings)
 
-    async def _prepare_topic_key(self, exchange: Exchange, key: str) -> bool:
-        """A topic exchange's key gets its own topic: before its first message, every pattern
-        binding that matches the key must have its subscription there. Returns whether a
-        binding matches the key (the view may not know it yet).
+    def _lazy_default_or_direct(self, exchange: Exchange) -> bool:
+        return self._r.lazy_subscriptions and lazy_exchange(exchange)
 
-        The key is registered first, then the exchange's bindings are read from ZooKeeper,
-        not from the view: a binding made on another replica just before may not be in the
-        view yet, and that replica, when it listed the keys after its write, did not see
-        this one (bind_queue does the mirror image). Whichever write is second sees the
-        first, so the subscription exists before the message is written."""
+    async def _prepare_key(self, exchange: Exchange, key: str) -> bool:
+        """A direct or topic exchange's key (or the default exchange's queue name) has its
+        own topic: before this replica's first message to it, every binding that routes the
+        key must have its subscription there. Returns whether one does (the view may not
+        know it yet).
+
+        The key is registered first (making the topic active, activation.py), then what it
+        routes to is read from ZooKeeper, not from the view: a queue or binding made on
+        another replica just before may not be in the view yet, and that replica, when it
+        looked for the key after its write, did not see it (declare_queue and bind_queue do
+        the mirror image). Whichever write is second sees the first, so the subscription
+        exists before the message is written."""
         store, namespace = self._r.store, self.catalog.namespace
         await self.catalog.write(store.register_topic_key(namespace, exchange.name, key))
-        bindings = await self.catalog.write(store.sync_bindings_of(namespace, exchange.name))
         topic = topic_for(self.namespace, exchange.name, key)
-        matched = False
-        for queue, pattern in sorted(bindings):
-            compiled = compile_topic(pattern)
-            if not compiled.matches(key):
-                continue
-            matched = True
-            if compiled.shape != "literal":  # a literal key's topic is subscribed at bind
-                await self._subscribe_topic(topic, queue)
+        routed: list[str] = []
+        if exchange.name == DEFAULT_EXCHANGE:
+            if await self.catalog.write(store.sync_queue(namespace, key)) is not None:
+                routed.append(key)
+        else:
+            bindings = await self.catalog.write(store.sync_bindings_of(namespace, exchange.name))
+            for queue, pattern in sorted(bindings):
+                matches = (
+                    pattern == key
+                    if exchange.type is ExchangeType.DIRECT
+                    else compile_topic(pattern).matches(key)
+                )
+                if matches:
+                    routed.append(queue)
+        for queue in routed:
+            await self._subscribe_topic(topic, queue)
         self._prepared_keys.add((exchange.name, key))
-        return matched
+        return bool(routed)
 
     # ------------------------------------------------------------------ consuming
 
@@ -743,16 +875,29 @@ class PulsarVirtualHost(CatalogVirtualHost):
         removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel)."""
         version = self._view.version
         self._drains.refresh(self._view)
+        keys = self._view.topic_keys
         while True:
             view = await self._r.store.changed(self.catalog.namespace, version)
             version = view.version
             self._drains.refresh(view)
+            if view.topic_keys is not keys:
+                keys = view.topic_keys
+                self._forget_unregistered(keys)
             try:
                 await self._reconcile(view)
             except Exception:
                 log.warning(
                     "following metadata changes in vhost %s failed", self.name, exc_info=True
                 )
+
+    def _forget_unregistered(self, keys: Mapping[str, frozenset[str]]) -> None:
+        """A key the leader unregistered (its queue long gone, cleaner.py) is prepared again
+        by the next publish: a queue declared since may be waiting for that handshake."""
+        self._prepared_keys = {
+            (exchange, key)
+            for exchange, key in self._prepared_keys
+            if key in keys.get(exchange, ())
+        }
 
     async def _reconcile(self, view: VhostView) -> None:
         for queue, subscriptions in list(self._consumers.items()):

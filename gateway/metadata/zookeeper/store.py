@@ -319,6 +319,12 @@ class ZooKeeperMetadataStore:
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         return await self._transactions.register_topic_key(namespace, exchange, routing_key)
 
+    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        return await self._transactions.sync_topic_key(namespace, exchange, routing_key)
+
+    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        return await self._transactions.unregister_topic_key(namespace, exchange, routing_key)
+
     async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
         return await self._transactions.add_consumer(namespace, queue, exclusive=exclusive)
 

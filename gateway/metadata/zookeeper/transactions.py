@@ -518,6 +518,32 @@ class EntityTransactions:
 
         return await retry_races(what, attempt)
 
+    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        what = f"look up routing key {routing_key!r} of exchange {exchange!r}"
+        await self._calls.prepare(what)
+        path = self._layout.node(
+            namespace, Folder.TOPIC_KEYS, topic_key_child(exchange, routing_key)
+        )
+        self._calls.client.sync_async(path)  # answered before the read below (same session)
+        return await self._calls.exists(path, what)
+
+    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
+        what = f"unregister routing key {routing_key!r} of exchange {exchange!r}"
+        await self._calls.prepare(what)
+        child = topic_key_child(exchange, routing_key)
+
+        def deleted() -> None:
+            self._watcher.own(namespace, lambda m: m.own_deleted(Folder.TOPIC_KEYS, child))
+
+        ops: list[Op] = [Delete(self._layout.node(namespace, Folder.TOPIC_KEYS, child))]
+        failure = await self._calls.transact(what, ops, deleted)
+        if failure is None:
+            return True
+        if isinstance(failure[1], NoNodeError):
+            self._watcher.forget(namespace, Folder.TOPIC_KEYS, child)
+            return False
+        raise unexpected(failure[1], what)
+
     # ------------------------------------------------------------------ consumers
 
     async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:

@@ -167,8 +167,14 @@ def test_a_killed_replicas_exclusive_and_auto_delete_queues_go(
     on_2 = connect(r2.port)
     wait_declare(on_2, "temp", lambda answer: answer == 1)
     assert wait_declare(on_2, "private", lambda a: not gone(a)).startswith("405")  # type: ignore[union-attr]
-    assert subscribed(
-        pulsar_stack.web_url, fleet.namespace, ("amq.direct", "private-key"), "private"
+    # A message makes the binding's subscription (lazy subscriptions, docs/fleet.md).
+    channel.basic_publish("amq.direct", "private-key", b"kept until reaped")
+    wait_until(
+        lambda: subscribed(
+            pulsar_stack.web_url, fleet.namespace, ("amq.direct", "private-key"), "private"
+        ),
+        timeout=30,
+        what="the binding's subscription, made by its first message",
     )
 
     r1.signal(signal.SIGKILL)
