@@ -77,7 +77,7 @@ class PulsarDelivery:
         self._received = received
         self._settled = False
         self.message = message
-        self._key, seen = subscription.redeliveries.delivered(received)
+        self._key, seen = subscription.redeliveries.delivered(subscription.queue, received)
         self.redelivered = seen or requeued_copy
         subscription.delivery_made(received.topic)
 
@@ -202,7 +202,7 @@ class PulsarQueueSubscription:
         message = message_of(received, properties)
         if not self._admits(message, received):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
-            self.redeliveries.settled(key_of(received))
+            self.redeliveries.settled(key_of(self.queue, received))
             self.consumer.acknowledge(received)
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)

@@ -645,7 +645,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             if (
                 purged is not None
                 and position_of(received.message_id) <= purged
-                and not self._redeliveries.seen(received)
+                and not self._redeliveries.seen(queue, received)
             ):
                 return False  # prefetched before a purge (an unacked one survives it)
             decoded = exchange_and_key(topic)
