@@ -171,6 +171,24 @@ def test_default_consumer_manual_ack_and_prefetch(java: str, gateway: GatewayInT
     }
 
 
+def test_exclusive_consumer_and_cancel_notification(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "exclusive_consumer_and_cancel", gateway)
+    assert facts["second_consumer.code"] == "403"
+    assert facts["second_consumer.text"] == (
+        f"ACCESS_REFUSED - queue '{facts['queue']}' in vhost '/' in exclusive use"
+    )
+    assert facts["second_consumer.hard"] == "false"
+    # Deleting the queue cancels its consumer with Basic.Cancel; the channel stays open.
+    assert facts["cancel_notified"] == "true"
+    assert facts["channel_open"] == "true"
+
+
+def test_rpc_client_and_server(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "rpc", gateway)
+    assert facts["replies"] == "pong:ping0,pong:ping1,pong:ping2"
+    assert facts["server_stopped"] == "true"
+
+
 def test_basic_get(java: str, gateway: GatewayInThread) -> None:
     facts = facts_of(java, "basic_get", gateway)
     for number, remaining in ((1, 2), (2, 1), (3, 0)):

@@ -11,6 +11,9 @@ import com.rabbitmq.client.GetResponse;
 import com.rabbitmq.client.Method;
 import com.rabbitmq.client.Recoverable;
 import com.rabbitmq.client.RecoveryListener;
+import com.rabbitmq.client.RpcClient;
+import com.rabbitmq.client.RpcClientParams;
+import com.rabbitmq.client.RpcServer;
 import com.rabbitmq.client.ShutdownSignalException;
 import com.rabbitmq.client.impl.recovery.AutorecoveringConnection;
 import java.io.BufferedReader;
@@ -64,6 +67,8 @@ public final class Scenarios {
       case "mandatory_return" -> scenarios.mandatoryReturn();
       case "consumer_prefetch" -> scenarios.consumerPrefetch();
       case "basic_get" -> scenarios.basicGet();
+      case "exclusive_consumer_and_cancel" -> scenarios.exclusiveConsumerAndCancel();
+      case "rpc" -> scenarios.rpc();
       case "reject_nack_requeue" -> scenarios.rejectNackRequeue();
       case "recover" -> scenarios.recover();
       case "exchange_types" -> scenarios.exchangeTypes();
@@ -442,6 +447,92 @@ public final class Scenarios {
       names.add("m" + i);
     }
     return names;
+  }
+
+  /**
+   * An exclusive consumer keeps others out (403), and a consumer whose queue is deleted is told
+   * with Basic.Cancel (consumer_cancel_notify): DefaultConsumer.handleCancel.
+   */
+  private void exclusiveConsumerAndCancel() throws Exception {
+    try (Connection owner = factory().newConnection();
+        Connection other = factory().newConnection()) {
+      String queue = unique("jc.consumers");
+      fact("queue", queue);
+      Channel mine = owner.createChannel();
+      mine.queueDeclare(queue, false, false, false, null);
+      List<String> cancelled = new CopyOnWriteArrayList<>();
+      Recorder exclusive =
+          new Recorder(mine) {
+            @Override
+            public void handleCancel(String consumerTag) {
+              cancelled.add(consumerTag);
+            }
+          };
+      String tag = mine.basicConsume(queue, false, "", false, true, null, exclusive);
+      Channel theirs = other.createChannel();
+      try {
+        theirs.basicConsume(queue, true, new DefaultConsumer(theirs));
+        fact("second_consumer", "accepted");
+      } catch (IOException error) {
+        closeFacts("second_consumer", error);
+      }
+      Channel deleter = other.createChannel();
+      deleter.queueDelete(queue);
+      mustWaitUntil("handleCancel", () -> !cancelled.isEmpty());
+      fact("cancel_notified", cancelled.equals(List.of(tag)));
+      fact("channel_open", mine.isOpen());
+    }
+  }
+
+  /**
+   * The classic RPC pattern with the client's RpcServer and RpcClient: requests on a named
+   * queue, replies to the client's server-named reply queue (reply-to, correlation id).
+   */
+  private void rpc() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel serverChannel = connection.createChannel();
+      String queue = unique("jc.rpc");
+      serverChannel.queueDeclare(queue, false, false, true, null);
+      RpcServer server =
+          new RpcServer(serverChannel, queue) {
+            @Override
+            public byte[] handleCall(byte[] request, AMQP.BasicProperties replyProperties) {
+              return bytes("pong:" + text(request));
+            }
+          };
+      Thread serving =
+          new Thread(
+              () -> {
+                try {
+                  server.mainloop();
+                } catch (Exception error) {
+                  // ended by closing its channel
+                }
+              });
+      serving.start();
+      Channel clientChannel = connection.createChannel();
+      String replyTo = clientChannel.queueDeclare().getQueue();
+      RpcClient client =
+          new RpcClient(
+              new RpcClientParams()
+                  .channel(clientChannel)
+                  .exchange("")
+                  .routingKey(queue)
+                  .replyTo(replyTo)
+                  .timeout((int) DEADLINE_MS));
+      List<String> replies = new ArrayList<>();
+      for (int i = 0; i < 3; i++) {
+        replies.add(client.stringCall("ping" + i));
+      }
+      fact("replies", String.join(",", replies));
+      client.close();
+      // The main loop waits for a delivery or its channel's shutdown (its consumer ignores
+      // Cancel-Ok, so RpcServer.close() would leave it waiting).
+      server.terminateMainloop();
+      serverChannel.close();
+      serving.join(DEADLINE_MS);
+      fact("server_stopped", !serving.isAlive());
+    }
   }
 
   /** Basic.Get with and without auto-ack, the remaining count, null on an empty queue. */
