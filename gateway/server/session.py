@@ -33,6 +33,7 @@ from gateway.backend.interface import (
 )
 from gateway.model.entities import check_queue_declare, strip_cr_lf
 from gateway.model.naming import server_named_queue
+from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.stall_watch import StallWatch
@@ -333,6 +334,7 @@ class AMQPSession:
             state.publisher = True
             counts.publishers += 1
         try:
+            check_user_id(event.header, self._link.owner.user)
             outcome = await self._publish_or_block(message, event.mandatory)
         except AMQPError as error:
             raise error.with_method(*_BASIC_PUBLISH) from None

@@ -189,6 +189,18 @@ def test_rpc_client_and_server(java: str, gateway: GatewayInThread) -> None:
     assert facts["server_stopped"] == "true"
 
 
+def test_properties_and_header_types_round_trip(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "properties", gateway)
+    assert facts["back"] == facts["sent"]
+    # RabbitMQ's validated user-id: only the connection's own user (guest here) may be named.
+    assert facts["other_user_id.code"] == "406"
+    assert facts["other_user_id.text"] == (
+        "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user was 'guest'"
+    )
+    assert facts["other_user_id.hard"] == "false"
+    assert facts["stored_after_refusal"] == "false"
+
+
 def test_basic_get(java: str, gateway: GatewayInThread) -> None:
     facts = facts_of(java, "basic_get", gateway)
     for number, remaining in ((1, 2), (2, 1), (3, 0)):
