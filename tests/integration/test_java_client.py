@@ -201,6 +201,30 @@ def test_properties_and_header_types_round_trip(java: str, gateway: GatewayInThr
     assert facts["stored_after_refusal"] == "false"
 
 
+def test_global_qos_is_shared_by_the_channels_consumers(
+    java: str, gateway: GatewayInThread
+) -> None:
+    facts = facts_of(java, "global_qos", gateway)
+    assert facts == {"delivered": "10", "max_unacked": "3"}
+
+
+def test_auto_delete_and_exclusive_queue_lifetimes(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "lifetimes", gateway)
+    assert facts == {
+        "auto_delete_kept_while_consumed": "true",
+        "auto_delete_gone_after_cancel": "true",
+        "exclusive_kept_while_connected": "true",
+        "exclusive_gone_after_close": "true",
+    }
+
+
+def test_client_heartbeats_keep_an_idle_connection_open(
+    java: str, gateway: GatewayInThread
+) -> None:
+    facts = facts_of(java, "heartbeats", gateway)
+    assert facts == {"heartbeat": "1", "open_after_idle": "true", "usable_after_idle": "true"}
+
+
 def test_basic_get(java: str, gateway: GatewayInThread) -> None:
     facts = facts_of(java, "basic_get", gateway)
     for number, remaining in ((1, 2), (2, 1), (3, 0)):

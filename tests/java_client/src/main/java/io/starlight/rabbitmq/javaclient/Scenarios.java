@@ -67,6 +67,9 @@ public final class Scenarios {
       case "mandatory_return" -> scenarios.mandatoryReturn();
       case "consumer_prefetch" -> scenarios.consumerPrefetch();
       case "basic_get" -> scenarios.basicGet();
+      case "global_qos" -> scenarios.globalQos();
+      case "lifetimes" -> scenarios.lifetimes();
+      case "heartbeats" -> scenarios.heartbeats();
       case "properties" -> scenarios.properties();
       case "exclusive_consumer_and_cancel" -> scenarios.exclusiveConsumerAndCancel();
       case "rpc" -> scenarios.rpc();
@@ -638,6 +641,112 @@ public final class Scenarios {
       return "Date:" + date.getTime();
     }
     return value.getClass().getSimpleName() + ":" + value;
+  }
+
+  /**
+   * basicQos(3, true): the limit is shared by the channel's consumers (two queues here), and
+   * each ack lets exactly one more in.
+   */
+  private void globalQos() throws Exception {
+    int limit = 3;
+    int perQueue = 5;
+    try (Connection connection = factory().newConnection()) {
+      Channel admin = connection.createChannel();
+      admin.confirmSelect();
+      List<String> queues = List.of(unique("jc.global"), unique("jc.global"));
+      for (String queue : queues) {
+        admin.queueDeclare(queue, false, false, true, null);
+        for (int i = 0; i < perQueue; i++) {
+          admin.basicPublish("", queue, null, bytes(queue + "/" + i));
+        }
+      }
+      admin.waitForConfirmsOrDie(DEADLINE_MS);
+      Channel channel = connection.createChannel();
+      channel.basicQos(limit, true);
+      AtomicInteger delivered = new AtomicInteger();
+      AtomicInteger acked = new AtomicInteger();
+      AtomicInteger maxUnacked = new AtomicInteger();
+      List<Envelope> envelopes = new CopyOnWriteArrayList<>();
+      for (String queue : queues) {
+        channel.basicConsume(
+            queue,
+            false,
+            new DefaultConsumer(channel) {
+              @Override
+              public void handleDelivery(
+                  String tag, Envelope envelope, AMQP.BasicProperties properties, byte[] body) {
+                envelopes.add(envelope);
+                maxUnacked.accumulateAndGet(
+                    delivered.incrementAndGet() - acked.get(), Math::max);
+              }
+            });
+      }
+      mustWaitUntil("the shared window", () -> delivered.get() == limit);
+      for (int i = 0; i < 2 * perQueue - limit; i++) {
+        int before = delivered.get();
+        acked.incrementAndGet();
+        channel.basicAck(envelopes.get(i).getDeliveryTag(), false);
+        mustWaitUntil("the delivery after ack " + i, () -> delivered.get() == before + 1);
+      }
+      acked.set(2 * perQueue);
+      channel.basicAck(envelopes.get(envelopes.size() - 1).getDeliveryTag(), true);
+      fact("delivered", delivered.get());
+      fact("max_unacked", maxUnacked.get());
+    }
+  }
+
+  /**
+   * What ends with what: an auto-delete queue goes with its last consumer, an exclusive queue
+   * with its connection (RabbitMQ deletes both at once; polled here, with a deadline).
+   */
+  private void lifetimes() throws Exception {
+    try (Connection watcher = factory().newConnection()) {
+      String autoDelete = unique("jc.autodelete");
+      String exclusive = unique("jc.exclusive");
+      Connection owner = factory().newConnection();
+      Channel channel = owner.createChannel();
+      channel.queueDeclare(autoDelete, false, false, true, null);
+      channel.queueDeclare(exclusive, false, true, false, null);
+      String tag = channel.basicConsume(autoDelete, true, new DefaultConsumer(channel));
+      fact("auto_delete_kept_while_consumed", exists(watcher, autoDelete));
+      channel.basicCancel(tag);
+      fact("auto_delete_gone_after_cancel", waitUntil(() -> !exists(watcher, autoDelete)));
+      fact("exclusive_kept_while_connected", exists(owner, exclusive));
+      owner.close();
+      fact("exclusive_gone_after_close", waitUntil(() -> !exists(watcher, exclusive)));
+    }
+  }
+
+  /** A passive declare on a channel of its own (a 404 closes the channel). */
+  private static boolean exists(Connection connection, String queue) {
+    try {
+      Channel channel = connection.createChannel();
+      channel.queueDeclarePassive(queue);
+      channel.close();
+      return true;
+    } catch (IOException | java.util.concurrent.TimeoutException error) {
+      ShutdownSignalException signal = shutdownSignal(error);
+      if (signal.getReason() instanceof AMQP.Channel.Close close && close.getReplyCode() == 404) {
+        return false;
+      }
+      throw signal;
+    }
+  }
+
+  /** A 1-second heartbeat asked for by the client: an idle connection stays open. */
+  private void heartbeats() throws Exception {
+    ConnectionFactory factory = factory();
+    factory.setRequestedHeartbeat(1);
+    factory.setAutomaticRecoveryEnabled(false);
+    try (Connection connection = factory.newConnection()) {
+      fact("heartbeat", connection.getHeartbeat());
+      // Idle for four intervals: the behaviour under test is the passing time itself. Without
+      // the gateway's heartbeats the client gives up after two missed ones.
+      Thread.sleep(4_000);
+      fact("open_after_idle", connection.isOpen());
+      Channel channel = connection.createChannel();
+      fact("usable_after_idle", channel.queueDeclare().getQueue().startsWith("amq.gen-"));
+    }
   }
 
   /** Basic.Get with and without auto-ack, the remaining count, null on an empty queue. */
