@@ -14,7 +14,7 @@ publish) all live here, in Python, where the other integration tests already hav
 scenario asks for such an action with a ``WAIT`` line and goes on when answered. The Java side
 only drives the client and prints what it saw (``FACT key=value``); the expectations — RabbitMQ's
 documented behaviour — are asserted here, so a failure reads like every other test's. No test
-framework is fetched: Maven resolves the client alone (~1 MB with Netty) into ~/.m2, once.
+framework is fetched: Maven resolves the client alone (3.7 MB with Netty) into ~/.m2, once.
 """
 
 from __future__ import annotations
