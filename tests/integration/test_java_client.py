@@ -1,10 +1,13 @@
 """RabbitMQ's Java client (``com.rabbitmq:amqp-client`` 5.x) against the gateway, for what the
-Java world relies on: ConnectionFactory's defaults, publisher confirms (waitForConfirmsOrDie
-and a ConfirmListener), DefaultConsumer with manual acks and prefetch, basicGet,
+Java world relies on: ConnectionFactory's defaults and heartbeats, publisher confirms
+(waitForConfirmsOrDie and a ConfirmListener), every property and header type, DefaultConsumer
+with manual acks and prefetch (per consumer and global), basicGet,
 basicReject/basicNack/basicRecover, mandatory publishes and the ReturnListener, the four
-exchange types, the 404/405/406 closes as ShutdownSignalExceptions, automatic connection
-recovery with topology recovery, the BlockedListener, and unacknowledged deliveries coming back
-when a channel or connection ends (issue 12, "wrong today" 5).
+exchange types, exclusive consumers and cancel notifications, RpcServer/RpcClient, queue
+lifetimes, the everyday 403/404/405/406 closes as ShutdownSignalExceptions, automatic
+connection recovery with topology recovery, the BlockedListener, and unacknowledged deliveries
+coming back when a channel or connection ends (issue 12, "wrong today" 5). docs/compatibility.md,
+"The Java client", lists what each checks.
 
 Why this shape: the scenarios are one plain ``main`` (tests/java_client/, Scenarios.java) that
 pytest starts once per scenario against a gateway the usual fixtures started, not JUnit tests
@@ -225,6 +228,13 @@ def test_client_heartbeats_keep_an_idle_connection_open(
     assert facts == {"heartbeat": "1", "open_after_idle": "true", "usable_after_idle": "true"}
 
 
+def test_counts_follow_the_channels_order(java: str, gateway: GatewayInThread) -> None:
+    """Publishes not yet confirmed are counted by a later declare and removed by a later purge
+    on the same channel (the gateway waits for its own writes to the queue's topics first)."""
+    facts = facts_of(java, "counts_in_channel_order", gateway)
+    assert facts == {"declare_count": "3", "purged": "4", "after_purge": "empty"}
+
+
 def test_basic_get(java: str, gateway: GatewayInThread) -> None:
     facts = facts_of(java, "basic_get", gateway)
     for number, remaining in ((1, 2), (2, 1), (3, 0)):
@@ -298,6 +308,41 @@ def test_missing_entities_are_404_channel_errors(java: str, gateway: GatewayInTh
     assert facts["consume.code"] == "404"
     assert facts["consume.text"] == f"NOT_FOUND - no queue '{name}' in vhost '/'"
     assert facts["connection_still_open"] == "true"
+
+
+def test_everyday_errors_in_rabbitmqs_words(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "errors", gateway)
+    queue = f"queue '{facts['queue']}' in vhost '/'"
+    expected = {
+        "publish_to_missing_exchange": (
+            404,
+            f"NOT_FOUND - no exchange '{facts['queue']}' in vhost '/'",
+        ),
+        "inequivalent_durable": (
+            406,
+            f"PRECONDITION_FAILED - inequivalent arg 'durable' for {queue}: received 'true' "
+            "but current is 'false'",
+        ),
+        "unknown_delivery_tag": (406, "PRECONDITION_FAILED - unknown delivery tag 99"),
+        "delete_if_unused": (406, f"PRECONDITION_FAILED - {queue} in use"),
+        "delete_if_empty": (406, f"PRECONDITION_FAILED - {queue} not empty"),
+        "reserved_exchange_name": (
+            403,
+            "ACCESS_REFUSED - exchange name 'amq.jc' contains reserved prefix 'amq.*'",
+        ),
+        # 3.x answered 503 COMMAND_INVALID, a connection error; 4.x (rabbit_exchange:check_type)
+        # a channel error.
+        "unknown_exchange_type": (
+            406,
+            "PRECONDITION_FAILED - unknown exchange type 'no-such-type'",
+        ),
+        "delete_if_empty_unconfirmed": (406, f"PRECONDITION_FAILED - {queue} not empty"),
+    }
+    for name, (code, text) in expected.items():
+        hard = code >= 500
+        assert (facts[f"{name}.code"], facts[f"{name}.text"]) == (str(code), text), name
+        assert facts[f"{name}.hard"] == str(hard).lower(), name
+        assert facts[f"{name}.connection_open"] == str(not hard).lower(), name
 
 
 def test_exclusive_queue_from_another_connection_is_405(

@@ -67,6 +67,7 @@ public final class Scenarios {
       case "mandatory_return" -> scenarios.mandatoryReturn();
       case "consumer_prefetch" -> scenarios.consumerPrefetch();
       case "basic_get" -> scenarios.basicGet();
+      case "counts_in_channel_order" -> scenarios.countsInChannelOrder();
       case "global_qos" -> scenarios.globalQos();
       case "lifetimes" -> scenarios.lifetimes();
       case "heartbeats" -> scenarios.heartbeats();
@@ -78,6 +79,7 @@ public final class Scenarios {
       case "exchange_types" -> scenarios.exchangeTypes();
       case "one_message_two_queues" -> scenarios.oneMessageTwoQueues();
       case "missing_entities" -> scenarios.missingEntities();
+      case "errors" -> scenarios.errors();
       case "exclusive_queue" -> scenarios.exclusiveQueue();
       case "refused_arguments" -> scenarios.refusedArguments();
       case "recovery" -> scenarios.recovery();
@@ -749,6 +751,25 @@ public final class Scenarios {
     }
   }
 
+  /**
+   * A channel's methods take effect in order: counts right after unconfirmed publishes
+   * include them (passive declare, purge), and a purge removes them.
+   */
+  private void countsInChannelOrder() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel channel = connection.createChannel();
+      String queue = unique("jc.counts");
+      channel.queueDeclare(queue, false, false, true, null);
+      for (int i = 0; i < 3; i++) {
+        channel.basicPublish("", queue, null, bytes("m" + i));
+      }
+      fact("declare_count", channel.queueDeclarePassive(queue).getMessageCount());
+      channel.basicPublish("", queue, null, bytes("m3"));
+      fact("purged", channel.queuePurge(queue).getMessageCount());
+      fact("after_purge", channel.basicGet(queue, true) == null ? "empty" : "not empty");
+    }
+  }
+
   /** Basic.Get with and without auto-ack, the remaining count, null on an empty queue. */
   private void basicGet() throws Exception {
     try (Connection connection = factory().newConnection()) {
@@ -989,6 +1010,70 @@ public final class Scenarios {
       }
       fact("connection_still_open", connection.isOpen());
     }
+  }
+
+  /** The errors Java applications meet most, each on a fresh channel (or connection). */
+  private void errors() throws Exception {
+    String queue = unique("jc.errors");
+    fact("queue", queue);
+    Map<String, ThrowingAction> attempts = new TreeMap<>();
+    attempts.put("publish_to_missing_exchange", channel -> {
+      channel.basicPublish(queue, "k", null, bytes("x"));
+      channel.queueDeclarePassive(queue); // a round trip, so that the close arrives
+    });
+    attempts.put("inequivalent_durable", channel -> channel.queueDeclare(queue, true, false, false, null));
+    attempts.put("unknown_delivery_tag", channel -> {
+      channel.basicAck(99, false);
+      channel.queueDeclarePassive(queue);
+    });
+    attempts.put("delete_if_unused", channel -> {
+      channel.basicConsume(queue, true, new DefaultConsumer(channel));
+      connectionOf(channel).createChannel().queueDelete(queue, true, false);
+    });
+    attempts.put("delete_if_empty", channel -> {
+      channel.confirmSelect();
+      channel.basicPublish("", queue, null, bytes("x"));
+      try {
+        channel.waitForConfirmsOrDie(DEADLINE_MS);
+      } catch (InterruptedException | java.util.concurrent.TimeoutException error) {
+        throw new IOException(error);
+      }
+      channel.queueDelete(queue, false, true);
+    });
+    // Without waiting for the confirm: RabbitMQ handles a channel's methods in order.
+    attempts.put("delete_if_empty_unconfirmed", channel -> {
+      channel.basicPublish("", queue, null, bytes("x"));
+      channel.queueDelete(queue, false, true);
+    });
+    attempts.put("reserved_exchange_name", channel -> channel.exchangeDeclare("amq.jc", "direct"));
+    attempts.put("unknown_exchange_type", channel -> channel.exchangeDeclare(queue, "no-such-type"));
+    ConnectionFactory factory = factory();
+    factory.setAutomaticRecoveryEnabled(false);
+    for (var attempt : attempts.entrySet()) {
+      Connection connection = factory.newConnection();
+      try {
+        Channel channel = connection.createChannel();
+        channel.queueDeclare(queue, false, false, false, null);
+        channel.queuePurge(queue);
+        Channel trying = connection.createChannel();
+        try {
+          attempt.getValue().run(trying);
+          fact(attempt.getKey(), "accepted");
+        } catch (IOException | ShutdownSignalException error) {
+          closeFacts(attempt.getKey(), error);
+        }
+        fact(attempt.getKey() + ".connection_open", connection.isOpen());
+      } finally {
+        connection.abort();
+      }
+    }
+    try (Connection connection = factory.newConnection()) {
+      connection.createChannel().queueDelete(queue);
+    }
+  }
+
+  private static Connection connectionOf(Channel channel) {
+    return channel.getConnection();
   }
 
   /** An exclusive queue is locked to the connection that declared it: 405 for any other. */
