@@ -337,6 +337,9 @@ def test_everyday_errors_in_rabbitmqs_words(java: str, gateway: GatewayInThread)
             "PRECONDITION_FAILED - unknown exchange type 'no-such-type'",
         ),
         "delete_if_empty_unconfirmed": (406, f"PRECONDITION_FAILED - {queue} not empty"),
+        # Connection errors: RabbitMQ implements neither.
+        "immediate_publish": (540, "NOT_IMPLEMENTED - immediate=true"),
+        "qos_prefetch_size": (540, "NOT_IMPLEMENTED - prefetch_size!=0 (4096)"),
     }
     for name, (code, text) in expected.items():
         hard = code >= 500

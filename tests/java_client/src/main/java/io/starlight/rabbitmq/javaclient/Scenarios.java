@@ -1047,6 +1047,11 @@ public final class Scenarios {
     });
     attempts.put("reserved_exchange_name", channel -> channel.exchangeDeclare("amq.jc", "direct"));
     attempts.put("unknown_exchange_type", channel -> channel.exchangeDeclare(queue, "no-such-type"));
+    attempts.put("immediate_publish", channel -> {
+      channel.basicPublish("", queue, false, true, null, bytes("x"));
+      channel.queueDeclarePassive(queue);
+    });
+    attempts.put("qos_prefetch_size", channel -> channel.basicQos(4096, 1, false));
     ConnectionFactory factory = factory();
     factory.setAutomaticRecoveryEnabled(false);
     for (var attempt : attempts.entrySet()) {
