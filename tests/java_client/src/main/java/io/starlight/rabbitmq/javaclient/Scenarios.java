@@ -1,6 +1,7 @@
 package io.starlight.rabbitmq.javaclient;
 
 import com.rabbitmq.client.AMQP;
+import com.rabbitmq.client.Address;
 import com.rabbitmq.client.BuiltinExchangeType;
 import com.rabbitmq.client.Channel;
 import com.rabbitmq.client.Connection;
@@ -1160,7 +1161,12 @@ public final class Scenarios {
   private void recovery() throws Exception {
     ConnectionFactory factory = factory();
     factory.setNetworkRecoveryInterval(200);
-    try (Connection connection = factory.newConnection()) {
+    // More ports (arguments): the client's address list, tried in turn on every (re)connection.
+    List<Address> addresses = new ArrayList<>(List.of(new Address("127.0.0.1", port)));
+    for (String other : arguments) {
+      addresses.add(new Address("127.0.0.1", Integer.parseInt(other)));
+    }
+    try (Connection connection = factory.newConnection(addresses)) {
       AtomicInteger recoveries = new AtomicInteger();
       AtomicReference<String> shutdown = new AtomicReference<>();
       List<String> renamed = new CopyOnWriteArrayList<>();
