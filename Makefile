@@ -53,7 +53,7 @@ lint: install
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint test-tools shim k8s-tools
+test: install lint test-tools shim k8s-tools java-client
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 # The real servers the suite starts on loopback besides Pulsar (Debian's packages).
@@ -72,6 +72,15 @@ shim:
 # Pulsar proxy with the NAR loaded (proxyExtensions=rabbitmq) serving AMQP on 127.0.0.1:5672.
 run-proxy: install stack-up
 	python3 scripts/pulsar_proxy.py run
+
+# RabbitMQ's Java client (com.rabbitmq:amqp-client, from Maven Central into ~/.m2) and the
+# scenarios tests/integration/test_java_client.py runs with it: compiled, classpath written.
+.PHONY: java-client
+java-client:
+	mvn --batch-mode --no-transfer-progress --quiet -s extension_shim/maven-settings.xml \
+		-f tests/java_client/pom.xml compile dependency:build-classpath \
+		-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=runtime
+	touch tests/java_client/target/classpath.txt  # built now (Maven keeps an unchanged file)
 
 # helm, the helm-unittest plugin, etcd and kube-apiserver for the Helm chart's tests, built from
 # the Go module proxy into ~/.cache/starlight-tools (~15 min the first time, instant afterwards).

@@ -35,6 +35,7 @@ from gateway.backend.interface import (
 )
 from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
+from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.stall_watch import StallWatch
@@ -294,6 +295,7 @@ class AMQPSession:
             state.publisher = True
             counts.publishers += 1
         # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
+        check_user_id(event.header, self._link.owner.user)
         outcome = await self._publish_or_block(message, event.mandatory)
         if outcome.routed:
             counts.routed += 1

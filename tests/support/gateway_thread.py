@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -73,6 +73,10 @@ class GatewayInThread:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn`` on the gateway's loop (for inspecting or steering it from a test)."""
         return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+    def call_async(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Await ``fn`` on the gateway's loop (e.g. a connection's ``request_close``)."""
+        return trio.from_thread.run(fn, *args, trio_token=self._token)
 
     def stop(self, timeout: float = 30.0) -> None:
         if self._thread.is_alive():

@@ -80,7 +80,7 @@ class PulsarDelivery:
         self._received = received
         self._settled = False
         self.message = message
-        self._key, seen = subscription.redeliveries.delivered(received)
+        self._key, seen = subscription.redeliveries.delivered(subscription.queue, received)
         self.redelivered = seen or requeued_copy
         subscription.delivery_made(received.topic)
 
@@ -242,12 +242,12 @@ class PulsarQueueSubscription:
             REFUSED_BY in properties and self.queue in refused_by(properties)
         ):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
-            self.redeliveries.settled(key_of(received))
+            self.redeliveries.settled(key_of(self.queue, received))
             self.consumer.acknowledge(received)
             return None
         if self.expiry is not None and self.expiry.expired(received, properties):
             # Never delivered (RabbitMQ's guarantee); dead-lettered if the queue says so.
-            self.redeliveries.settled(key_of(received))
+            self.redeliveries.settled(key_of(self.queue, received))
             self.expiry.drop(self.consumer, received, message)
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)

@@ -8,8 +8,11 @@ was re-established (the broker sends everything unacknowledged again). RabbitMQ 
 message that was delivered before as redelivered, so the gateway remembers what it delivered
 until it is acknowledged.
 
-Messages are known by their topic and serialized message id: one call into pulsar-client
-(a ``MessageId`` read field by field costs four).
+Messages are known by their queue, topic and serialized message id: one call into
+pulsar-client (a ``MessageId`` read field by field costs four). The queue is part of the key
+because one message of a topic reaches every queue bound to it (a subscription each), and each
+queue's copy is delivered and settled on its own: acknowledging it in one queue must not make
+the other's redelivery look new, nor the other's first delivery look like a redelivery.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from gateway.pulsar.consumer import ReceivedMessage
 # stay forever. The oldest are forgotten first (their redelivery then goes unmarked).
 MAX_TRACKED: Final = 100_000
 
-Key = tuple[str, bytes]
+Key = tuple[str, str, bytes]
 
 
-def key_of(received: ReceivedMessage) -> Key:
-    return (received.topic, received.id_bytes)
+def key_of(queue: str, received: ReceivedMessage) -> Key:
+    return (queue, received.topic, received.id_bytes)
 
 
 class Redeliveries:
@@ -38,10 +41,10 @@ class Redeliveries:
     def __len__(self) -> int:
         return len(self._outstanding)
 
-    def delivered(self, received: ReceivedMessage) -> tuple[Key, bool]:
-        """Record a delivery: its key (for ``settled``), and whether the message had been
-        delivered before."""
-        key = key_of(received)
+    def delivered(self, queue: str, received: ReceivedMessage) -> tuple[Key, bool]:
+        """Record a delivery from ``queue``: its key (for ``settled``), and whether the message
+        had been delivered from that queue before."""
+        key = key_of(queue, received)
         before = key in self._outstanding or received.redelivery_count > 0
         self._outstanding[key] = None
         self._outstanding.move_to_end(key)
@@ -49,9 +52,9 @@ class Redeliveries:
             self._outstanding.popitem(last=False)
         return key, before
 
-    def seen(self, received: ReceivedMessage) -> bool:
-        """Whether the message was delivered before (without recording anything)."""
-        return key_of(received) in self._outstanding or received.redelivery_count > 0
+    def seen(self, queue: str, received: ReceivedMessage) -> bool:
+        """Whether the message was delivered from ``queue`` before (recording nothing)."""
+        return key_of(queue, received) in self._outstanding or received.redelivery_count > 0
 
     def settled(self, key: Key) -> None:
         """Acknowledged (or dropped): it will not come back."""

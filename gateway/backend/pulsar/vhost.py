@@ -85,6 +85,7 @@ from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
 from gateway.pulsar.errors import (
     AdminError,
+    ClosedError,
     NotFound,
     PreconditionFailed,
     PulsarClientError,
@@ -430,6 +431,21 @@ class PulsarVirtualHost(CatalogVirtualHost):
         consumers = view.consumers.get(queue, 0)
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
 
+    async def _sent_so_far(self, topics: Iterable[str]) -> None:
+        """Wait until the messages this replica is still writing to ``topics`` are stored.
+
+        RabbitMQ handles a channel's methods in order, so a count (Queue.Declare-Ok, purge,
+        delete if-empty) right after a publish includes the message even before its confirm;
+        Pulsar's backlog does not show it until the write completes."""
+        producers = self._r.producers.producers
+        for topic in topics:
+            producer = producers.get(topic)
+            if producer is not None and producer.in_flight:
+                try:
+                    await producer.flush()  # completes once every earlier send completed
+                except (ClosedError, PulsarClientError) as error:
+                    log.debug("flush before counting %s: %s", topic, error)
+
     async def _message_count(self, view: VhostView, queue: str) -> int:
         """Messages ready in the queue, as AMQP counts them (not awaiting an ack).
 
@@ -440,7 +456,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         total = 0
         subscription = subscription_for(queue)
         admin = self._r.admin
-        for topic in self._queue_topics(view, queue):
+        topics = self._queue_topics(view, queue)
+        await self._sent_so_far(topics)
+        for topic in topics:
             stats = await self._pulsar(admin.topic_stats(topic), f"counting '{queue}'")
             found = stats.subscriptions.get(subscription)
             if found is None or found.msg_backlog == 0:
@@ -789,7 +807,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             if (
                 purged is not None
                 and position_of(received.message_id) <= purged
-                and not self._redeliveries.seen(received)
+                and not self._redeliveries.seen(queue, received)
             ):
                 return False  # prefetched before a purge (an unacked one survives it)
             decoded = exchange_and_key(topic)
