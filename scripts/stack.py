@@ -166,6 +166,9 @@ class Profile:
     tls: bool
     # Memory limits and other JVM options of this profile (STACK_JVM_OPTS comes after them).
     jvm_options: tuple[str, ...] = field(default=tuple(JVM_MEMORY))
+    # Where its state lives, for a stack made at run time (the fault tests' own, on free
+    # ports); None: the rule of state_dir().
+    directory: Path | None = None
 
     @property
     def broker_url(self) -> str:
@@ -197,6 +200,8 @@ class Profile:
     def state_dir(self) -> Path:
         """The default profile's folder is $STACK_DIR; the others live inside it (so they are
         ignored by git like it), or wherever $STACK_<NAME>_DIR says."""
+        if self.directory is not None:
+            return self.directory
         if self.name == "default":
             return stack_dir()
         override = os.environ.get(f"STACK_{self.name.upper()}_DIR")
