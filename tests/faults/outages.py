@@ -96,9 +96,9 @@ class _Client(threading.Thread):
 class Publisher(_Client):
     """Publishes ``b"<n>"`` persistent messages with confirms, waiting for each confirm."""
 
-    def __init__(self, port: int, queue: str) -> None:
-        super().__init__(port, queue, "publisher")
-        self.sent = 0
+    def __init__(self, port: int, queue: str, *, first: int = 1, name: str = "publisher") -> None:
+        super().__init__(port, queue, name)
+        self.sent = first - 1  # numbers from ``first`` on: publishers on one queue differ
         self.confirmed: dict[int, float] = {}  # number -> when its confirm came
         self.nacked: list[int] = []
         self.unknown: list[int] = []  # outstanding when the connection closed
@@ -140,8 +140,8 @@ class Publisher(_Client):
 class Consumer(_Client):
     """Consumes the queue with manual acks (prefetch 100), acking everything."""
 
-    def __init__(self, port: int, queue: str) -> None:
-        super().__init__(port, queue, "consumer")
+    def __init__(self, port: int, queue: str, *, name: str = "consumer") -> None:
+        super().__init__(port, queue, name)
         self.received: dict[int, float] = {}  # number -> when it (last) came
         self.deliveries = 0
 

@@ -43,6 +43,10 @@ class OwnStack:
     profile: Any  # scripts/stack.py's Profile
 
     @property
+    def broker_port(self) -> int:
+        return int(self.profile.broker_port)
+
+    @property
     def broker_url(self) -> str:
         return str(self.profile.broker_url)
 
@@ -63,11 +67,13 @@ class OwnStack:
         _load_stack_module().down(self.profile)
 
 
-@contextmanager
-def own_stack(directory: Path) -> Iterator[OwnStack]:
-    """A started standalone on free ports with its state in ``directory``, stopped after."""
+def new_stack(directory: Path, *, advertised_address: str | None = None) -> OwnStack:
+    """A standalone on free ports with its state in ``directory``, not started yet.
+    ``advertised_address``: what the broker tells clients to connect to after a lookup (it
+    still listens on 127.0.0.1), for a proxy listening there on the broker's port."""
     stack = _load_stack_module()
     broker, web, zookeeper, bookie = _free_ports(4)
+    extra = f"advertisedAddress={advertised_address}\n" if advertised_address else ""
     profile = stack.Profile(
         f"faults-{broker}",
         broker,
@@ -77,8 +83,15 @@ def own_stack(directory: Path) -> Iterator[OwnStack]:
         tls=False,
         jvm_options=JVM_OPTIONS,
         directory=directory,
+        extra_config=extra,
     )
-    own = OwnStack(profile)
+    return OwnStack(profile)
+
+
+@contextmanager
+def own_stack(directory: Path) -> Iterator[OwnStack]:
+    """A started standalone on free ports with its state in ``directory``, stopped after."""
+    own = new_stack(directory)
     own.up()
     try:
         yield own

@@ -5,8 +5,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 
 import trio
 import trio.from_thread
@@ -16,10 +15,10 @@ from tests.integration.metadata.proxy import TcpProxy
 
 class ProxyThread:
     """One ``TcpProxy`` to ``host:port``; ``cut()`` drops its connections and refuses new
-    ones until ``restore()``."""
+    ones until ``restore()``; ``isolate()`` does that to one process's connections only."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self._proxy = TcpProxy(host, port)
+    def __init__(self, host: str, port: int, *, listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self._proxy = TcpProxy(host, port, listen=listen)
         self._token: trio.lowlevel.TrioToken | None = None
         self._started = threading.Event()
         self._stop: trio.Event | None = None
@@ -61,16 +60,10 @@ class ProxyThread:
     def cut(self) -> None:
         trio.from_thread.run_sync(self._proxy.cut, trio_token=self._token)
 
+    def isolate(self, belongs: Callable[[int], bool]) -> None:
+        """Drop and refuse only the connections whose peer's port ``belongs`` (to a process
+        being partitioned off); the others go on."""
+        trio.from_thread.run_sync(self._proxy.isolate, belongs, trio_token=self._token)
+
     def restore(self) -> None:
         trio.from_thread.run_sync(self._proxy.restore, trio_token=self._token)
-
-
-@contextmanager
-def proxies(*targets: str) -> Iterator[list[ProxyThread]]:
-    """A started proxy to each ``host:port``, stopped afterwards."""
-    with ExitStack() as stack:
-        started = []
-        for target in targets:
-            host, port = target.rsplit(":", 1)
-            started.append(stack.enter_context(ProxyThread(host, int(port))))
-        yield started
