@@ -103,8 +103,10 @@ class Publisher(_Client):
         self.nacked: list[int] = []
         self.unknown: list[int] = []  # outstanding when the connection closed
         self.pending_since: float | None = None  # when the publish now waiting was sent
+        self.blocked = 0  # Connection.Blocked received
 
     def serve(self, connection: pika.BlockingConnection) -> None:
+        connection.add_on_connection_blocked_callback(self._on_blocked)
         channel = connection.channel()
         channel.confirm_delivery()
         while not self.stopping.is_set():
@@ -124,6 +126,9 @@ class Publisher(_Client):
                 self.confirmed[number] = time.monotonic()
             finally:
                 self.pending_since = None
+
+    def _on_blocked(self, _connection: object, _method: object) -> None:
+        self.blocked += 1
 
     def last_confirm(self) -> float:
         return max(self.confirmed.values(), default=0.0)
@@ -175,7 +180,9 @@ class OutageFigures:
     recovery_seconds: float  # from the service back to the first confirm of a new publish
     confirmed: int
     nacked: int
+    nacked_delivered: int  # nacked yet stored: a nack means "not known to be stored"
     unknown: int
+    blocked: int  # Connection.Blocked the publisher received
     delivered: int
     duplicates: int
     publisher_closes: list[str]
@@ -184,8 +191,10 @@ class OutageFigures:
     def describe(self) -> str:
         return (
             f"outage {self.outage_seconds:.1f} s; first confirm {self.recovery_seconds:.2f} s "
-            f"after recovery; {self.confirmed} confirmed, {self.nacked} nacked, "
-            f"{self.unknown} unconfirmed at a close, {self.delivered} delivered "
+            f"after recovery; {self.confirmed} confirmed, {self.nacked} nacked "
+            f"({self.nacked_delivered} of them delivered all the same), "
+            f"{self.unknown} unconfirmed at a close, {self.blocked} Connection.Blocked, "
+            f"{self.delivered} delivered "
             f"({self.duplicates} duplicates); publisher saw {self.publisher_closes or 'no close'}, "
             f"consumer saw {self.consumer_closes or 'no close'}"
         )
@@ -255,7 +264,9 @@ def through_an_outage(
         recovery_seconds=first - back,
         confirmed=len(publisher.confirmed),
         nacked=len(publisher.nacked),
+        nacked_delivered=len(set(publisher.nacked) & set(consumer.received)),
         unknown=len(publisher.unknown),
+        blocked=publisher.blocked,
         delivered=len(consumer.received),
         duplicates=consumer.deliveries - len(consumer.received),
         publisher_closes=publisher.log.closes,

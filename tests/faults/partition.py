@@ -57,6 +57,7 @@ def _address(url: str) -> tuple[str, int]:
 def partitioned_fleet(directory: Path, shared: Any) -> Iterator[Partition]:
     """Two replicas on a fresh namespace of a broker of our own (metadata in ``shared``'s
     ZooKeeper), ``isolated`` leading it and ready to be partitioned off."""
+    directory.mkdir(parents=True, exist_ok=True)
     own: OwnStack = new_stack(directory / "pulsar", advertised_address=ADVERTISED)
     web = _address(own.web_url)
     with ExitStack() as stack:
