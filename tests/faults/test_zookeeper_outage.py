@@ -139,6 +139,9 @@ def test_zookeeper_lost_then_the_session_expired_and_back(
         refusal = time.monotonic() - asked
         assert declare.value.reply_code == 541, declare.value
         assert "metadata store unavailable" in declare.value.reply_text
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as bind:
+            connect(cut.port).channel().queue_bind(work, "amq.topic", "during.#")
+        assert bind.value.reply_code == 541, bind.value
         # ... while publishing and consuming on what exists go on from the view.
         confirmed = len(publisher.confirmed)
         wait_until(
