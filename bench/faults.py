@@ -81,7 +81,7 @@ def outages(stack: Any, path: Path, seconds: list[float], partition: float) -> N
             )
             print(f"publisher stalled {outage:g} s:", figures.describe())
     print("== item 3: a partitioned replica")
-    with partitioned_fleet(path / "partition", stack) as fleet:
+    with partitioned_fleet(path / "partition") as fleet:
         print(through_a_partition(fleet, stalled=partition).describe())
 
 

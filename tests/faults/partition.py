@@ -6,7 +6,9 @@ The broker is a standalone of our own (tests/faults/own_stack.py) that advertise
 that forwards to the broker on 127.0.0.1 (tests/faults/proxies.py). The partition drops and
 refuses the connections of the ``isolated`` replica's process only (the proxy knows them by
 their ports, from /proc), and cuts the proxies through which that replica alone reaches
-ZooKeeper (the shared one) and Pulsar's admin API. ``steady`` reaches everything directly."""
+ZooKeeper and Pulsar's admin API. ``steady`` reaches everything directly. The gateways keep
+their metadata in that standalone's ZooKeeper too: no gateway of another test run can stand
+for leader of the namespace and take the lead that must move to ``steady``."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 
 from tests.faults.gateway_process import LimitedGatewayProcess, wait_until
 from tests.faults.outages import Consumer, Publisher
-from tests.faults.own_stack import OwnStack, SplitEndpoints, new_stack
+from tests.faults.own_stack import OwnStack, new_stack
 from tests.faults.proxies import ProxyThread
 from tests.integration.fleet.processes import free_port, write_config
 from tests.support.clients import connect, unique
@@ -54,9 +56,9 @@ def _address(url: str) -> tuple[str, int]:
 
 
 @contextmanager
-def partitioned_fleet(directory: Path, shared: Any) -> Iterator[Partition]:
-    """Two replicas on a fresh namespace of a broker of our own (metadata in ``shared``'s
-    ZooKeeper), ``isolated`` leading it and ready to be partitioned off."""
+def partitioned_fleet(directory: Path) -> Iterator[Partition]:
+    """Two replicas on a fresh namespace of a standalone of our own, ``isolated`` leading it
+    and ready to be partitioned off."""
     directory.mkdir(parents=True, exist_ok=True)
     own: OwnStack = new_stack(directory / "pulsar", advertised_address=ADVERTISED)
     web = _address(own.web_url)
@@ -68,10 +70,9 @@ def partitioned_fleet(directory: Path, shared: Any) -> Iterator[Partition]:
         stack.enter_context(ProxyThread(*web, listen=(ADVERTISED, web[1])))
         own.up()
         stack.callback(own.down)
-        zookeeper = stack.enter_context(ProxyThread(*_address(shared.zookeeper)))
+        zookeeper = stack.enter_context(ProxyThread(*_address(own.zookeeper)))
         admin = stack.enter_context(ProxyThread(*web))
-        endpoints = SplitEndpoints(own.broker_url, own.web_url, shared.zookeeper)
-        namespace = stack.enter_context(fresh_namespace(endpoints))
+        namespace = stack.enter_context(fresh_namespace(own))
 
         def start(name: str, *, broker_url: str, web_url: str, zookeeper: str) -> Any:
             port = free_port()
@@ -103,7 +104,7 @@ def partitioned_fleet(directory: Path, shared: Any) -> Iterator[Partition]:
             "steady",
             broker_url=own.broker_url,
             web_url=own.web_url,
-            zookeeper=shared.zookeeper,
+            zookeeper=own.zookeeper,
         )
         yield Partition(steady, isolated, broker, (zookeeper, admin), namespace)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,8 +19,8 @@ REPLY_CODE = re.compile(r"^\d{3} ")
 
 
 @pytest.fixture
-def partition(tmp_path: Path, pulsar_stack: Any) -> Iterator[Partition]:
-    with partitioned_fleet(tmp_path, pulsar_stack) as fleet:
+def partition(tmp_path: Path) -> Iterator[Partition]:
+    with partitioned_fleet(tmp_path) as fleet:
         yield fleet
 
 
