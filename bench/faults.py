@@ -19,8 +19,8 @@ Each scenario runs against a fresh ``python -m gateway.cli`` process on a fresh 
    2 s) during round trips; the open-files limit (256) reached, then freed;
 4. the Pulsar broker (a standalone of our own on free ports, tests/faults/own_stack.py) stopped
    under a publisher with confirms and a consumer for ``--outages`` seconds each (one past the
-   producers' 30 s send timeout), then started again: confirms, nacks, closes, duplicates, the
-   time from the broker up to the first new confirm;
+   producers' 30 s send timeout), and killed with SIGKILL for 5 s, then started again:
+   confirms, nacks, closes, duplicates, the time from the broker up to the first new confirm;
 5. one replica of two partitioned from Pulsar and ZooKeeper (tests/faults/partition.py) until
    its publisher had no confirm for ``--partition`` seconds, then healed.
 """
@@ -66,7 +66,7 @@ def outages(stack: Any, path: Path, seconds: list[float], partition: float) -> N
         own_stack(path / "pulsar") as broker,
         gateway(pulsar_of(broker, metadata=stack), path) as process,
     ):
-        for outage in seconds:
+        for outage, how in [(length, "stopped") for length in seconds] + [(5.0, "killed")]:
             queue = unique("outage")
             connection = connect(process.port)
             connection.channel().queue_declare(queue, durable=True)
@@ -74,12 +74,12 @@ def outages(stack: Any, path: Path, seconds: list[float], partition: float) -> N
             figures = through_an_outage(
                 process.port,
                 queue,
-                stop=broker.down,
+                stop=broker.down if how == "stopped" else broker.crash,
                 start=broker.up,
                 outage=outage,
                 alive=process.alive,
             )
-            print(f"publisher stalled {outage:g} s:", figures.describe())
+            print(f"{how}, publisher stalled {outage:g} s:", figures.describe())
     print("== item 3: a partitioned replica")
     with partitioned_fleet(path / "partition") as fleet:
         print(through_a_partition(fleet, stalled=partition).describe())

@@ -5,7 +5,10 @@ state in a temporary folder, the classpath the shared stack already resolved).""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,6 +68,18 @@ class OwnStack:
     def down(self) -> None:
         """SIGTERM: the broker closes its topics, the bookie flushes, ZooKeeper stops."""
         _load_stack_module().down(self.profile)
+
+    def crash(self) -> None:
+        """SIGKILL: nothing is closed or flushed by the JVM (the operating system keeps what
+        it had written); ``up()`` finds the pid gone and starts it again on its data."""
+        stack = _load_stack_module()
+        record = stack._read_record(self.profile.state_dir())
+        assert record is not None, "the stack is not running"
+        os.kill(record.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while stack._alive(record):
+            assert time.monotonic() < deadline, f"pid {record.pid} survived SIGKILL for 30 s"
+            time.sleep(0.05)  # polling interval of a condition with a deadline
 
 
 def new_stack(directory: Path, *, advertised_address: str | None = None) -> OwnStack:
