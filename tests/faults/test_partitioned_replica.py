@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,10 @@ REPLY_CODE = re.compile(r"^\d{3} ")
 
 
 @pytest.fixture
-def partition(tmp_path: Path) -> Iterator[Partition]:
+def partition(tmp_path: Path, pulsar_stack: Any) -> Iterator[Partition]:
+    # The shared stack is not used, but starting it first resolves Pulsar's classpath once
+    # where every standalone of the session finds it (scripts/stack.py).
+    del pulsar_stack
     with partitioned_fleet(tmp_path) as fleet:
         yield fleet
 
