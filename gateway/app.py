@@ -190,7 +190,10 @@ async def open_gateway(
             )
             backend = PulsarBackend(resources, mapper)
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
-            nursery.start_soon(FleetDuties(resources).run)
+            # A candidate for the reaper is one for a session timeout before it goes: a
+            # replica back from a partition claims its records again meanwhile (leader.py).
+            duties = FleetDuties(resources, grace=config.zookeeper_session_timeout)
+            nursery.start_soon(duties.run)
             try:
                 yield GatewayRuntime(config, backend, store, admin, client)
             finally:

@@ -166,6 +166,11 @@ class Profile:
     tls: bool
     # Memory limits and other JVM options of this profile (STACK_JVM_OPTS comes after them).
     jvm_options: tuple[str, ...] = field(default=tuple(JVM_MEMORY))
+    # Where its state lives, for a stack made at run time (the fault tests' own, on free
+    # ports); None: the rule of state_dir().
+    directory: Path | None = None
+    # Lines appended to its standalone.conf (later keys win), e.g. another advertisedAddress.
+    extra_config: str = ""
 
     @property
     def broker_url(self) -> str:
@@ -197,6 +202,8 @@ class Profile:
     def state_dir(self) -> Path:
         """The default profile's folder is $STACK_DIR; the others live inside it (so they are
         ignored by git like it), or wherever $STACK_<NAME>_DIR says."""
+        if self.directory is not None:
+            return self.directory
         if self.name == "default":
             return stack_dir()
         override = os.environ.get(f"STACK_{self.name.upper()}_DIR")
@@ -817,13 +824,17 @@ def secured_info(profile: Profile = SECURED) -> dict[str, object]:
 
 
 def _check_ports_free(profile: Profile) -> None:
-    """Fail naming the port if anything listens on one we need (on any address)."""
+    """Fail naming the port if anything listens where we need it: the broker's and the web
+    service's ports on the config's bindAddress, the others on any address (they bind all)."""
+    on_host = {profile.broker_port, profile.web_port}
     for port, what in profile.ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             # Same as the JVM's server sockets: TIME_WAIT leftovers do not count as taken.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind(("0.0.0.0", port))
+                # A listener on another loopback address (a test's proxy on the broker's
+                # advertised address) does not take the port from the broker.
+                sock.bind((HOST if port in on_host else "0.0.0.0", port))
             except OSError as exc:
                 raise StackError(
                     f"port {port} ({what}) is already in use by another process ({exc.strerror}); "
@@ -858,6 +869,7 @@ def _write_config(state: Path, classpath: list[str], profile: Profile) -> tuple[
     )
     if profile.tls:
         config += _secured_config(profile, _CredentialFiles(state))
+    config += profile.extra_config
     conf_file = conf_dir / "standalone.conf"
     conf_file.write_text(config)
 

@@ -52,6 +52,14 @@ class LimitedGatewayProcess(GatewayProcess):
         """The remote ports of the TCP connections the gateway holds a descriptor for (its
         sockets' inodes matched against /proc/net/tcp): what it has accepted, exactly, where
         a descriptor count also moves with its Pulsar and ZooKeeper connections."""
+        return self._tcp_ports(column=2)
+
+    def local_ports(self) -> set[int]:
+        """The local ports of its TCP sockets: a proxy told a peer's port knows whether the
+        connection is this process's."""
+        return self._tcp_ports(column=1)
+
+    def _tcp_ports(self, column: int) -> set[int]:
         inodes = set()
         for link in Path(f"/proc/{self.pid}/fd").iterdir():
             try:
@@ -64,7 +72,7 @@ class LimitedGatewayProcess(GatewayProcess):
         for line in Path(f"/proc/{self.pid}/net/tcp").read_text().splitlines()[1:]:
             fields = line.split()
             if fields[9] in inodes:
-                ports.add(int(fields[2].rsplit(":", 1)[1], 16))
+                ports.add(int(fields[column].rsplit(":", 1)[1], 16))
         return ports
 
     def alive(self) -> bool:

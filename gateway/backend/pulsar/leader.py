@@ -10,8 +10,14 @@ an ephemeral sequential znode per candidate, the lowest leads). The leader of a 
   the other's). Each delete is conditional, checked by the store atomically with it, so a
   leader acting on a stale view deletes nothing it should not; a candidate must also have been
   one for a whole ``tick`` (a queue and its owner record reach the views through two
-  listings, and for a moment a view can hold the queue without the owner);
+  listings, and for a moment a view can hold the queue without the owner), and for ``grace``
+  seconds (the gateway passes its ZooKeeper session timeout): a replica that lived through a
+  partition longer than its session claims its records again as soon as it reaches ZooKeeper
+  (metadata/zookeeper/reclaim.py), and its clients' queues must still be there. A dead
+  replica's queues go a session timeout after its session did; a partition that outlasts the
+  session by more than that loses them;
 - the subscription **cleaner** and the **reconciler** (cleaner.py);
+- the **key sweeper** of keys left by deleted queues (key_sweeper.py);
 - the **TTL sweep** of expired messages no consumer reads (ttl_sweep.py);
 - the **drop-head trim** of queues over their ``x-max-length`` (length_trim.py);
 - **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py).
@@ -67,10 +73,12 @@ class FleetDuties:
         resources: PulsarResources,
         *,
         tick: float = REAP_TICK,
+        grace: float = 0.0,
         reconcile_interval: float = RECONCILE_INTERVAL,
     ) -> None:
         self._r = resources
         self._tick = tick
+        self._grace = grace
         self._reconcile_interval = reconcile_interval
 
     async def run(self) -> None:
@@ -107,6 +115,7 @@ class FleetDuties:
             self._r.admin,
             namespace,
             tick=self._tick,
+            grace=self._grace,
             drain_interval=self._r.drain_check_interval,
             reconcile_interval=self._reconcile_interval,
         )
@@ -124,6 +133,7 @@ class NamespaceLeader:
         namespace: str,
         *,
         tick: float = REAP_TICK,
+        grace: float = 0.0,
         drain_interval: float = 5.0,
         reconcile_interval: float = RECONCILE_INTERVAL,
     ) -> None:
@@ -131,6 +141,7 @@ class NamespaceLeader:
         self._store = store
         self._namespace = namespace
         self._tick = tick
+        self._grace = grace
         self._drain_interval = drain_interval
         self._reconcile_interval = reconcile_interval
         self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
@@ -140,9 +151,10 @@ class NamespaceLeader:
         self.length_trim = LengthTrimmer(vhost, namespace)
         self.queue_expiry = QueueExpirer(vhost, admin, namespace)
         self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
-        # Candidates of the previous tick: acted on when still candidates in this one.
-        self._orphaned: set[str] = set()
-        self._abandoned: set[str] = set()
+        # Candidates of the previous tick, with when each became one: acted on when still
+        # candidates in this one and for ``grace`` seconds.
+        self._orphaned: dict[str, float] = {}
+        self._abandoned: dict[str, float] = {}
         # The view version of the last tick that found nothing to do (-1: none yet).
         self._quiet_version = -1
         # Auto-delete queues seen with consumers this term, and ones found never consumed.
@@ -177,16 +189,24 @@ class NamespaceLeader:
             q.name for q in view.queues.values() if q.owner is not None and q.name not in view.owned
         }
         abandoned = self._abandoned_in(view)
-        for name in sorted(orphaned & self._orphaned):
+        now = trio.current_time()
+        for name in self._due(self._orphaned, orphaned, now):
             await self._delete(name, QueueCondition.ORPHANED, "its owner's replica is gone")
-        for name in sorted(abandoned & self._abandoned):
+        for name in self._due(self._abandoned, abandoned, now):
             if not await self._delete(
                 name, QueueCondition.ABANDONED, "its last consumer anywhere is gone"
             ):
                 self._unconsumed.add(name)
                 self._consumed.discard(name)
-        self._orphaned, self._abandoned = orphaned, abandoned
+        self._orphaned = {name: self._orphaned.get(name, now) for name in orphaned}
+        self._abandoned = {name: self._abandoned.get(name, now) for name in abandoned}
         self._quiet_version = view.version if not (orphaned or abandoned) else -1
+
+    def _due(self, previous: dict[str, float], candidates: set[str], now: float) -> list[str]:
+        """The candidates that were ones at the previous tick too, for ``grace`` by now."""
+        return sorted(
+            name for name in candidates if name in previous and now - previous[name] >= self._grace
+        )
 
     def _abandoned_in(self, view: VhostView) -> set[str]:
         """Auto-delete queues without consumers that had some this term, or that this leader

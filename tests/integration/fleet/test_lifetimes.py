@@ -32,7 +32,8 @@ from tests.support.clients import connect
 pytestmark = pytest.mark.integration
 
 SESSION_TIMEOUT_MS = 4000
-# Session expiry, then the leader's two reaper ticks, with room for a loaded machine.
+# Session expiry, then the leader's grace (its session timeout) and reaper ticks, with room
+# for a loaded machine.
 REAPED_WITHIN = 60.0
 LOCKED = "405 RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'"
 

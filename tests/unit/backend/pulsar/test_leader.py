@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import cast
 
+import trio
+
 from gateway.backend.pulsar.leader import NamespaceLeader
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.memory import MemoryMetadataStore
@@ -13,6 +15,7 @@ from gateway.model.entities import Queue
 from gateway.pulsar.admin import PulsarAdmin
 
 NS = "t/n"
+GRACE = 5.0
 
 
 class FakeVhost:
@@ -79,3 +82,55 @@ async def test_a_queue_that_gets_a_consumer_again_is_kept() -> None:
     await leader.reap()
     assert vhost.asked == []
     assert "temp" in store.view(NS).queues
+
+
+async def test_a_replica_back_within_the_grace_keeps_its_queues(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Issue 17: a replica's session expired during a partition, and the leader saw its
+    # exclusive queue without an owner and its auto-delete queue without consumers. The
+    # replica claims its records again when it is back: within the grace, nothing is deleted.
+    store = MemoryMetadataStore()
+    cut_off = store.replica()
+    await store.open(NS)
+    await cut_off.open(NS)
+    await cut_off.create_queue(NS, Queue("private", exclusive=True, owner="c1"))
+    await cut_off.create_queue(NS, Queue("temp", auto_delete=True))
+    consumer = await cut_off.add_consumer(NS, "temp", exclusive=False)
+    vhost = FakeVhost(store)
+    leader = NamespaceLeader(
+        cast(PulsarVirtualHost, vhost), store, cast(PulsarAdmin, None), NS, grace=GRACE
+    )
+    await leader.reap()
+
+    # The session expired: its records went (the memory store has no sessions to expire:
+    # its records are taken out of the shared state, and put back below as the ZooKeeper
+    # store's claim-again does).
+    state = store._shared.namespaces[NS]
+    owner, record = state.owners.pop("private"), state.consumers.pop(consumer)
+    state.touch()
+    for _ in range(int(GRACE) - 1):  # a reaper tick every second, short of the grace
+        await leader.reap()
+        await trio.sleep(1.0)
+    await leader.reap()
+    assert vhost.asked == []
+    state.owners["private"], state.consumers[consumer] = owner, record  # back: claimed again
+    state.touch()
+    await trio.sleep(GRACE)
+    await leader.reap()
+    await leader.reap()
+    assert vhost.asked == []
+    assert set(store.view(NS).queues) == {"private", "temp"}
+
+    # Gone for good this time: deleted once they have been candidates for the grace.
+    await cut_off.aclose()
+    await leader.reap()
+    await trio.sleep(GRACE - 1.0)
+    await leader.reap()
+    assert vhost.asked == []
+    await trio.sleep(1.0)
+    await leader.reap()
+    assert sorted(vhost.asked) == [
+        ("private", QueueCondition.ORPHANED),
+        ("temp", QueueCondition.ABANDONED),
+    ]
