@@ -79,7 +79,7 @@ from gateway.model.routing import (
     headers_match,
     publish_topic,
 )
-from gateway.model.ttl import queue_message_ttl
+from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
@@ -394,11 +394,17 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 subscribed = True
 
         queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
+        if created and not subscribed:
+            if queue_expires(queue.arguments) is not None:
+                # Its uses are recorded on its own subscription (queue_use.py), so that one is
+                # made now rather than at the first publish.
+                await self.catalog.write(
+                    self._r.store.register_topic_key(self.catalog.namespace, *activation)
+                )
+            await self._subscribe_if_active(activation, topic, name, undo=self.drop_queue)
         if not command.passive:  # a redeclare renews an x-expires lease (queue_use.py)
             await self._queue_use.used(name, queue.arguments)
         if created:
-            if not subscribed:
-                await self._subscribe_if_active(activation, topic, name, undo=self.drop_queue)
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
 

@@ -257,7 +257,6 @@ CASES = [
             (Access.READ, "queue", "new_q"),
             (Access.WRITE, "exchange", "x"),
         ],
-        ("x-dead-letter-exchange", "queue", "new_q"),
     ),
     Case(
         "queue.delete",

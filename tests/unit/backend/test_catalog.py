@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.catalog import Catalog
@@ -132,19 +133,19 @@ async def test_bindings() -> None:
     catalog, store = await _catalog()
     await store.create_queue(NS, Queue("q"))
     with pytest.raises(ChannelError) as default:
-        await catalog.binding("q", "", "q", {}, ALICE)
+        await catalog.binding(cmd.QueueBind("q", "", "q"), ALICE)
     assert default.value.reply_code == ReplyCode.ACCESS_REFUSED
     with pytest.raises(ChannelError) as missing:
-        await catalog.binding("q", "none", "k", {}, ALICE)
+        await catalog.binding(cmd.QueueBind("q", "none", "k"), ALICE)
     assert missing.value.reply_code == ReplyCode.NOT_FOUND
-    binding, target = await catalog.binding("q", "amq.direct", "k", {}, ALICE)
+    binding, target = await catalog.binding(cmd.QueueBind("q", "amq.direct", "k"), ALICE)
     assert binding == Binding("q", "amq.direct", "k") and target.name == "amq.direct"
 
     # Queue.Unbind is idempotent: nothing to unbind is not an error.
-    assert await catalog.unbinding("none", "amq.direct", "k", {}, ALICE) is None
-    assert await catalog.unbinding("q", "none", "k", {}, ALICE) is None
+    assert await catalog.unbinding(cmd.QueueUnbind("none", "amq.direct", "k"), ALICE) is None
+    assert await catalog.unbinding(cmd.QueueUnbind("q", "none", "k"), ALICE) is None
     await catalog.add_binding(binding)
-    assert await catalog.unbinding("q", "amq.direct", "k", {}, ALICE) == binding
+    assert await catalog.unbinding(cmd.QueueUnbind("q", "amq.direct", "k"), ALICE) == binding
 
 
 async def test_an_auto_delete_exchange_goes_with_its_last_binding() -> None:
