@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
+from typing import NoReturn
 
 import trio
 
@@ -353,5 +354,27 @@ def _startup_error(error: BaseException) -> StartupError | ConfigError | None:
     return None
 
 
+# Subcommands that end the ordinary way (the rollup's Spark JVM is stopped by atexit handlers).
+_FINALIZED_SUBCOMMANDS = ("permissions", "rollup")
+
+
+def run() -> NoReturn:
+    """The ``starlight-rabbitmq`` entry point: :func:`main`, then the exit.
+
+    A gateway leaves without the interpreter's finalization: pulsar-client's C++ threads can
+    still be joinable when finalization destroys the client after a clean close, which ends
+    the process with "terminate called without an active exception" and SIGABRT, once in
+    some tens of stops (apache/pulsar-client-python#256) -- a supervisor or a test would see
+    a crash where there was none. By the time ``main`` returns everything is closed, so only
+    the logs and standard streams need flushing first."""
+    if sys.argv[1:2] and sys.argv[1] in _FINALIZED_SUBCOMMANDS:
+        sys.exit(main())
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -13,6 +13,7 @@ writes therefore go through ``transaction()`` even for a single create.)
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -42,6 +43,11 @@ T = TypeVar("T")
 # A compare-and-set loop gives up after this many lost races (each one means someone else
 # changed the same entity meanwhile; a handful is already unusual).
 ATTEMPTS: Final = 16
+# After the second lost race in a row, wait a random time up to this, doubled per race and
+# capped at RACE_BACKOFF_CAP, before trying again: contenders that keep colliding (a delete
+# racing twenty binds of the same queue) spread out instead of losing every round.
+RACE_BACKOFF: Final = 0.002
+RACE_BACKOFF_CAP: Final = 0.2
 # Operations per transaction, and their approximate size: a multi is one packet, and
 # ZooKeeper refuses packets over jute.maxbuffer (1 MB by default).
 TXN_OPS: Final = 900
@@ -145,8 +151,11 @@ AGAIN: Final = Again.AGAIN
 
 async def retry_races(what: str, attempt: Callable[[], Awaitable[T | Again]]) -> T:
     """``attempt()``'s first answer other than AGAIN; MetadataUnavailable after ATTEMPTS
-    lost races in a row."""
-    for _ in range(ATTEMPTS):
+    lost races in a row. The first retry is immediate (a missing bucket, created meanwhile, is
+    the usual cause); later ones back off."""
+    for lost in range(ATTEMPTS):
+        if lost >= 2:
+            await trio.sleep(random.uniform(0, min(RACE_BACKOFF_CAP, RACE_BACKOFF * 2**lost)))
         result = await attempt()
         if not isinstance(result, Again):
             return result
