@@ -10,7 +10,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import channel_closed, collect, unique, wait_for, wait_for_count
 
 

@@ -14,7 +14,7 @@ import pika
 import pytest
 from kombu.message import Message as KombuMessage
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import SelectFlow, amqp_url, unique, wait_for_count
 
 # ------------------------------------------------------------------------- pika SelectConnection

@@ -15,7 +15,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from gateway.model.naming import topic_for
-from tests.integration.model.conftest import PULSAR_ONLY, Running
+from tests.integration.clients.conftest import PULSAR_ONLY, Running
 from tests.support.clients import (
     channel_closed,
     collect,

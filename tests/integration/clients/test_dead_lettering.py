@@ -19,7 +19,7 @@ import aio_pika
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import amqp_url, unique
 
 DEADLINE = 10.0

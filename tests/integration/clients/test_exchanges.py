@@ -13,7 +13,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import (
     channel_closed,
     collect,

@@ -20,9 +20,9 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
-from tests.integration.model.test_dead_lettering import get
-from tests.integration.model.test_ttl import wait_count
+from tests.integration.clients.conftest import Running
+from tests.integration.clients.test_dead_lettering import get
+from tests.integration.clients.test_ttl import wait_count
 from tests.support.clients import amqp_url, unique
 
 

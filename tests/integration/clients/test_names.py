@@ -14,7 +14,7 @@ import trio
 from pamqp import commands
 
 from gateway.amqp.codec import encode_method_frame, make_method
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import unique
 from tests.support.scripted_client import ScriptedClient
 

@@ -13,7 +13,7 @@ from typing import Any
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import unique
 
 DEADLINE = 20.0

@@ -11,7 +11,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
+from tests.integration.clients.conftest import Running
 from tests.support.clients import (
     channel_closed,
     collect,

@@ -11,7 +11,7 @@ import httpx
 import pika
 import pytest
 
-from tests.integration.model.conftest import PULSAR_ONLY, Running
+from tests.integration.clients.conftest import PULSAR_ONLY, Running
 from tests.support.clients import unique, wait_for
 
 ODD_KEYS = (

@@ -22,8 +22,8 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.model.conftest import Running
-from tests.integration.model.test_dead_lettering import get
+from tests.integration.clients.conftest import Running
+from tests.integration.clients.test_dead_lettering import get
 from tests.support.clients import amqp_url, channel_closed, unique
 
 # Expired messages leave the count within TTL (rounded up to a second) + the sweep interval

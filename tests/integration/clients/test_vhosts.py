@@ -30,7 +30,7 @@ import pytest
 from gateway.backend.memory import MemoryBackend
 from gateway.config import GatewayConfig, config_from_text
 from gateway.model.vhost import VhostMapper
-from tests.integration.model.conftest import PULSAR_ONLY
+from tests.integration.clients.conftest import PULSAR_ONLY
 from tests.support.clients import connect, unique
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.pulsar_gateway import backend_factory

@@ -9,12 +9,12 @@ from typing import Any
 import pika.exceptions
 import pytest
 
-from tests.integration.test_two_replicas import channel_on, replicas
+from tests.integration.fleet.test_changes_across_replicas import channel_on, replicas
 from tests.support.gateway_thread import GatewayInThread
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["replicas"]  # the fixture, shared with test_two_replicas
+__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 DEADLINE = 20.0
 

@@ -1,4 +1,4 @@
-"""Topic-name splitting and REST-path encoding; message ids as values."""
+"""Topic-name splitting and REST-path encoding."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
 from gateway.pulsar.names import (
     TopicName,
     is_valid_namespace_part,
@@ -102,29 +101,3 @@ def test_segment_round_trips_and_never_contains_a_separator(local: str) -> None:
     name = TopicName.parse(f"persistent://t/ns/{local}")
     assert name.local == local
     assert TopicName.parse(str(name)) == name
-
-
-def test_message_id_ordering_and_round_trips() -> None:
-    a = MessageId(10, 5)
-    b = MessageId(10, 6)
-    c = MessageId(11, 0)
-    batched = [MessageId(10, 5, i) for i in range(3)]
-    assert sorted([c, b, a]) == [a, b, c]
-    assert batched == sorted(batched)
-    assert EARLIEST < a < LATEST
-    for mid in (a, MessageId(1, 2, 3, 4), EARLIEST, LATEST):
-        assert MessageId.parse(str(mid)) == mid
-        assert MessageId.from_rest(mid.to_rest()) == mid
-
-
-def test_message_id_from_rest_defaults_and_bad_text() -> None:
-    assert MessageId.from_rest({"ledgerId": 3, "entryId": -1}) == MessageId(3, -1, -1, -1)
-    with pytest.raises(ValueError):
-        MessageId.parse("1:2")
-
-
-def test_message_id_native_round_trip() -> None:
-    mid = MessageId(7, 8, 2, -1)
-    native = mid.to_native()
-    assert (native.ledger_id(), native.entry_id(), native.batch_index()) == (7, 8, 2)
-    assert MessageId.from_native(native) == mid
