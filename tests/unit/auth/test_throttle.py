@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.auth.throttle import FailureThrottle
 
+
 def test_first_failures_are_free_then_the_delay_doubles_up_to_the_cap() -> None:
     throttle = FailureThrottle(free_failures=2, first_delay=0.25, max_delay=2.0)
     delays = [throttle.failed("10.0.0.1", float(t)) for t in range(8)]

@@ -1,6 +1,7 @@
 """A bounded run of the structure-aware core fuzzer (tests/support/core_fuzzer.py), and the
 regression tests for what it found. The million-input run is ``make fuzz``
-(bench/fuzz_core.py); test_fuzz.py fuzzes the decoders and single frames with Hypothesis."""
+(bench/fuzz_core.py); tests/unit/amqp/test_fuzz.py fuzzes the decoders and single frames with
+Hypothesis."""
 
 from __future__ import annotations
 
