@@ -74,7 +74,7 @@ run-proxy: install stack-up
 	python3 scripts/pulsar_proxy.py run
 
 # RabbitMQ's Java client (com.rabbitmq:amqp-client, from Maven Central into ~/.m2) and the
-# scenarios tests/integration/test_java_client.py runs with it: compiled, classpath written.
+# scenarios tests/integration/clients/test_java_client.py runs with it: compiled, classpath written.
 .PHONY: java-client
 java-client:
 	mvn --batch-mode --no-transfer-progress --quiet -s extension_shim/maven-settings.xml \

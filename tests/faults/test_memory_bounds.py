@@ -4,9 +4,9 @@ size limits hold end to end (bench/faults.py runs the same scenarios ten times l
 The bounds are far below what keeping the messages would take (5,000 x 10 KB = 49 MB): a
 gateway that queued them in memory fails here. Frame and message limits of the bare AMQP core
 (frame_max exactly / one over, max_message_size exactly / one over) are in
-tests/unit/amqp/test_protocol_errors.py and test_connection.py, the oversized frame over TCP in
-tests/integration/test_clients_protocol.py; here a 1 MiB message goes through Pulsar in frames
-of exactly frame_max."""
+tests/unit/amqp/connection/test_protocol_errors.py and tests/unit/amqp/test_connection.py, the
+oversized frame over TCP in tests/integration/clients/test_clients_protocol.py; here a 1 MiB
+message goes through Pulsar in frames of exactly frame_max."""
 
 from __future__ import annotations
 

@@ -484,7 +484,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     def footprint(self) -> dict[str, int]:
         """How many entries this replica keeps per queue or key, by structure: what queue
-        churn must not grow (tests/integration/test_queue_churn.py). Bounded caches (the
+        churn must not grow (tests/integration/clients/test_queue_churn.py). Bounded caches (the
         publish topics, the producer cache, closed when idle) are left out."""
         return {
             "consumers": len(self._consumers),

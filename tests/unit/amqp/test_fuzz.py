@@ -21,8 +21,8 @@ from gateway.amqp.fastpath import (
 )
 from gateway.amqp.fieldtable import FieldDecodeError, decode_table, skip_table
 from gateway.amqp.properties import decode_properties, validate_properties
+from tests.unit.amqp.connection.test_splitting import HAPPY
 from tests.unit.amqp.helpers import Client, commands, method, publish
-from tests.unit.amqp.test_splitting import HAPPY
 
 METHOD_IDS = sorted(SPECS)
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

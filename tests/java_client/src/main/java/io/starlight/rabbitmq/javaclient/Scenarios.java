@@ -40,7 +40,7 @@ import java.util.function.BooleanSupplier;
  *
  * <p>{@code java ... Scenarios <scenario> <port> [arguments...]}. A scenario reports what it
  * observed as {@code FACT key=value} lines on stdout; the pytest side
- * (tests/integration/test_java_client.py) holds the expectations, so that a failure shows
+ * (tests/integration/clients/test_java_client.py) holds the expectations, so that a failure shows
  * RabbitMQ's documented behaviour next to what happened. A scenario that needs the test to act
  * on the gateway (close its connections, restart it, release a held publish) prints {@code WAIT
  * <what>} and reads one line from stdin before it goes on. Anything unexpected ends the JVM with
