@@ -401,10 +401,17 @@ class AMQPSession:
         once every message is durable (RabbitMQ's Commit-Ok waits for the queues too). A
         refused publish (a missing exchange) closes the channel naming Tx.Commit."""
         publishes, settlements = self._transaction(state).take()
-        stored = [
-            (await self._route(state.number, held.message, held.mandatory)).stored
-            for held in publishes
-        ]
+        try:
+            stored = [
+                (await self._route(state.number, held.message, held.mandatory)).stored
+                for held in publishes
+            ]
+        except BaseException:
+            # Refused before its settlements: their deliveries are still unacknowledged and
+            # go back to the queue when the channel closes.
+            for settlement in settlements:
+                state.tags.restore(settlement.entries)
+            raise
         for settlement in settlements:
             await self._apply_settlement(
                 state, list(settlement.entries.values()), settlement.requeue

@@ -166,11 +166,17 @@ def test_mandatory_unroutable_returns_at_the_commit(
 
 
 def test_a_missing_exchange_refuses_the_commit(running: Running, channel: BlockingChannel) -> None:
+    queue = declared(channel)
+    publish(channel, queue, b"held")
     tx = channel.connection.channel()
     tx.tx_select()
+    tag, _, _ = got(tx, queue)
+    tx.basic_ack(tag)
     tx.basic_publish(unique("missing"), "k", b"x")
     with channel_closed(404):
         tx.tx_commit()
+    # The commit failed before its ack: the message is back, as on any channel close.
+    assert got(channel, queue)[1:] == (b"held", True)
 
 
 @pytest.mark.parametrize("method", ["tx_commit", "tx_rollback"])
