@@ -400,7 +400,12 @@ class AMQPSession:
         """Publish the held messages in order, then apply the held settlements, then answer
         once every message is durable (RabbitMQ's Commit-Ok waits for the queues too). A
         refused publish (a missing exchange) closes the channel naming Tx.Commit."""
-        publishes, settlements = self._transaction(state).take()
+        tx = self._transaction(state)
+        if state.number not in self._protocol.open_channels:
+            # Refused meanwhile (a publish over the limit read in the same batch): the channel
+            # is closing, and its transaction dies with it, uncommitted.
+            return
+        publishes, settlements = tx.take()
         try:
             stored = [
                 (await self._route(state.number, held.message, held.mandatory)).stored

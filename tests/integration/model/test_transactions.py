@@ -13,6 +13,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from gateway.server import transaction
 from tests.integration.model.conftest import Running
 from tests.support.clients import (
     amqp_url,
@@ -225,3 +226,24 @@ def test_aio_pika_transaction_context(running: Running) -> None:
             return bodies
 
     assert asyncio.run(scenario()) == [b"kept"]
+
+
+def test_a_transaction_over_the_limit_closes_the_channel(
+    running: Running, channel: BlockingChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RabbitMQ has no limit; the gateway holds at most MAX_TX_BYTES uncommitted (lowered
+    here): the publish beyond it is refused with 406 naming the limit, nothing of the
+    transaction is published, the connection stays."""
+    limit = 4 * (1000 + transaction.MESSAGE_OVERHEAD)
+    monkeypatch.setattr(transaction, "MAX_TX_BYTES", limit)
+    queue = declared(channel)
+    tx = channel.connection.channel()
+    tx.tx_select()
+    text = (
+        f"PRECONDITION_FAILED - transaction exceeds the gateway's limit of {limit} bytes of "
+        "uncommitted messages; commit more often"
+    )
+    with channel_closed(406, text):
+        publish(tx, queue, *[b"x" * 1000] * 5)
+        tx.tx_commit()
+    assert channel.basic_get(queue, auto_ack=True)[2] is None
