@@ -1,11 +1,11 @@
 """The client's commands and the server's replies, typed: pamqp stays inside the core.
 
 The core turns each exchange.*, queue.*, basic.* (but publish and the acks, which have fast
-events of their own) and confirm.* method into one of the frozen dataclasses below and hands it
-to the shell in a ``CommandReceived`` event; the shell acts on it, passes it on to the backend
-as it is (``VirtualHost.declare_queue(command, owner)``), and answers with one of the replies
-through ``ServerConnection.send_reply``, which leaves the reply out when the client asked for
-``nowait`` and names the command in a Channel.Close or Connection.Close
+events of their own), confirm.* and tx.* method into one of the frozen dataclasses below and
+hands it to the shell in a ``CommandReceived`` event; the shell acts on it, passes it on to
+the backend as it is (``VirtualHost.declare_queue(command, owner)``), and answers with one of
+the replies through ``ServerConnection.send_reply``, which leaves the reply out when the client
+asked for ``nowait`` and names the command in a Channel.Close or Connection.Close
 (``ServerConnection.refuse``).
 
 Fields carry the method's arguments under the spec's names (§1.4 of amqp0-9-1.xml), without the
@@ -60,6 +60,12 @@ __all__ = [
     "QueueUnbind",
     "QueueUnbindOk",
     "Reply",
+    "TxCommit",
+    "TxCommitOk",
+    "TxRollback",
+    "TxRollbackOk",
+    "TxSelect",
+    "TxSelectOk",
     "command_from",
     "encode_reply",
     "strip_cr_lf",
@@ -219,6 +225,25 @@ class ConfirmSelect:
     nowait: bool = False
 
 
+# Tx.Select, Commit and Rollback carry no arguments and are always answered.
+@dataclass(frozen=True, slots=True)
+class TxSelect:
+    METHOD: ClassVar[tuple[int, int]] = (90, 10)
+    nowait: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class TxCommit:
+    METHOD: ClassVar[tuple[int, int]] = (90, 20)
+    nowait: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class TxRollback:
+    METHOD: ClassVar[tuple[int, int]] = (90, 30)
+    nowait: ClassVar[bool] = False
+
+
 Command = (
     ExchangeDeclare
     | ExchangeDelete
@@ -234,6 +259,9 @@ Command = (
     | BasicRecover
     | BasicRecoverAsync
     | ConfirmSelect
+    | TxSelect
+    | TxCommit
+    | TxRollback
 )
 
 
@@ -291,12 +319,15 @@ _BUILDERS: Final[dict[type[base.Frame], Callable[[Any], Command]]] = {
     spec.Basic.Recover: lambda m: BasicRecover(m.requeue),
     spec.Basic.RecoverAsync: lambda m: BasicRecoverAsync(m.requeue),
     spec.Confirm.Select: lambda m: ConfirmSelect(m.nowait),
+    spec.Tx.Select: lambda m: TxSelect(),
+    spec.Tx.Commit: lambda m: TxCommit(),
+    spec.Tx.Rollback: lambda m: TxRollback(),
 }
 
 
 def command_from(method: base.Frame) -> Command | None:
     """The command for a decoded client method (tables decoded with ``typed_tables``); None
-    for a method the gateway does not implement (exchange.bind, tx.*)."""
+    for a method the gateway does not implement (exchange.bind)."""
     build = _BUILDERS.get(type(method))
     return None if build is None else build(method)
 
@@ -376,6 +407,21 @@ class ConfirmSelectOk:
     METHOD: ClassVar[type[base.Frame]] = spec.Confirm.SelectOk
 
 
+@dataclass(frozen=True, slots=True)
+class TxSelectOk:
+    METHOD: ClassVar[type[base.Frame]] = spec.Tx.SelectOk
+
+
+@dataclass(frozen=True, slots=True)
+class TxCommitOk:
+    METHOD: ClassVar[type[base.Frame]] = spec.Tx.CommitOk
+
+
+@dataclass(frozen=True, slots=True)
+class TxRollbackOk:
+    METHOD: ClassVar[type[base.Frame]] = spec.Tx.RollbackOk
+
+
 Reply = (
     ExchangeDeclareOk
     | ExchangeDeleteOk
@@ -390,6 +436,9 @@ Reply = (
     | BasicGetEmpty
     | BasicRecoverOk
     | ConfirmSelectOk
+    | TxSelectOk
+    | TxCommitOk
+    | TxRollbackOk
 )
 
 

@@ -45,21 +45,32 @@ class DeliveryTags(Generic[T]):
     def settle(self, tag: int, multiple: bool) -> list[T]:
         """Take the entries an Ack/Nack/Reject of ``tag`` settles (possibly none: a forgotten
         tag); 406 for a tag that was never delivered or is settled already."""
+        return list(self.take(tag, multiple).values())
+
+    def take(self, tag: int, multiple: bool) -> dict[int, T]:
+        """``settle``, keeping the tags (a transaction may give the entries back)."""
         unsettled = self.unsettled
         if not multiple:
             entry = unsettled.pop(tag, None)
             if entry is not None:
-                return [entry]
+                return {tag: entry}
             if tag in self._forgotten:
                 self._forgotten.discard(tag)
-                return []
+                return {}
             raise _unknown(tag)
         if tag == 0:
-            return self.take_all()
+            taken = dict(unsettled)
+            unsettled.clear()
+            return taken
         if tag not in unsettled and tag not in self._forgotten:
             raise _unknown(tag)
         self._forgotten = {t for t in self._forgotten if t > tag}
-        return [unsettled.pop(t) for t in [t for t in unsettled if t <= tag]]
+        return {t: unsettled.pop(t) for t in [t for t in unsettled if t <= tag]}
+
+    def restore(self, entries: dict[int, T]) -> None:
+        """Make ``entries`` (from ``take``) unsettled again, in tag order (Tx.Rollback)."""
+        if entries:
+            self.unsettled = dict(sorted({**self.unsettled, **entries}.items()))
 
     def take_all(self) -> list[T]:
         """Every unsettled entry (Basic.Recover, the channel closing)."""

@@ -39,6 +39,7 @@ from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.stall_watch import StallWatch
+from gateway.server.transaction import Transaction
 
 log = logging.getLogger("gateway.session")
 
@@ -104,6 +105,7 @@ class SessionChannel:
     consumers: dict[str, Consumer] = field(default_factory=dict)
     confirms: ConfirmQueue | None = None
     confirm_scope: trio.CancelScope | None = None
+    tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
@@ -219,6 +221,12 @@ class AMQPSession:
                 await self._basic_recover(state, command)
             case cmd.ConfirmSelect():
                 self._confirm_select(state, command)
+            case cmd.TxSelect():
+                self._tx_select(state, command)
+            case cmd.TxCommit():
+                await self._tx_commit(state, command)
+            case cmd.TxRollback():
+                self._tx_rollback(state, command)
             case _:
                 assert_never(command)
 
@@ -296,29 +304,40 @@ class AMQPSession:
             counts.publishers += 1
         # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
         check_user_id(event.header, self._link.owner.user)
-        outcome = await self._publish_or_block(message, event.mandatory)
+        if state.tx is not None:
+            state.tx.hold_publish(message, event.mandatory)  # published at Tx.Commit
+            return
+        outcome = await self._route(event.channel, message, event.mandatory)
+        if state.confirms is not None:
+            counts.received_confirm += 1
+            state.confirms.add(outcome.stored)
+
+    async def _route(self, channel: int, message: Message, mandatory: bool) -> PublishOutcome:
+        """Publish ``message`` to the backend; Basic.Return it if it is mandatory and
+        unroutable."""
+        counts = self._counts
+        size = len(message.body)
+        outcome = await self._publish_or_block(message, mandatory)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
-        elif event.mandatory:
+        elif mandatory:
             counts.unroutable_returned += 1
             counts.returned_bytes += size
         else:
             counts.unroutable_dropped += 1
-        if not outcome.routed and event.mandatory:
+        if not outcome.routed and mandatory:
             # RabbitMQ sends the Return before the confirm of the same message.
             self._protocol.send_return(
-                event.channel,
+                channel,
                 ReplyCode.NO_ROUTE,
                 "NO_ROUTE",
-                event.exchange,
-                event.routing_key,
-                event.header,
-                event.body,
+                message.exchange,
+                message.routing_key,
+                message.header,
+                message.body,
             )
-        if state.confirms is not None:
-            counts.received_confirm += 1
-            state.confirms.add(outcome.stored)
+        return outcome
 
     async def _publish_or_block(self, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish; while the backend holds the publish back, the reader waits here, so the
@@ -331,6 +350,8 @@ class AMQPSession:
             await self._stalls.publish_finished()
 
     def _confirm_select(self, state: SessionChannel, command: cmd.ConfirmSelect) -> None:
+        if state.tx is not None:
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
         if state.confirms is None:
             channel = state.number
             counts = self._counts
@@ -357,6 +378,65 @@ class AMQPSession:
                 self._run_in_scope, state.confirm_scope, state.confirms.run
             )
         self._protocol.send_reply(state.number, command, cmd.ConfirmSelectOk())
+
+    # ------------------------------------------------------------------ transactions
+    # RabbitMQ's rabbit_channel: publishes and settlements of a tx channel wait for Tx.Commit
+    # (transaction.py); tx and confirm modes exclude each other (406, RabbitMQ's texts).
+
+    def _tx_select(self, state: SessionChannel, command: cmd.TxSelect) -> None:
+        if state.confirms is not None:
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if state.tx is None:  # a second Tx.Select keeps the open transaction, as RabbitMQ does
+            state.tx = Transaction()
+        self._protocol.send_reply(state.number, command, cmd.TxSelectOk())
+
+    @staticmethod
+    def _transaction(state: SessionChannel) -> Transaction[Unacked]:
+        if state.tx is None:
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
+        return state.tx
+
+    async def _tx_commit(self, state: SessionChannel, command: cmd.TxCommit) -> None:
+        """Publish the held messages in order, then apply the held settlements, then answer
+        once every message is durable (RabbitMQ's Commit-Ok waits for the queues too). A
+        refused publish (a missing exchange) closes the channel naming Tx.Commit."""
+        tx = self._transaction(state)
+        if state.number not in self._protocol.open_channels:
+            # Refused meanwhile (a publish over the limit read in the same batch): the channel
+            # is closing, and its transaction dies with it, uncommitted.
+            return
+        publishes, settlements = tx.take()
+        try:
+            stored = [
+                (await self._route(state.number, held.message, held.mandatory)).stored
+                for held in publishes
+            ]
+        except BaseException:
+            # Refused before its settlements: their deliveries are still unacknowledged and
+            # go back to the queue when the channel closes.
+            for settlement in settlements:
+                state.tags.restore(settlement.entries)
+            raise
+        for settlement in settlements:
+            await self._apply_settlement(
+                state, list(settlement.entries.values()), settlement.requeue
+            )
+        for one in stored:
+            try:
+                await one.durable()
+            except Exception as error:
+                # RabbitMQ's text when a queue refused a message of the commit.
+                log.warning("tx.commit on channel %d: a write failed: %s", state.number, error)
+                raise amqp_error(ReplyCode.PRECONDITION_FAILED, "partial tx completion") from error
+        self._protocol.send_reply(state.number, command, cmd.TxCommitOk())
+
+    def _tx_rollback(self, state: SessionChannel, command: cmd.TxRollback) -> None:
+        """Drop the held messages; the held settlements' deliveries become unacknowledged
+        again (RabbitMQ puts them back on the channel: not requeued, settle them again)."""
+        tx = self._transaction(state)
+        state.tags.restore(tx.held_entries())
+        tx.take()
+        self._protocol.send_reply(state.number, command, cmd.TxRollbackOk())
 
     @staticmethod
     async def _run_in_scope(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
@@ -541,10 +621,20 @@ class AMQPSession:
         state = self._channels.get(channel)
         if state is None:
             return
-        entries = state.tags.settle(tag, multiple)
+        if state.tx is not None:
+            # Applied at Tx.Commit; the prefetch credit too (RabbitMQ's limiter hears of
+            # the acks at commit).
+            state.tx.hold_settlement(state.tags.take(tag, multiple), requeue)
+            return
+        await self._apply_settlement(state, state.tags.settle(tag, multiple), requeue)
+
+    async def _apply_settlement(
+        self, state: SessionChannel, entries: list[Unacked], requeue: bool | None
+    ) -> None:
         counts = self._counts
         for entry in entries:
-            if entry.consumer is not None:
+            # A consumer's count may have been reset meanwhile (Basic.Recover during a tx).
+            if entry.consumer is not None and entry.consumer.unacked > 0:
                 entry.consumer.unacked -= 1
             if requeue is None:
                 counts.acknowledged += 1
@@ -568,6 +658,10 @@ class AMQPSession:
     async def _release_channel(self, state: SessionChannel) -> None:
         if state.confirm_scope is not None:
             state.confirm_scope.cancel()
+        if state.tx is not None:
+            # An uncommitted transaction dies with its channel: its messages were never
+            # published, the deliveries it settled go back to the queue with the rest.
+            state.tags.restore(state.tx.held_entries())
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
             for consumer in state.consumers.values():

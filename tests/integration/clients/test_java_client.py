@@ -1,7 +1,7 @@
 """RabbitMQ's Java client (``com.rabbitmq:amqp-client`` 5.x) against the gateway, for what the
 Java world relies on: ConnectionFactory's defaults and heartbeats, publisher confirms
 (waitForConfirmsOrDie and a ConfirmListener), every property and header type, DefaultConsumer
-with manual acks and prefetch (per consumer and global), basicGet,
+with manual acks and prefetch (per consumer and global), basicGet, transactions,
 basicReject/basicNack/basicRecover, mandatory publishes and the ReturnListener, the four
 exchange types, exclusive consumers and cancel notifications, RpcServer/RpcClient, queue
 lifetimes, the everyday 403/404/405/406 closes as ShutdownSignalExceptions, automatic
@@ -251,6 +251,23 @@ def test_reject_and_nack_requeue_redelivered(java: str, gateway: GatewayInThread
     assert facts["after_nack_multiple"] == "{a=true, b=true}"
     assert facts["empty_after_drop"] == "true"
     assert facts["message_count"] == "0"
+
+
+def test_transactions(java: str, gateway: GatewayInThread) -> None:
+    facts = facts_of(java, "transactions", gateway)
+    assert facts["before_commit_count"] == "0"
+    assert facts["committed"] == "t1,t2"  # the rolled-back publish is not among them
+    assert facts["after_rollback_get_is_null"] == "true"  # acks rolled back: not requeued
+    assert facts["after_commit_get_is_null"] == "true"
+    assert facts["commit_without_select.code"] == "406"
+    assert facts["commit_without_select.text"] == (
+        "PRECONDITION_FAILED - channel is not transactional"
+    )
+    assert facts["commit_without_select.hard"] == "false"
+    assert facts["select_on_confirm.code"] == "406"
+    assert facts["select_on_confirm.text"] == (
+        "PRECONDITION_FAILED - cannot switch from confirm to tx mode"
+    )
 
 
 def test_basic_recover(java: str, gateway: GatewayInThread) -> None:

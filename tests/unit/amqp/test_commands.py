@@ -24,8 +24,24 @@ def test_defaults_are_the_specs() -> None:
     assert declare.nowait is False and dict(declare.arguments) == {}
 
 
+def test_tx_methods_are_commands_always_answered() -> None:
+    for method, command in (
+        (commands.Tx.Select(), cmd.TxSelect()),
+        (commands.Tx.Commit(), cmd.TxCommit()),
+        (commands.Tx.Rollback(), cmd.TxRollback()),
+    ):
+        assert cmd.command_from(method) == command
+        assert command.nowait is False  # Tx has no nowait bit: Select-Ok & co always go
+        assert (method.index >> 16, method.index & 0xFFFF) == command.METHOD
+    for reply, expected in (
+        (cmd.TxSelectOk(), commands.Tx.SelectOk),
+        (cmd.TxCommitOk(), commands.Tx.CommitOk),
+        (cmd.TxRollbackOk(), commands.Tx.RollbackOk),
+    ):
+        assert isinstance(decode_method(cmd.encode_reply(reply)), expected)
+
+
 def test_unimplemented_methods_have_no_command() -> None:
-    assert cmd.command_from(commands.Tx.Select()) is None
     assert cmd.command_from(commands.Exchange.Bind(destination="a", source="b")) is None
 
 

@@ -316,6 +316,9 @@ def test_methods_reach_the_shell_as_typed_commands() -> None:
         (commands.Basic.Recover(requeue=True), cmd.BasicRecover(requeue=True)),
         (commands.Basic.RecoverAsync(requeue=True), cmd.BasicRecoverAsync(requeue=True)),
         (commands.Confirm.Select(), cmd.ConfirmSelect()),
+        (commands.Tx.Select(), cmd.TxSelect()),
+        (commands.Tx.Commit(), cmd.TxCommit()),
+        (commands.Tx.Rollback(), cmd.TxRollback()),
     ):
         [got] = client.send(method(1, value))
         assert isinstance(got, ev.CommandReceived) and got.command == expected
@@ -328,7 +331,6 @@ def test_methods_reach_the_shell_as_typed_commands() -> None:
 @pytest.mark.parametrize(
     ("value", "name"),
     [
-        (commands.Tx.Select(), "tx.select"),
         (commands.Exchange.Bind(destination="a", source="b"), "exchange.bind"),
     ],
 )

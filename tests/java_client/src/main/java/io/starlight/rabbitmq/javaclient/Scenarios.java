@@ -86,6 +86,7 @@ public final class Scenarios {
       case "recovery" -> scenarios.recovery();
       case "blocked" -> scenarios.blocked();
       case "settle_on_close" -> scenarios.settleOnClose();
+      case "transactions" -> scenarios.transactions();
       default -> throw new IllegalArgumentException("no scenario " + args[0]);
     }
     System.out.flush();
@@ -794,6 +795,49 @@ public final class Scenarios {
       }
       fact("empty_get_is_null", channel.basicGet(queue, true) == null);
       channel.queueDelete(queue);
+    }
+  }
+
+  /**
+   * txSelect / txCommit / txRollback: publishes and acks take effect at the commit; a rollback
+   * drops the publishes and leaves acked deliveries unacknowledged; the 406s of RabbitMQ.
+   */
+  private void transactions() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel plain = connection.createChannel();
+      String queue = unique("jc.tx");
+      plain.queueDeclare(queue, false, false, false, null);
+      Channel tx = connection.createChannel();
+      tx.txSelect();
+      tx.basicPublish("", queue, null, bytes("t1"));
+      tx.basicPublish("", queue, null, bytes("t2"));
+      fact("before_commit_count", plain.queueDeclarePassive(queue).getMessageCount());
+      tx.txCommit();
+      tx.basicPublish("", queue, null, bytes("rolled-back"));
+      tx.txRollback();
+      GetResponse first = getWithin(tx, queue, false);
+      GetResponse second = getWithin(tx, queue, false);
+      fact("committed", text(first.getBody()) + "," + text(second.getBody()));
+      tx.basicAck(second.getEnvelope().getDeliveryTag(), true);
+      tx.txRollback();
+      fact("after_rollback_get_is_null", plain.basicGet(queue, true) == null);
+      tx.basicAck(second.getEnvelope().getDeliveryTag(), true); // unacked again: no 406
+      tx.txCommit();
+      tx.close();
+      fact("after_commit_get_is_null", plain.basicGet(queue, true) == null);
+      try {
+        connection.createChannel().txCommit();
+      } catch (IOException error) {
+        closeFacts("commit_without_select", error);
+      }
+      Channel confirming = connection.createChannel();
+      confirming.confirmSelect();
+      try {
+        confirming.txSelect();
+      } catch (IOException error) {
+        closeFacts("select_on_confirm", error);
+      }
+      plain.queueDelete(queue);
     }
   }
 
