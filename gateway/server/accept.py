@@ -31,6 +31,10 @@ log = logging.getLogger("gateway.server")
 # listener is broken": wait and try again.
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 RETRY_DELAY = 0.1
+# Once refused, accepting resumes only with this many descriptors free beyond the reserve: the
+# ZooKeeper client's epoll descriptors come and go, and without it an episode would end and
+# start again with each of them.
+RESUME_MARGIN = 8
 # Descriptors are counted (in /proc) only this close to the limit, judged from the number of
 # clients: far from it, an accept costs nothing extra.
 _COUNT_WITHIN = 4096
@@ -56,9 +60,9 @@ def _open_files_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def near_the_limit(connected: int) -> tuple[int, int] | None:
+def near_the_limit(connected: int, margin: int = 0) -> tuple[int, int] | None:
     """(descriptors in use, limit) when accepting one more client would leave fewer than
-    ``reserve_for(limit)`` free; None otherwise (or when this system cannot tell)."""
+    ``reserve_for(limit) + margin`` free; None otherwise (or when this system cannot tell)."""
     limit = _open_files_limit()
     if limit is None or limit - connected > _COUNT_WITHIN:
         return None
@@ -66,7 +70,7 @@ def near_the_limit(connected: int) -> tuple[int, int] | None:
         in_use = len(os.listdir(_FD_DIRECTORY))
     except OSError:
         return None  # no /proc, or out of descriptors for the listing itself: accept decides
-    return (in_use, limit) if in_use + reserve_for(limit) >= limit else None
+    return (in_use, limit) if in_use + reserve_for(limit) + margin >= limit else None
 
 
 async def serve_listener(
@@ -80,7 +84,7 @@ async def serve_listener(
     refused_since: float | None = None
     async with listener:
         while True:
-            near = near_the_limit(connected())
+            near = near_the_limit(connected(), 0 if refused_since is None else RESUME_MARGIN)
             if near is not None:
                 if refused_since is None:
                     refused_since = trio.current_time()

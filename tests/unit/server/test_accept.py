@@ -108,7 +108,7 @@ async def test_near_the_limit_the_loop_waits_without_accepting(
     caplog.set_level(logging.INFO, logger="gateway.server")
     checks = 0
 
-    def near(connected: int) -> tuple[int, int] | None:
+    def near(connected: int, margin: int) -> tuple[int, int] | None:
         nonlocal checks
         checks += 1
         return (240, 256) if checks <= 30 else None
@@ -131,3 +131,10 @@ async def test_near_the_limit_the_loop_waits_without_accepting(
     assert "240 of 256 open files in use, the last 32 kept" in records[0][1]
     assert "200 clients connected" in records[0][1]
     assert "accepting connections again after 3.0 s" in records[1][1]
+
+
+def test_accepting_resumes_only_past_a_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accept, "_open_files_limit", lambda: 256)
+    monkeypatch.setattr(accept.os, "listdir", lambda path: ["fd"] * (256 - 33))
+    assert near_the_limit(connected=200) is None
+    assert near_the_limit(connected=200, margin=accept.RESUME_MARGIN) == (223, 256)
