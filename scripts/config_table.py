@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the configuration reference generated from gateway/config.py.
+"""Print the configuration reference generated from gateway/config/.
 
     .venv/bin/python scripts/config_table.py          # Markdown tables (README, docs)
     .venv/bin/python scripts/config_table.py --conf   # the example conf/gateway.conf

@@ -19,20 +19,19 @@ answer comes, and the events they produce are returned by the next ``receive_dat
 Errors in what the peer sent never raise out of ``receive_data``: a soft error queues
 Channel.Close (``ChannelErrored``), a hard one queues Connection.Close (``ConnectionErrored``),
 after which only Close-Ok — or the peer's own Close, answered with Close-Ok — is looked at.
+
+The handshake and channel 0 are in ``handshake.py`` (a mixin of ``ServerConnection``); the
+settings, states and negotiated values in ``connection_settings.py`` (re-exported here).
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from pamqp import base, commands
 
-import gateway
 from gateway.amqp import events as ev
-from gateway.amqp.capabilities import server_properties
 from gateway.amqp.channel import Channel, ChannelState
 from gateway.amqp.codec import (
     CLIENT_METHODS,
@@ -40,16 +39,20 @@ from gateway.amqp.codec import (
     decode_method,
     encode_method,
     method_name,
-    spec_for,
 )
 from gateway.amqp.commands import Command, Reply, command_from, encode_reply
+from gateway.amqp.connection_settings import (
+    CHANNEL_MAX_LIMIT,
+    ConnectionSettings,
+    ConnectionState,
+    Negotiated,
+)
 from gateway.amqp.errors import (
     AMQPError,
     ChannelError,
     ConnectionException,
     FrameError,
     ReplyCode,
-    amqp_error,
 )
 from gateway.amqp.fastpath import (
     ACK,
@@ -71,15 +74,13 @@ from gateway.amqp.framing import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
-    FRAME_MIN_SIZE,
     HEARTBEAT_FRAME,
     INITIAL_FRAME_MAX,
-    PROTOCOL_HEADER,
     FrameReader,
     method_frame,
 )
+from gateway.amqp.handshake import ConnectionHandshake
 from gateway.amqp.properties import MessageProperties, encode_properties
-from gateway.amqp.proxy_protocol import looks_like_proxy_header
 
 __all__ = [
     "ConnectionSettings",
@@ -97,68 +98,10 @@ _INDEX = struct.Struct(">I")
 _CHANNEL_OPEN = 0x0014000A
 _CHANNEL_CLOSE = 0x00140028
 _CHANNEL_CLOSE_OK = 0x00140029
-_CONNECTION_CLOSE = 0x000A0032
-_CONNECTION_CLOSE_OK = 0x000A0033
 # Payloads we send often enough to keep ready. Channel.Open-Ok's channel-id is an empty
 # longstr, as RabbitMQ sends it (pamqp defaults to "0").
 _CHANNEL_OPEN_OK = _INDEX.pack(0x0014000B) + b"\x00\x00\x00\x00"
 _CHANNEL_CLOSE_OK_PAYLOAD = _INDEX.pack(_CHANNEL_CLOSE_OK)
-_CONNECTION_CLOSE_OK_PAYLOAD = _INDEX.pack(_CONNECTION_CLOSE_OK)
-_CHANNEL_MAX_LIMIT = 65535
-
-
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """Per-connection limits and identity (names in comments: reference/002 config keys)."""
-
-    # amqpSessionCountLimit: highest channel number (0 = 65535), offered in Connection.Tune.
-    channel_max: int = 256
-    # amqpNetworkBufferSize: largest frame, offered in Connection.Tune.
-    frame_max: int = 2_097_152
-    # amqpHeartbeatDelay: seconds, offered in Connection.Tune (0 = off unless the client asks).
-    heartbeat: int = 0
-    # amqpHeartbeatTimeoutFactor: missed intervals before the peer is declared dead.
-    heartbeat_timeout_factor: int = 2
-    # amqpMaxMessageSize: larger messages are refused with 311 CONTENT_TOO_LARGE.
-    max_message_size: int = 104_857_600
-    mechanisms: tuple[str, ...] = ("PLAIN",)
-    locales: tuple[str, ...] = ("en_US",)
-    product: str = "Starlight for RabbitMQ"
-    # The RabbitMQ version whose behaviour we follow (clients gate features on it).
-    version: str = "3.13.7"
-    gateway_version: str = gateway.__version__
-    platform: str = ""  # "" = "Python <version>"
-    copyright: str = "Copyright (c) the Starlight for RabbitMQ authors"
-    information: str = "Licensed under the Apache License 2.0"
-    cluster_name: str = ""
-    # Not part of the hash: a dict is unhashable, and settings objects are hashed by callers.
-    extra_server_properties: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    def __post_init__(self) -> None:
-        if not FRAME_MIN_SIZE <= self.frame_max <= 0xFFFFFFFF:
-            raise ValueError(f"frame_max must be at least {FRAME_MIN_SIZE} octets")
-        if not 0 <= self.channel_max <= _CHANNEL_MAX_LIMIT:
-            raise ValueError("channel_max must be between 0 and 65535")
-        if not 0 <= self.heartbeat <= 65535:
-            raise ValueError("heartbeat must be between 0 and 65535 seconds")
-        if self.heartbeat_timeout_factor < 1:
-            raise ValueError("heartbeat_timeout_factor must be at least 1")
-        if self.max_message_size < 0:
-            raise ValueError("max_message_size must not be negative")
-        if not self.mechanisms:
-            raise ValueError("at least one SASL mechanism is needed")
-
-
-class ConnectionState(Enum):
-    AWAITING_HEADER = "awaiting_header"
-    STARTING = "starting"  # Start sent, waiting for Start-Ok
-    AUTHENTICATING = "authenticating"  # LoginRequested out, waiting for accept/refuse_login
-    TUNING = "tuning"  # Tune sent, waiting for Tune-Ok
-    OPENING = "opening"  # waiting for Connection.Open
-    VHOST_CHECK = "vhost_check"  # VhostRequested out, waiting for accept/refuse_vhost
-    OPEN = "open"
-    CLOSING = "closing"  # our Connection.Close sent, waiting for Close-Ok
-    CLOSED = "closed"
 
 
 # Module-level aliases: an Enum attribute lookup costs ~0.1 µs, and the hot paths make several.
@@ -178,13 +121,7 @@ _HEARTBEAT_STATES = frozenset(
 )
 
 
-class Negotiated(NamedTuple):
-    channel_max: int
-    frame_max: int
-    heartbeat: int
-
-
-class ServerConnection:
+class ServerConnection(ConnectionHandshake):
     def __init__(self, settings: ConnectionSettings, now: float) -> None:
         self.settings = settings
         self._state = ConnectionState.AWAITING_HEADER
@@ -194,7 +131,7 @@ class ServerConnection:
         self._pending: list[ev.Event] = []
         self._held = False
         self._channels: dict[int, Channel] = {}
-        self._channel_max = settings.channel_max or _CHANNEL_MAX_LIMIT
+        self._channel_max = settings.channel_max or CHANNEL_MAX_LIMIT
         self._frame_max = settings.frame_max
         self._heartbeat = 0
         # The latest time we were told; output queued between calls is stamped with it, which
@@ -283,32 +220,6 @@ class ServerConnection:
         events, self._pending = self._pending, []
         return events
 
-    def _receive_header(self, data: bytes, events: list[ev.Event]) -> bytes | None:
-        """Consume the protocol header; return the bytes after it, None to stop here."""
-        need = 8 - len(self._header)
-        self._header += data[:need]
-        if len(self._header) < 8:
-            return None
-        if bytes(self._header) != PROTOCOL_HEADER:
-            # §4.2.2: answer with the header we do support, then close.
-            self._write(PROTOCOL_HEADER)
-            self._state = _CLOSED
-            events.append(ev.ConnectionTerminated(_bad_header_reason(bytes(self._header))))
-            return None
-        start = commands.Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                **server_properties(self.settings),
-                **self.settings.extra_server_properties,
-            },
-            mechanisms=" ".join(self.settings.mechanisms),
-            locales=" ".join(self.settings.locales),
-        )
-        self._send(0, start)
-        self._state = ConnectionState.STARTING
-        return data[need:]
-
     def _pump(self, events: list[ev.Event]) -> None:
         reader = self._reader
         while not self._held and self._state is not _CLOSED:
@@ -329,122 +240,6 @@ class ServerConnection:
                 self._soft_error(channel, error, events)
             except AMQPError as error:
                 self._hard_error(error, events)
-
-    # ----------------------------------------------------------------- channel 0 frames
-
-    def _connection_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
-        if frame_type == FRAME_HEARTBEAT:
-            if payload:
-                raise ConnectionException(ReplyCode.FRAME_ERROR, "heartbeat frame with a payload")
-            return
-        if self._state is _CLOSING:
-            self._closing_frame(frame_type, payload, events)
-            return
-        if frame_type != FRAME_METHOD:
-            # RabbitMQ: unexpected_frame for content frames on channel 0.
-            raise ConnectionException(
-                ReplyCode.UNEXPECTED_FRAME, f"content frame (type {frame_type}) on channel 0"
-            )
-        method = decode_method(payload)
-        state = self._state
-        if isinstance(method, commands.Connection.Close):
-            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
-            self._state = _CLOSED
-            self._channels.clear()
-            events.append(ev.ConnectionClosed(int(method.reply_code or 0), method.reply_text, True))
-        elif isinstance(method, commands.Connection.StartOk) and state is ConnectionState.STARTING:
-            self._on_start_ok(method, events)
-        elif isinstance(method, commands.Connection.TuneOk) and state is ConnectionState.TUNING:
-            self._on_tune_ok(method)
-        elif isinstance(method, commands.Connection.Open) and state is ConnectionState.OPENING:
-            self._vhost = method.virtual_host
-            self._state = ConnectionState.VHOST_CHECK
-            self._held = True
-            events.append(ev.VhostRequested(method.virtual_host))
-        elif isinstance(method, commands.Connection.UpdateSecret) and state is _OPEN:
-            events.append(
-                ev.UpdateSecretRequested(_as_bytes(method.new_secret), method.reason or "")
-            )
-        else:
-            # RabbitMQ's handle_method0 catch-all: any other method on channel 0, or a
-            # connection method out of order, is a channel_error.
-            spec = spec_for(method)
-            raise ConnectionException(
-                ReplyCode.CHANNEL_ERROR,
-                f"unexpected method {spec.name} in connection state {state.value}",
-                spec.class_id,
-                spec.method_id,
-            )
-
-    def _on_start_ok(self, method: commands.Connection.StartOk, events: list[ev.Event]) -> None:
-        mechanism = method.mechanism
-        if mechanism not in self.settings.mechanisms:
-            raise ConnectionException(
-                ReplyCode.COMMAND_INVALID,
-                f"unknown authentication mechanism '{mechanism}'",
-                10,
-                11,
-            )
-        props = method.client_properties or {}
-        self.client_properties = props
-        capabilities = props.get("capabilities")
-        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        self._state = ConnectionState.AUTHENTICATING
-        self._held = True
-        events.append(
-            ev.LoginRequested(mechanism, _as_bytes(method.response), props, method.locale)
-        )
-
-    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        # RabbitMQ's validate_negotiated_integer_value: below the minimum or above what we
-        # offered is 530 NOT_ALLOWED. Unlike RabbitMQ, a 0 ("no limit") from the client is
-        # read as "whatever the server offered" rather than refused (docs/protocol.md).
-        frame_max = method.frame_max or self.settings.frame_max
-        if frame_max < FRAME_MIN_SIZE:
-            raise self._negotiation_error("frame_max", frame_max, "lower", "minimum", 4096)
-        if frame_max > self.settings.frame_max:
-            raise self._negotiation_error(
-                "frame_max", frame_max, "higher", "maximum", self.settings.frame_max
-            )
-        offered_channels = self.settings.channel_max or _CHANNEL_MAX_LIMIT
-        channel_max = method.channel_max or offered_channels
-        if channel_max > offered_channels:
-            raise self._negotiation_error(
-                "channel_max", channel_max, "higher", "maximum", offered_channels
-            )
-        self._frame_max = frame_max
-        self._channel_max = channel_max
-        self._reader.max_payload = frame_max
-        # RabbitMQ uses the client's Tune-Ok heartbeat as is (clients already chose between
-        # their wish and our offer); 0 turns heartbeats off.
-        self._heartbeat = method.heartbeat
-        self._last_send = self._last_recv
-        self._state = ConnectionState.OPENING
-
-    @staticmethod
-    def _negotiation_error(
-        name: str, value: int, direction: str, bound: str, limit: int
-    ) -> ConnectionException:
-        return ConnectionException(
-            ReplyCode.NOT_ALLOWED,
-            f"negotiated {name} = {value} is {direction} than the {bound} allowed value ({limit})",
-            10,
-            31,
-        )
-
-    def _closing_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
-        """After our Connection.Close only Close-Ok and Close matter (§4.2.2 Close)."""
-        if frame_type != FRAME_METHOD or len(payload) < 4:
-            return
-        (index,) = _INDEX.unpack_from(payload, 0)
-        if index == _CONNECTION_CLOSE_OK:
-            self._state = _CLOSED
-            events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
-        elif index == _CONNECTION_CLOSE:
-            # Both sides closed at once: answer theirs; ours is then moot.
-            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
-            self._state = _CLOSED
-            events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
 
     # ------------------------------------------------------------- channel > 0 frames
 
@@ -655,66 +450,6 @@ class ServerConnection:
         channel.close_code = error.reply_code
         channel.close_text = error.reply_text
         channel.reset_content()
-
-    # ------------------------------------------------------------------ handshake answers
-
-    def accept_login(self, user: str) -> None:
-        """The credentials from ``LoginRequested`` are good: send Connection.Tune."""
-        if self._state is not ConnectionState.AUTHENTICATING:
-            return
-        self._user = user
-        self._send(
-            0,
-            commands.Connection.Tune(
-                channel_max=self.settings.channel_max,
-                frame_max=self.settings.frame_max,
-                heartbeat=self.settings.heartbeat,
-            ),
-        )
-        self._state = ConnectionState.TUNING
-        self._release()
-
-    def refuse_login(self, text: str) -> None:
-        """Refuse the login: 403 Connection.Close if the client advertised
-        ``authentication_failure_close``, otherwise just close (``ConnectionTerminated``),
-        as RabbitMQ does."""
-        if self._state is not ConnectionState.AUTHENTICATING:
-            return
-        if self.client_capabilities.get("authentication_failure_close") is True:
-            self._start_connection_close(AMQPError(ReplyCode.ACCESS_REFUSED, text, 10, 11))
-            self._release()
-        else:
-            self._state = _CLOSED
-            self._held = False
-            self._pending.append(ev.ConnectionTerminated(f"login refused: {text}"))
-
-    def accept_vhost(self) -> None:
-        """Access to the vhost from ``VhostRequested`` is granted: send Open-Ok."""
-        if self._state is not ConnectionState.VHOST_CHECK:
-            return
-        self._send(0, commands.Connection.OpenOk())
-        self._state = _OPEN
-        self._pending.append(ev.ConnectionOpened(self._vhost, self._user))
-        self._release()
-
-    def refuse_vhost(self, code: int, text: str) -> None:
-        """Refuse the vhost, e.g. 530 NOT_ALLOWED (RabbitMQ's code for "no access" and
-        "no such vhost") or 402 INVALID_PATH."""
-        if self._state is not ConnectionState.VHOST_CHECK:
-            return
-        self._start_connection_close(amqp_error(code, text, 10, 40))
-        self._release()
-
-    def accept_update_secret(self) -> None:
-        """Answer ``UpdateSecretRequested`` with Update-Secret-Ok."""
-        if self._state is _OPEN:
-            self._send(0, commands.Connection.UpdateSecretOk())
-
-    def _release(self) -> None:
-        """Process the frames held while waiting for a decision."""
-        self._held = False
-        if self._reader.buffered:
-            self._pump(self._pending)
 
     # ------------------------------------------------------------------------- commands
 
@@ -960,26 +695,9 @@ def _method_error(code: int, text: str, index: int) -> ConnectionException:
     return ConnectionException(code, text, index >> 16, index & 0xFFFF)
 
 
-def _as_bytes(value: object) -> bytes:
-    # codec.decode_method keeps longstr fields as bytes although pamqp annotates them str.
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode("utf-8")
-
-
 def _raw_properties(header: HeaderLike) -> bytes:
     if isinstance(header, bytes):
         return header
     if isinstance(header, MessageProperties):
         return encode_properties(header)
     return bytes(header.marshal())
-
-
-def _bad_header_reason(header: bytes) -> str:
-    if looks_like_proxy_header(header):
-        # A load balancer sends PROXY headers; only listeners told to trust it read them.
-        return (
-            "PROXY protocol header from a peer not in amqpProxyProtocolTrustedNetworks "
-            "(refused: only trusted proxies may say who the client is)"
-        )
-    return f"unsupported protocol header {header!r}"

@@ -14,6 +14,9 @@ choices are documented in docs/pulsar-layer.md.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from gateway.amqp.errors import AMQPError, ChannelError, ConnectionException, ReplyCode
 
 # ---------------------------------------------------------------------------------------------
@@ -171,3 +174,15 @@ def to_amqp_error(err: BaseException, context: str = "") -> AMQPError:
             return ChannelError(ReplyCode.RESOURCE_LOCKED, text)
         return ConnectionException(ReplyCode.INTERNAL_ERROR, f"{text} (Pulsar)")
     return ConnectionException(ReplyCode.INTERNAL_ERROR, f"{prefix}{type(err).__name__}: {err}")
+
+
+T = TypeVar("T")
+
+
+async def amqp_errors(call: Awaitable[T], what: str) -> T:
+    """Await a Pulsar (admin or client) call; any failure becomes the AMQP error a RabbitMQ
+    client would expect (:func:`to_amqp_error`, ``what`` in front), never a hang."""
+    try:
+        return await call
+    except Exception as error:
+        raise to_amqp_error(error, what) from None

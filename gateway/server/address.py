@@ -1,6 +1,6 @@
 """Where the shell listens: one type from the ``amqpListeners`` key to the bound socket.
 
-Standard library only, so that ``gateway/config.py`` can build it without importing the shell's
+Standard library only, so that ``gateway/config`` can build it without importing the shell's
 dependencies (``gateway/auth`` imports the configuration's errors).
 """
 

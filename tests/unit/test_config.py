@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gateway.config
+import gateway.config.loading
 from gateway.config import (
     ENV_PREFIX,
     ConfigError,
@@ -397,7 +397,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         def refuse(*args: object, **kwargs: object) -> typing.NoReturn:
             raise PermissionError(13, "Permission denied", str(path))
 
-        monkeypatch.setattr(gateway.config, "open", refuse, raising=False)
+        monkeypatch.setattr(gateway.config.loading, "open", refuse, raising=False)
     with pytest.raises(ConfigError) as info:
         load_config(path, {})
     message = assert_clean(info.value)

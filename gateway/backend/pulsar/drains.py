@@ -13,12 +13,20 @@ The records are in the metadata store (``DrainRecord``, written in the same tran
 unbind), so every replica's consumers of the queue read and filter the draining topic alike,
 and the namespace's leader removes the subscription once drained (cleaner.py), whichever
 replica did the unbind and whether it is still alive. ``Drains`` is a replica's index of them,
-rebuilt from the view when it changes, for the per-message filter.
+rebuilt from the view when it changes, for the per-message filter; ``plan_drains`` decides the
+records an unbind (or an exchange's delete) writes.
 """
 
 from __future__ import annotations
 
-from gateway.metadata.store import DrainRecord, Position, VhostView
+from collections.abc import Iterable
+
+from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.metadata.store import REMOVE, DrainRecord, Position, VhostView
+from gateway.model.entities import Binding
+from gateway.model.naming import subscription_for
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.errors import AdminError, NotFound, amqp_errors, to_amqp_error
 from gateway.pulsar.ids import MessageId
 
 __all__ = ["Drains", "Position", "position_of"]
@@ -62,3 +70,41 @@ class Drains:
 
     def topics_of(self, queue: str) -> set[str]:
         return {topic for (q, topic) in self._drains if q == queue}
+
+
+async def plan_drains(
+    queue_topics: QueueTopics, admin: PulsarAdmin, view: VhostView, bindings: Iterable[Binding]
+) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
+    """``bindings`` are about to go: for each (queue, topic) that no other binding of the
+    queue needs any more, a drain record (the subscription still holds messages routed
+    before; they stay the queue's, and only messages past the topic's end *now* are
+    filtered out) or, when it holds none, a ``REMOVE`` record, also listed second (to
+    unsubscribe at once; the record is there in case we die first). Positions are read
+    before the bindings go: a message published meanwhile is concurrent with the unbind,
+    and either outcome is one RabbitMQ could have had."""
+    leaving = list(bindings)
+    drains: dict[tuple[str, str], DrainRecord] = {}
+    drained: list[tuple[str, str]] = []
+    for queue in {b.queue for b in leaving}:
+        still_needed = queue_topics.bound(view, queue, without=leaving)
+        topics = {
+            topic
+            for binding in leaving
+            if binding.queue == queue
+            for topic in queue_topics.live_of_binding(view, binding)
+        }
+        for topic in sorted(topics - still_needed):
+            what = f"unbinding queue '{queue}'"
+            try:
+                backlog = await admin.subscription_backlog(topic, subscription_for(queue))
+            except NotFound:
+                continue
+            except AdminError as error:
+                raise to_amqp_error(error, what) from None
+            if backlog == 0:
+                drains[(queue, topic)] = REMOVE
+                drained.append((queue, topic))
+                continue
+            end = await amqp_errors(admin.last_message_id(topic), what)
+            drains[(queue, topic)] = DrainRecord(position_of(end))
+    return drains, drained

@@ -24,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import trio
 
 from gateway.amqp import commands as cmd
-from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
+from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
@@ -38,15 +38,14 @@ from gateway.backend.interface import (
     Owner,
     PublishOutcome,
     QueueStatus,
-    SubscriptionEnded,
 )
 from gateway.backend.overflow import RefusedStored
 from gateway.backend.pulsar.activation import (
     Activation,
     activation_for,
     default_activation,
-    lazy_exchange,
 )
+from gateway.backend.pulsar.basic_get import BasicGetConsumers
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import (
     Admits,
@@ -54,16 +53,19 @@ from gateway.backend.pulsar.delivery import (
     PulsarQueueSubscription,
     exchange_and_key,
 )
-from gateway.backend.pulsar.drains import Drains, position_of
+from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.publish_routes import PublishRoutes
+from gateway.backend.pulsar.queue_count import broker_ready_count
+from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
-from gateway.metadata.store import REMOVE, DrainRecord, Position, QueueCondition, VhostView
+from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -75,7 +77,6 @@ from gateway.model.entities import (
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.routing import (
     binding_topics,
-    compile_topic,
     headers_match,
     publish_topic,
 )
@@ -84,30 +85,19 @@ from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
 from gateway.pulsar.errors import (
-    AdminError,
-    ClosedError,
-    NotFound,
     PreconditionFailed,
     PulsarClientError,
+    amqp_errors,
     to_amqp_error,
 )
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
-T = TypeVar("T")
 
 _PUBLISH_TOPICS_CACHED = 4096
 _PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
-# How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
-GET_WAIT = 0.25
 # Tries at creating a subscription that another replica is creating at the same moment.
 SUBSCRIBE_ATTEMPTS = 5
-# A Basic.Get consumer unused this long is closed (its prefetched messages go back).
-GETTER_IDLE = 1.0
-# Get-Ok's message_count: counted by the broker on the first Basic.Get of a burst, then
-# counted down by each Get; counted again when older than this (others publish and consume
-# meanwhile) or when a Get finds a message the count said was not there.
-GET_COUNT_FRESH = 1.0
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
 # milliseconds; without ZooKeeper the record goes with the session anyway).
 GONE_WAIT = 10.0
@@ -146,27 +136,26 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
-        self._getters: dict[str, PulsarQueueSubscription] = {}
-        self._prepared_keys: set[tuple[str, str]] = set()
-        # The bindings of each queue, for the view's set of bindings it was built from.
-        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
-            frozenset(),
-            {},
-        )
         # (exchange type, exchange, routing key) -> the topic its messages go to (naming it
         # per message was ~2% of the publish path).
         self._publish_topics: dict[tuple[ExchangeType, str, str], str] = {}
-        self._topic_prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
-        self._drains = Drains(self._topic_prefix)
+        self._topics = QueueTopics(
+            self.catalog, namespace, lazy_subscriptions=resources.lazy_subscriptions
+        )
+        self._drains = Drains(self._topics.prefix)
+        self._publish_routes = PublishRoutes(
+            self.catalog, namespace, resources, self._subscribe_topic
+        )
         self._redeliveries = Redeliveries()
         # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
         # that consumers had prefetched before the purge are dropped when they come through.
         self._purged: dict[tuple[str, str], Position] = {}
-        self._getter_used: dict[str, float] = {}
-        self._sweeping_getters = False
-        # Per queue: (messages left at the last Basic.Get, when the broker last counted them).
-        self._left_after_get: dict[str, tuple[int, float]] = {}
         self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
+        self._basic_gets = BasicGetConsumers(
+            lambda task: self._r.nursery.start_soon(task),
+            lambda queue: self._subscription(queue, exclusive=False, read_ahead=1),
+            lambda queue: self._message_count(self._view, queue),
+        )
         self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
         self._queue_use = QueueUse(namespace, resources.admin)
 
@@ -176,108 +165,30 @@ class PulsarVirtualHost(CatalogVirtualHost):
     def _view(self) -> VhostView:
         return self.catalog.view
 
-    async def _pulsar(self, call: Awaitable[T], what: str) -> T:
-        try:
-            return await call
-        except Exception as error:  # admin and client errors become AMQP errors, never hangs
-            raise to_amqp_error(error, what) from None
-
-    def _binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
-        exchange = self.catalog.exchange(view, binding.exchange)
-        if exchange is None:
-            return []
-        keys = view.topic_keys.get(binding.exchange, frozenset())
-        return binding_topics(self.namespace, exchange, binding, keys)
-
-    def _active(self, view: VhostView, activation: Activation | None) -> bool:
-        """Whether the view knows ``activation``'s key registered (None, or subscriptions
-        made at declare and bind (``amqpLazySubscriptions=false``): always subscribed)."""
-        if activation is None or not self._r.lazy_subscriptions:
-            return True
-        return activation.routing_key in view.topic_keys.get(activation.exchange, ())
-
-    def _live_binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
-        """The topics of ``binding`` that have a subscription (or are about to): those of
-        ``_binding_topics`` less a lazy topic whose key nobody has published to yet."""
-        exchange = self.catalog.exchange(view, binding.exchange)
-        if exchange is None:
-            return []
-        topics = self._binding_topics(view, binding)
-        if self._active(view, activation_for(exchange, binding.routing_key)):
-            return topics
-        return []
-
-    def _bound_topics(
-        self, view: VhostView, queue: str, without: Iterable[Binding] = (), *, live: bool = True
-    ) -> set[str]:
-        """The topics the queue's bindings (and the default exchange) route into, leaving
-        out the bindings ``without`` (about to be removed). ``live``: only those with a
-        subscription (activation.py); otherwise also the lazy ones nobody published to."""
-        leaving = set(without)
-        topics: set[str] = set()
-        if not live or self._active(view, default_activation(queue)):
-            topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
-        covered = self._live_binding_topics if live else self._binding_topics
-        for binding in self._bindings_of(view, queue):
-            if binding not in leaving:
-                topics.update(covered(view, binding))
-        return topics
-
-    def _bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
-        """``queue``'s bindings in ``view``, from an index built once per set of bindings
-        (not a scan of every binding per call: the queue statistics ask for every queue)."""
-        indexed, index = self._binding_index
-        if indexed is not view.bindings:
-            grouped: dict[str, list[Binding]] = {}
-            for binding in view.bindings:
-                grouped.setdefault(binding.queue, []).append(binding)
-            index = {name: tuple(found) for name, found in grouped.items()}
-            self._binding_index = (view.bindings, index)
-        return index.get(queue, ())
-
-    def _draining_topics(self, view: VhostView, queue: str) -> set[str]:
-        return {
-            self._topic_prefix + topic
-            for (name, topic), record in view.drains.items()
-            if name == queue and not record.removing
-        }
-
-    def _queue_topics(self, view: VhostView, queue: str) -> set[str]:
-        """Every topic the queue reads: bound ones, and unbound ones still draining."""
-        return self._bound_topics(view, queue) | self._draining_topics(view, queue)
-
     def bound_topics(self, view: VhostView, queue: str) -> set[str]:
         """The topics ``queue``'s bindings cover in ``view``, lazy ones nobody published to
         included (for the leader's cleaner: a subscription there is never in the way)."""
-        return self._bound_topics(view, queue, live=False)
+        return self._topics.bound(view, queue, live=False)
 
     def live_topics(self, view: VhostView, queue: str) -> set[str]:
         """The topics ``queue`` has subscriptions on (for the queue statistics)."""
-        return self._bound_topics(view, queue)
+        return self._topics.bound(view, queue)
 
     def binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
         """The topics ``binding`` has subscriptions on in ``view`` (for the reconciler)."""
-        return self._live_binding_topics(view, binding)
+        return self._topics.live_of_binding(view, binding)
 
     def needs(self, view: VhostView, queue: str, topic: str) -> bool:
-        """Whether ``queue`` exists and reads, or may read, ``topic`` in ``view`` (bound,
-        active or not, or draining)."""
-        return queue in view.queues and (
-            topic in self._bound_topics(view, queue, live=False)
-            or topic in self._draining_topics(view, queue)
-        )
+        """Whether ``queue`` exists and reads, or may read, ``topic`` in ``view``."""
+        return self._topics.needs(view, queue, topic)
 
     def default_topic(self, queue: str) -> str:
         """The queue's own topic, the default exchange's."""
-        return topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
+        return self._topics.default_topic(queue)
 
     def topic(self, local_name: str) -> str:
         """The full name of a topic of this namespace (records name topics locally)."""
-        return self._topic_prefix + local_name
-
-    @staticmethod
-    def _local(topic: str) -> str:
-        return topic.rsplit("/", 1)[-1]
+        return self._topics.full_name(local_name)
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
         what = f"subscribing queue '{queue}' to {topic}"
@@ -300,7 +211,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def _unsubscribe_topic(self, topic: str, queue: str) -> None:
         for subscription in self._consumers.get(queue, ()):
             await subscription.remove_topic(topic)
-        getter = self._getters.get(queue)
+        getter = self._basic_gets.by_queue.get(queue)
         if getter is not None:
             await getter.remove_topic(topic)
         await self.remove_subscription(queue, topic)
@@ -320,50 +231,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if not bindings:
             await self.catalog.delete_exchange(command)
             return
-        drains, drained = await self._plan_drains(view, bindings)
+        drains, drained = await plan_drains(self._topics, self._r.admin, view, bindings)
         await self.catalog.delete_exchange(
             command,
-            drains={(q, self._local(t)): record for (q, t), record in drains.items()},
+            drains={(q, self._topics.local(t)): record for (q, t), record in drains.items()},
         )
         await self._unsubscribe_drained(view, drained)
-
-    async def _plan_drains(
-        self, view: VhostView, bindings: Iterable[Binding]
-    ) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
-        """``bindings`` are about to go: for each (queue, topic) that no other binding of the
-        queue needs any more, a drain record (the subscription still holds messages routed
-        before; they stay the queue's, and only messages past the topic's end *now* are
-        filtered out) or, when it holds none, a ``REMOVE`` record, also listed second (to
-        unsubscribe at once; the record is there in case we die first). Positions are read
-        before the bindings go: a message published meanwhile is concurrent with the unbind,
-        and either outcome is one RabbitMQ could have had."""
-        leaving = list(bindings)
-        drains: dict[tuple[str, str], DrainRecord] = {}
-        drained: list[tuple[str, str]] = []
-        admin = self._r.admin
-        for queue in {b.queue for b in leaving}:
-            still_needed = self._bound_topics(view, queue, without=leaving)
-            topics = {
-                topic
-                for binding in leaving
-                if binding.queue == queue
-                for topic in self._live_binding_topics(view, binding)
-            }
-            for topic in sorted(topics - still_needed):
-                what = f"unbinding queue '{queue}'"
-                try:
-                    backlog = await admin.subscription_backlog(topic, subscription_for(queue))
-                except NotFound:
-                    continue
-                except AdminError as error:
-                    raise to_amqp_error(error, what) from None
-                if backlog == 0:
-                    drains[(queue, topic)] = REMOVE
-                    drained.append((queue, topic))
-                    continue
-                end = await self._pulsar(admin.last_message_id(topic), what)
-                drains[(queue, topic)] = DrainRecord(position_of(end))
-        return drains, drained
 
     async def _unsubscribe_drained(
         self, before: VhostView, drained: Iterable[tuple[str, str]]
@@ -389,7 +262,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             # A publisher of this replica that knows the key and sees the queue writes at
             # once: its subscription exists before anyone can see the queue.
             nonlocal subscribed
-            if self._active(self._view, activation):
+            if self._topics.active(self._view, activation):
                 await self._subscribe_topic(topic, name)
                 subscribed = True
 
@@ -437,47 +310,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         consumers = view.consumers.get(queue, 0)
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
 
-    async def _sent_so_far(self, topics: Iterable[str]) -> None:
-        """Wait until the messages this replica is still writing to ``topics`` are stored.
-
-        RabbitMQ handles a channel's methods in order, so a count (Queue.Declare-Ok, purge,
-        delete if-empty) right after a publish includes the message even before its confirm;
-        Pulsar's backlog does not show it until the write completes."""
-        producers = self._r.producers.producers
-        for topic in topics:
-            producer = producers.get(topic)
-            if producer is not None and producer.in_flight:
-                try:
-                    await producer.flush()  # completes once every earlier send completed
-                except (ClosedError, PulsarClientError) as error:
-                    log.debug("flush before counting %s: %s", topic, error)
-
     async def _message_count(self, view: VhostView, queue: str) -> int:
-        """Messages ready in the queue, as AMQP counts them (not awaiting an ack).
-
-        Pulsar's backlog counts batch entries and includes unacknowledged messages: the broker
-        is asked to count the messages, and those delivered to clients and not yet settled
-        are taken off.
-        """
-        total = 0
-        subscription = subscription_for(queue)
-        admin = self._r.admin
-        topics = self._queue_topics(view, queue)
-        await self._sent_so_far(topics)
-        for topic in topics:
-            stats = await self._pulsar(admin.topic_stats(topic), f"counting '{queue}'")
-            found = stats.subscriptions.get(subscription)
-            if found is None or found.msg_backlog == 0:
-                continue
-            analysis = await self._pulsar(
-                admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
-            )
-            total += analysis.messages_in(found.msg_backlog)
+        """Messages ready in the queue, as AMQP counts them (not awaiting an ack): the
+        broker's count less the deliveries this replica's clients hold unsettled."""
+        total = await broker_ready_count(self._r, self._topics.read_by(view, queue), queue)
         # Messages a client holds unacknowledged are not ready; Pulsar's own unacked figure
         # would also take off what consumers merely prefetched. (Those of other replicas'
         # clients are not known here.)
         held = sum(s.outstanding for s in self._consumers.get(queue, ()))
-        getter = self._getters.get(queue)
+        getter = self._basic_gets.by_queue.get(queue)
         if getter is not None:
             held += getter.outstanding
         return max(0, total - held)
@@ -490,11 +331,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             "consumers": len(self._consumers),
             "registrations": len(self._registrations),
             "leaving": len(self._leaving),
-            "getters": len(self._getters),
-            "getter_used": len(self._getter_used),
-            "left_after_get": len(self._left_after_get),
+            "getters": len(self._basic_gets.by_queue),
+            "getter_used": len(self._basic_gets.used),
+            "left_after_get": len(self._basic_gets.left_after_get),
             "purged": len(self._purged),
-            "prepared_keys": len(self._prepared_keys),
+            "prepared_keys": len(self._publish_routes.prepared_keys),
         }
 
     def held(self) -> dict[str, int]:
@@ -502,7 +343,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         held: dict[str, int] = {}
         for queue, subscriptions in self._consumers.items():
             held[queue] = sum(s.outstanding for s in subscriptions)
-        for queue, getter in self._getters.items():
+        for queue, getter in self._basic_gets.by_queue.items():
             held[queue] = held.get(queue, 0) + getter.outstanding
         return held
 
@@ -533,18 +374,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
         view = self._view
         alone = self._alone(view, name)
         # Its subscriptions, and those an earlier queue of the same name left to remove.
-        topics = self._queue_topics(view, name) | {
+        topics = self._topics.read_by(view, name) | {
             self.topic(local)
             for (queue, local), record in view.drains.items()
             if queue == name and record.removing
         }
         deleted = await self.catalog.delete_queue(
-            name, condition=condition, subscriptions=sorted(self._local(t) for t in topics)
+            name, condition=condition, subscriptions=sorted(self._topics.local(t) for t in topics)
         )
         self._drains.refresh(self._view)
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
-        await self._close_getter(name)
+        await self._basic_gets.close(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
         if deleted:
             COUNTERS.queues_deleted += 1
@@ -560,7 +401,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         try:
             await self._r.admin.delete_subscription(topic, subscription_for(queue), force=True)
             store = self._r.store
-            local = self._local(topic)
+            local = self._topics.local(topic)
             stored = await store.read_drain(self.catalog.namespace, queue, local)
             if stored is not None and stored[0].removing:
                 await store.update_drain(
@@ -582,12 +423,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         await self.catalog.find_queue(name, owner)
         view = self._view
         count = await self._message_count(view, name)
-        await self._close_getter(name)
+        await self._basic_gets.close(name)
         admin = self._r.admin
-        for topic in self._queue_topics(view, name):
-            last = await self._pulsar(admin.last_message_id(topic), f"purging '{name}'")
+        for topic in self._topics.read_by(view, name):
+            last = await amqp_errors(admin.last_message_id(topic), f"purging '{name}'")
             self._purged[(name, topic)] = position_of(last)
-            await self._pulsar(admin.skip_all(topic, subscription_for(name)), f"purging '{name}'")
+            await amqp_errors(admin.skip_all(topic, subscription_for(name)), f"purging '{name}'")
         return count
 
     # ------------------------------------------------------------------ bindings
@@ -599,17 +440,17 @@ class PulsarVirtualHost(CatalogVirtualHost):
         activation = activation_for(target, routing_key)
         # Subscriptions first, so a publisher that sees the binding finds them in place; a
         # lazy topic nobody has published to yet is left to the handshake after the write.
-        subscribed = self._binding_topics(view, binding)
+        subscribed = self._topics.of_binding(view, binding)
         drains: dict[str, DrainRecord] = {}
         pending: list[str] = []
         for topic in subscribed:
-            record = view.drains.get((queue, self._local(topic)))
+            record = view.drains.get((queue, self._topics.local(topic)))
             if record is not None and record.end is not None and record.resumed is None:
                 # Bound again while draining: messages from now on are the queue's again;
                 # only the unbound window is skipped (recorded with the binding).
-                last = await self._pulsar(self._r.admin.last_message_id(topic), "binding")
-                drains[self._local(topic)] = DrainRecord(record.end, position_of(last))
-            elif not self._active(view, activation):
+                last = await amqp_errors(self._r.admin.last_message_id(topic), "binding")
+                drains[self._topics.local(topic)] = DrainRecord(record.end, position_of(last))
+            elif not self._topics.active(view, activation):
                 pending.append(topic)
                 continue
             await self._subscribe_topic(topic, queue)
@@ -626,7 +467,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await self._subscribe_if_active(activation, topic, queue, undo=unbind)
         elif target.type is ExchangeType.TOPIC:
             # Keys registered meanwhile, on any replica: read from ZooKeeper after our write,
-            # not from the view (see _prepare_key, the other half of this handshake).
+            # not from the view (see publish_routes.py, the other half of this handshake).
             store = self._r.store
             keys = await self.catalog.write(store.sync_topic_keys(self.catalog.namespace, exchange))
             fresh = binding_topics(self.namespace, target, binding, keys)
@@ -638,9 +479,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if binding is None:
             return
         view = self._view
-        drains, drained = await self._plan_drains(view, [binding])
+        drains, drained = await plan_drains(self._topics, self._r.admin, view, [binding])
         removed = await self.catalog.remove_binding(
-            binding, drains={self._local(t): record for (_, t), record in drains.items()}
+            binding, drains={self._topics.local(t): record for (_, t), record in drains.items()}
         )
         if removed:
             await self._unsubscribe_drained(view, drained)
@@ -662,26 +503,26 @@ class PulsarVirtualHost(CatalogVirtualHost):
     ) -> PublishOutcome:
         """Route ``message`` through ``exchange`` (and its alternates) and write it."""
         key = message.routing_key
-        routed = await self._routes(exchange, message)
+        routed = await self._publish_routes.routes(exchange, message)
         seen = {exchange.name}
         while not routed:
             # Unroutable here: RabbitMQ sends it on to the exchange's alternate exchange, and
             # that one's, until one routes it (rabbit_exchange:route, each exchange once).
-            alternate = await self._alternate(exchange)
+            alternate = await self._publish_routes.alternate(exchange)
             if alternate is None or alternate.name in seen:
                 break
             # The view said unroutable; a binding made on another replica a moment ago may
             # not be in it yet: ZooKeeper decides before the message goes elsewhere.
-            if await self._bound_in_zookeeper(exchange, key):
+            if await self._publish_routes.bound_in_zookeeper(exchange, key):
                 routed = True
                 break
             exchange = alternate
             seen.add(exchange.name)
-            routed = await self._routes(exchange, message)
+            routed = await self._publish_routes.routes(exchange, message)
         if not routed and mandatory:
             # About to tell the client "unroutable": a binding made on another replica a
             # moment ago may not be in the view yet (the rare, slow path of a mandatory miss).
-            routed = await self._bound_in_zookeeper(exchange, key)
+            routed = await self._publish_routes.bound_in_zookeeper(exchange, key)
         # Written even when this replica's view routes it nowhere: a binding made on another
         # replica may not have reached the view yet, and Pulsar drops a message that no
         # subscription wants anyway. A message routed through an alternate exchange goes to
@@ -721,85 +562,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         """``queue``'s ready messages fleet-wide less all read ahead, for the drop-head trim
         (length_limit.py)."""
         view = self._view
-        return await count_ready(self._r.admin, self._queue_topics(view, queue), queue)
-
-    async def _routes(self, exchange: Exchange, message: Message) -> bool:
-        """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
-        (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
-        key = message.routing_key
-        if (
-            (exchange.name, key) not in self._prepared_keys
-            and (exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange))
-            and await self._prepare_key(exchange, key)
-        ):
-            return True
-        return bool(self.catalog.routes(self._view, exchange, message))
-
-    async def _alternate(self, exchange: Exchange) -> Exchange | None:
-        """``exchange``'s alternate exchange, looked up in ZooKeeper if the view lacks it."""
-        if "alternate-exchange" not in exchange.arguments:
-            return None
-        found = self.catalog.alternate(self._view, exchange)
-        if found is None:
-            name = exchange.arguments["alternate-exchange"].value
-            with contextlib.suppress(AMQPError):  # missing: routes nothing, as on RabbitMQ
-                found = await self.catalog.require_fresh_exchange(str(name))
-        return found
-
-    async def _bound_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
-        """Whether a binding of ``exchange`` that ZooKeeper has now routes ``key``. Headers
-        bindings match on arguments, which this read leaves out: for them the view decides."""
-        if exchange.type is ExchangeType.HEADERS:
-            return False
-        store = self._r.store
-        if exchange.name == DEFAULT_EXCHANGE:  # bound to every queue by its name
-            found = await self.catalog.write(store.sync_queue(self.catalog.namespace, key))
-            return found is not None
-        bindings = await self.catalog.write(
-            store.sync_bindings_of(self.catalog.namespace, exchange.name)
-        )
-        if exchange.type is ExchangeType.FANOUT:
-            return bool(bindings)
-        if exchange.type is ExchangeType.TOPIC:
-            return any(compile_topic(pattern).matches(key) for _, pattern in bindings)
-        return any(pattern == key for _, pattern in bindings)
-
-    def _lazy_default_or_direct(self, exchange: Exchange) -> bool:
-        return self._r.lazy_subscriptions and lazy_exchange(exchange)
-
-    async def _prepare_key(self, exchange: Exchange, key: str) -> bool:
-        """A direct or topic exchange's key (or the default exchange's queue name) has its
-        own topic: before this replica's first message to it, every binding that routes the
-        key must have its subscription there. Returns whether one does (the view may not
-        know it yet).
-
-        The key is registered first (making the topic active, activation.py), then what it
-        routes to is read from ZooKeeper, not from the view: a queue or binding made on
-        another replica just before may not be in the view yet, and that replica, when it
-        looked for the key after its write, did not see it (declare_queue and bind_queue do
-        the mirror image). Whichever write is second sees the first, so the subscription
-        exists before the message is written."""
-        store, namespace = self._r.store, self.catalog.namespace
-        await self.catalog.write(store.register_topic_key(namespace, exchange.name, key))
-        topic = topic_for(self.namespace, exchange.name, key)
-        routed: list[str] = []
-        if exchange.name == DEFAULT_EXCHANGE:
-            if await self.catalog.write(store.sync_queue(namespace, key)) is not None:
-                routed.append(key)
-        else:
-            bindings = await self.catalog.write(store.sync_bindings_of(namespace, exchange.name))
-            for queue, pattern in sorted(bindings):
-                matches = (
-                    pattern == key
-                    if exchange.type is ExchangeType.DIRECT
-                    else compile_topic(pattern).matches(key)
-                )
-                if matches:
-                    routed.append(queue)
-        for queue in routed:
-            await self._subscribe_topic(topic, queue)
-        self._prepared_keys.add((exchange.name, key))
-        return bool(routed)
+        return await count_ready(self._r.admin, self._topics.read_by(view, queue), queue)
 
     # ------------------------------------------------------------------ consuming
 
@@ -839,10 +602,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
-        topics = sorted(self._queue_topics(view, queue))
+        topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
-        consumer = await self._pulsar(
+        consumer = await amqp_errors(
             self._r.client.subscribe(
                 topics,
                 subscription_for(queue),
@@ -906,7 +669,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._drains.refresh(view)
             if view.topic_keys is not keys:
                 keys = view.topic_keys
-                self._forget_unregistered(keys)
+                self._publish_routes.forget_unregistered(keys)
             try:
                 await self._reconcile(view)
             except Exception:
@@ -914,29 +677,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
                     "following metadata changes in vhost %s failed", self.name, exc_info=True
                 )
 
-    def _forget_unregistered(self, keys: Mapping[str, frozenset[str]]) -> None:
-        """A key the leader unregistered (its queue long gone, cleaner.py) is prepared again
-        by the next publish: a queue declared since may be waiting for that handshake."""
-        self._prepared_keys = {
-            (exchange, key)
-            for exchange, key in self._prepared_keys
-            if key in keys.get(exchange, ())
-        }
-
     async def _reconcile(self, view: VhostView) -> None:
         for queue, subscriptions in list(self._consumers.items()):
             if queue not in view.queues:
                 for subscription in list(subscriptions):
                     await subscription.end()
                 continue
-            wanted = self._queue_topics(view, queue)
+            wanted = self._topics.read_by(view, queue)
             for subscription in list(subscriptions):
                 await self._retopic(subscription, wanted)
-        for queue, getter in list(self._getters.items()):
+        for queue, getter in list(self._basic_gets.by_queue.items()):
             if queue not in view.queues:
-                await self._close_getter(queue)
+                await self._basic_gets.close(queue)
             else:
-                await self._retopic(getter, self._queue_topics(view, queue))
+                await self._retopic(getter, self._topics.read_by(view, queue))
 
     @staticmethod
     async def _retopic(subscription: PulsarQueueSubscription, wanted: set[str]) -> None:
@@ -964,7 +718,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         )
         try:
             # Messages the Basic.Get consumer holds would never reach this consumer.
-            await self._close_getter(queue)
+            await self._basic_gets.close(queue)
             subscription = await self._subscription(queue, exclusive=exclusive, prefetch=prefetch)
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -1032,74 +786,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         queue = command.queue
         entity = await self.catalog.find_queue(queue, owner)
         await self._queue_use.used(queue, entity.arguments)
-        getter = self._getters.get(queue)
-        if getter is None or getter.closed:
-            # One small consumer per queue serves the Basic.Gets of a burst: none is created
-            # per call, and it goes when idle so it does not hold messages back from others.
-            getter = await self._subscription(queue, exclusive=False, read_ahead=1)
-            self._getters[queue] = getter
-            if not self._sweeping_getters:
-                self._sweeping_getters = True
-                self._r.nursery.start_soon(self._sweep_getters)
-        self._getter_used[queue] = trio.current_time()
-        delivery = getter.receive_nowait()
-        if delivery is None:
-            try:
-                with trio.move_on_after(GET_WAIT):
-                    delivery = await getter.receive()
-            except SubscriptionEnded:
-                # Retired while we waited (a consumer of the queue started), or the queue
-                # went (404, as a Get arriving a moment later would find).
-                await self.catalog.find_queue(queue, owner)
-        if delivery is None:
-            self._left_after_get.pop(queue, None)
-            return None
-        return delivery, await self._messages_left(queue, fallback=getter.consumer.buffered)
-
-    async def _messages_left(self, queue: str, *, fallback: int) -> int:
-        """Get-Ok's message_count: the messages ready in ``queue`` after the one just taken.
-
-        Counting asks the broker (two admin calls per topic of the queue), so a burst of Gets
-        counts once and then counts down. The message just taken is outstanding, so a fresh
-        count leaves it out. Should counting fail, the message is not lost over it: the
-        answer is then what the Get consumer has buffered (a lower bound)."""
-        now = trio.current_time()
-        known = self._left_after_get.get(queue)
-        if known is not None and known[0] > 0 and now - known[1] < GET_COUNT_FRESH:
-            left = known[0] - 1
-            self._left_after_get[queue] = (left, known[1])
-            return left
-        try:
-            left = await self._message_count(self._view, queue)
-        except AMQPError as error:
-            log.warning("Get-Ok message_count for '%s' not counted: %s", queue, error)
-            return fallback
-        self._left_after_get[queue] = (left, now)
-        return left
-
-    async def _close_getter(self, queue: str) -> None:
-        """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
-        at once, and it closes when the messages it handed out are settled."""
-        getter = self._getters.pop(queue, None)
-        self._getter_used.pop(queue, None)
-        self._left_after_get.pop(queue, None)
-        if getter is not None:
-            getter.retire(self._r.nursery.start_soon)
-
-    async def _sweep_getters(self) -> None:
-        try:
-            while self._getters:
-                await trio.sleep(GETTER_IDLE / 2)
-                now = trio.current_time()
-                for queue, used in list(self._getter_used.items()):
-                    getter = self._getters.get(queue)
-                    # Not while its client holds messages it got: a new getter could not
-                    # see what this one's read-ahead took meanwhile (one message per topic)
-                    # until they are settled.
-                    if now - used >= GETTER_IDLE and (getter is None or not getter.outstanding):
-                        await self._close_getter(queue)
-        finally:
-            self._sweeping_getters = False
+        return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 
     async def release(self, owner: Owner) -> None:
         for name in self.catalog.owned_by(owner):
@@ -1112,6 +799,4 @@ class PulsarVirtualHost(CatalogVirtualHost):
         for subscriptions in list(self._consumers.values()):
             for subscription in list(subscriptions):
                 await subscription.close()
-        for getter in list(self._getters.values()):
-            await getter.close()
-        self._getters.clear()
+        await self._basic_gets.aclose()

@@ -121,9 +121,9 @@ def test_get_after_a_pause_while_a_got_message_is_unacked(
 ) -> None:
     """The gateway's Basic.Get consumer goes when unused for a while; a message it had taken
     from Pulsar meanwhile must still reach the next Get."""
-    from gateway.backend.pulsar import vhost
+    from gateway.backend.pulsar import basic_get
 
-    monkeypatch.setattr(vhost, "GETTER_IDLE", 0.4)
+    monkeypatch.setattr(basic_get, "GETTER_IDLE", 0.4)
     channel.exchange_declare("a", "direct")
     channel.exchange_declare("b", "direct")
     channel.queue_declare("q")

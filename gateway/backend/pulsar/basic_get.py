@@ -1,0 +1,128 @@
+"""Basic.Get on Pulsar: one small consumer per queue serves the Gets of a burst.
+
+None is created per call (a Pulsar consumer costs a round trip to open), and it goes when idle
+so that it does not hold messages back from the queue's other consumers. Get-Ok's
+message_count is counted by the broker on the first Get of a burst, then counted down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from gateway.amqp.errors import AMQPError
+from gateway.backend.interface import SubscriptionEnded
+from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+
+log = logging.getLogger("gateway.pulsar.vhost")
+
+# How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
+GET_WAIT = 0.25
+# A Basic.Get consumer unused this long is closed (its prefetched messages go back).
+GETTER_IDLE = 1.0
+# Get-Ok's message_count: counted by the broker on the first Basic.Get of a burst, then
+# counted down by each Get; counted again when older than this (others publish and consume
+# meanwhile) or when a Get finds a message the count said was not there.
+GET_COUNT_FRESH = 1.0
+
+
+class BasicGetConsumers:
+    """The Basic.Get consumers of one vhost's queues."""
+
+    def __init__(
+        self,
+        start_soon: Callable[[Callable[[], Awaitable[None]]], None],
+        open_consumer: Callable[[str], Awaitable[PulsarQueueSubscription]],
+        count_ready: Callable[[str], Awaitable[int]],
+    ) -> None:
+        self._start_soon = start_soon
+        # open_consumer(queue): a consumer of every topic of the queue, reading ahead by one.
+        self._open_consumer = open_consumer
+        # count_ready(queue): the queue's ready messages (Queue.Declare-Ok's count).
+        self._count_ready = count_ready
+        #: Per queue, its Basic.Get consumer.
+        self.by_queue: dict[str, PulsarQueueSubscription] = {}
+        #: Per queue, when its consumer last served a Get (trio time).
+        self.used: dict[str, float] = {}
+        #: Per queue: (messages left at the last Basic.Get, when the broker last counted them).
+        self.left_after_get: dict[str, tuple[int, float]] = {}
+        self._sweeping = False
+
+    async def get(
+        self, queue: str, recheck_queue: Callable[[], Awaitable[object]]
+    ) -> tuple[PulsarDelivery, int] | None:
+        """One message of ``queue`` and the count left, or None (Get-Empty).
+        ``recheck_queue`` raises the channel error if the queue went meanwhile."""
+        getter = self.by_queue.get(queue)
+        if getter is None or getter.closed:
+            getter = await self._open_consumer(queue)
+            self.by_queue[queue] = getter
+            if not self._sweeping:
+                self._sweeping = True
+                self._start_soon(self._sweep)
+        self.used[queue] = trio.current_time()
+        delivery = getter.receive_nowait()
+        if delivery is None:
+            try:
+                with trio.move_on_after(GET_WAIT):
+                    delivery = await getter.receive()
+            except SubscriptionEnded:
+                # Retired while we waited (a consumer of the queue started), or the queue
+                # went (404, as a Get arriving a moment later would find).
+                await recheck_queue()
+        if delivery is None:
+            self.left_after_get.pop(queue, None)
+            return None
+        return delivery, await self._messages_left(queue, fallback=getter.consumer.buffered)
+
+    async def _messages_left(self, queue: str, *, fallback: int) -> int:
+        """Get-Ok's message_count: the messages ready in ``queue`` after the one just taken.
+
+        Counting asks the broker (two admin calls per topic of the queue), so a burst of Gets
+        counts once and then counts down. The message just taken is outstanding, so a fresh
+        count leaves it out. Should counting fail, the message is not lost over it: the
+        answer is then what the Get consumer has buffered (a lower bound)."""
+        now = trio.current_time()
+        known = self.left_after_get.get(queue)
+        if known is not None and known[0] > 0 and now - known[1] < GET_COUNT_FRESH:
+            left = known[0] - 1
+            self.left_after_get[queue] = (left, known[1])
+            return left
+        try:
+            left = await self._count_ready(queue)
+        except AMQPError as error:
+            log.warning("Get-Ok message_count for '%s' not counted: %s", queue, error)
+            return fallback
+        self.left_after_get[queue] = (left, now)
+        return left
+
+    async def close(self, queue: str) -> None:
+        """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
+        at once, and it closes when the messages it handed out are settled."""
+        getter = self.by_queue.pop(queue, None)
+        self.used.pop(queue, None)
+        self.left_after_get.pop(queue, None)
+        if getter is not None:
+            getter.retire(self._start_soon)
+
+    async def _sweep(self) -> None:
+        try:
+            while self.by_queue:
+                await trio.sleep(GETTER_IDLE / 2)
+                now = trio.current_time()
+                for queue, used in list(self.used.items()):
+                    getter = self.by_queue.get(queue)
+                    # Not while its client holds messages it got: a new getter could not
+                    # see what this one's read-ahead took meanwhile (one message per topic)
+                    # until they are settled.
+                    if now - used >= GETTER_IDLE and (getter is None or not getter.outstanding):
+                        await self.close(queue)
+        finally:
+            self._sweeping = False
+
+    async def aclose(self) -> None:
+        for getter in list(self.by_queue.values()):
+            await getter.close()
+        self.by_queue.clear()

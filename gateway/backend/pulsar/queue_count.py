@@ -1,0 +1,52 @@
+"""How many messages the broker holds for a queue, counted as AMQP counts them.
+
+Pulsar's backlog counts batch entries, not messages: the broker is asked to analyze the
+backlog of each topic the queue reads. The vhost takes off what its own clients hold
+unacknowledged (vhost.py ``_message_count``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from gateway.backend.pulsar.resources import PulsarResources
+from gateway.model.naming import subscription_for
+from gateway.pulsar.errors import ClosedError, PulsarClientError, amqp_errors
+
+log = logging.getLogger("gateway.pulsar.vhost")
+
+
+async def flush_writes(resources: PulsarResources, topics: Iterable[str]) -> None:
+    """Wait until the messages this replica is still writing to ``topics`` are stored.
+
+    RabbitMQ handles a channel's methods in order, so a count (Queue.Declare-Ok, purge,
+    delete if-empty) right after a publish includes the message even before its confirm;
+    Pulsar's backlog does not show it until the write completes."""
+    producers = resources.producers.producers
+    for topic in topics:
+        producer = producers.get(topic)
+        if producer is not None and producer.in_flight:
+            try:
+                await producer.flush()  # completes once every earlier send completed
+            except (ClosedError, PulsarClientError) as error:
+                log.debug("flush before counting %s: %s", topic, error)
+
+
+async def broker_ready_count(resources: PulsarResources, topics: set[str], queue: str) -> int:
+    """The messages of ``queue``'s subscription on ``topics`` not yet acknowledged, after
+    this replica's writes in flight are stored."""
+    total = 0
+    subscription = subscription_for(queue)
+    admin = resources.admin
+    await flush_writes(resources, topics)
+    for topic in topics:
+        stats = await amqp_errors(admin.topic_stats(topic), f"counting '{queue}'")
+        found = stats.subscriptions.get(subscription)
+        if found is None or found.msg_backlog == 0:
+            continue
+        analysis = await amqp_errors(
+            admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
+        )
+        total += analysis.messages_in(found.msg_backlog)
+    return total
