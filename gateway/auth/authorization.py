@@ -153,6 +153,7 @@ class AuthorizingVirtualHost:
     def __init__(self, inner: VirtualHost, store: PermissionStore, scope: str, user: str) -> None:
         self.inner = inner
         self.name = inner.name
+        self.replies = inner.replies
         self._store = store
         self._scope = scope
         self._user = user

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from gateway.amqp.errors import ReplyCode, amqp_error
+from gateway.backend.replies import ReplyRegistry
 
 
 def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
@@ -19,6 +20,7 @@ def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
 class UnsupportedVirtualHost:
     def __init__(self, name: str) -> None:
         self.name = name
+        self.replies = ReplyRegistry()
 
     async def declare_exchange(self, *args: Any, **kwargs: Any) -> None:
         _refuse()
