@@ -8,7 +8,9 @@ RPC costs two plain publishes' worth of work.
 
 Each vhost of each replica has one ``ReplyRegistry``; ``<replica>`` names it. A reply that
 reaches another replica is handed to the registry's ``forward`` (the Pulsar backend sends it to
-the requester's replica, which delivers it here); without one it is refused (540).
+the requester's replica: backend/pulsar/replies.py), without one it is refused (540);
+``listen`` runs before a consumer is registered, so that the replica receives forwarded
+replies before the requester can send its first request.
 
 Replies are at-most-once, as in RabbitMQ: one for a consumer that is gone, or that has fallen
 ``REPLY_BUFFER`` replies behind, is dropped.
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 # Sends a reply for a name of another replica there (the name says which).
 Forward = Callable[[str, "Message"], Awaitable[None]]
+Listen = Callable[[], Awaitable[None]]
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_TO + "."
@@ -57,13 +60,22 @@ class ReplyConsumer:
 class ReplyRegistry:
     """One vhost's reply consumers on this replica, by generated name."""
 
-    def __init__(self, forward: Forward | None = None) -> None:
+    def __init__(self, forward: Forward | None = None, listen: Listen | None = None) -> None:
         self.replica = secrets.token_hex(6)
         self._prefix = f"{REPLY_PREFIX}{self.replica}."
         self._consumers: dict[str, ReplyConsumer] = {}
         self.forward = forward
+        self._listen = listen
 
-    def register(self, tag: str) -> ReplyConsumer:
+    @staticmethod
+    def replica_of(name: str) -> str:
+        """The replica part of a generated name ("" for a name that is not one)."""
+        replica, dot, _token = name.removeprefix(REPLY_PREFIX).partition(".")
+        return replica if dot and name.startswith(REPLY_PREFIX) else ""
+
+    async def register(self, tag: str) -> ReplyConsumer:
+        if self._listen is not None:
+            await self._listen()
         name = self._prefix + secrets.token_urlsafe(12)
         inbox, outbox = trio.open_memory_channel["Message"](REPLY_BUFFER)
         consumer = ReplyConsumer(tag, name, inbox, outbox)

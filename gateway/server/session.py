@@ -614,7 +614,7 @@ class AMQPSession:
             raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
         if state.reply is not None:
             raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer already set")
-        reply = self._vhost.replies.register(tag)
+        reply = await self._vhost.replies.register(tag)
         state.reply = reply
         self._counts.consumers += 1
         self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))

@@ -60,8 +60,8 @@ from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.backend.replies import ReplyRegistry
 from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import REMOVE, DrainRecord, Position, QueueCondition, VhostView
@@ -142,7 +142,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.namespace = namespace
         self._r = resources
         self.catalog = Catalog(name, str(namespace), resources.store)
-        self.replies = ReplyRegistry()
+        self.replies = ReplyForwarding(
+            resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
+        ).registry
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
         # Each consumer's registration in the metadata store (its id there), and, once the
         # consumer closed, the unregistration under way (set when done).
