@@ -254,6 +254,11 @@ class AuthorizingVirtualHost:
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
         return await self.inner.publish(message, mandatory=mandatory)
 
+    async def send_reply(self, message: Message) -> None:
+        # A reply is a publish to the default exchange: RabbitMQ checks the same permission.
+        self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
+        await self.inner.send_reply(message)
+
     async def consume(
         self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:

@@ -165,6 +165,11 @@ class VirtualHost(Protocol):
         """
         ...
 
+    async def send_reply(self, message: Message) -> None:
+        """A direct reply (default exchange, routing key ``amq.rabbitmq.reply-to.*``): to its
+        requester through ``replies``, wherever it is; dropped if it is gone."""
+        ...
+
     async def consume(
         self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
     ) -> QueueSubscription:

@@ -8,7 +8,7 @@ RPC costs two plain publishes' worth of work.
 
 Each vhost of each replica has one ``ReplyRegistry``; ``<replica>`` names it. A reply that
 reaches another replica is handed to the registry's ``forward`` (the Pulsar backend sends it to
-the requester's replica: backend/pulsar/replies.py), without one it is refused (540);
+the requester's replica: backend/pulsar/replies.py);
 ``listen`` runs before a consumer is registered, so that the replica receives forwarded
 replies before the requester can send its first request.
 
@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
-
-from gateway.amqp.errors import ReplyCode, amqp_error
 
 if TYPE_CHECKING:
     from gateway.backend.interface import Message
@@ -99,11 +97,8 @@ class ReplyRegistry:
             self.deliver(name, message)
         elif self.forward is not None:
             await self.forward(name, message)
-        else:
-            raise amqp_error(
-                ReplyCode.NOT_IMPLEMENTED,
-                f"direct reply-to across gateway replicas: '{name}' is not on this replica",
-            )
+        # else: one process (the memory backend), no other replica: a name it did not
+        # generate is nobody's, and its reply is dropped as RabbitMQ drops one it cannot decode.
 
     def deliver(self, name: str, message: Message) -> None:
         """Hand a reply to its requester's channel here, or drop it (gone, or not keeping

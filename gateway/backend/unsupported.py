@@ -25,6 +25,9 @@ class UnsupportedVirtualHost:
     async def declare_exchange(self, *args: Any, **kwargs: Any) -> None:
         _refuse()
 
+    async def send_reply(self, *args: Any, **kwargs: Any) -> None:
+        _refuse()
+
     async def delete_exchange(self, *args: Any, **kwargs: Any) -> None:
         _refuse()
 

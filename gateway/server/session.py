@@ -663,7 +663,7 @@ class AMQPSession:
     async def _send_reply(self, message: Message) -> PublishOutcome:
         """A reply: to the requester's channel or dropped; either way "routed" (no
         Basic.Return even when mandatory) and confirmed at once, as RabbitMQ does."""
-        await self._vhost.replies.send(message.routing_key, message)
+        await self._vhost.send_reply(message)
         return PublishOutcome(routed=True)
 
     def _reply_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
