@@ -35,6 +35,8 @@ Listen = Callable[[], Awaitable[None]]
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_TO + "."
+# What the publish path looks for in a raw property list before decoding it.
+REPLY_TO_BYTES = REPLY_TO.encode()
 # Replies waiting for the requester's channel to write them; beyond this the requester is not
 # keeping up and, like RabbitMQ's volatile queue, the gateway drops rather than buffers.
 REPLY_BUFFER = 1024

@@ -37,6 +37,7 @@ from gateway.backend.interface import (
 from gateway.backend.replies import (
     REPLY_PREFIX,
     REPLY_TO,
+    REPLY_TO_BYTES,
     ReplyConsumer,
     is_reply_name,
 )
@@ -307,7 +308,7 @@ class AMQPSession:
             counts.publishers += 1
         # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
         check_user_id(event.header, self._link.owner.user)
-        if REPLY_TO.encode() in event.header:  # a byte search: no decode for other messages
+        if REPLY_TO_BYTES in event.header:  # a byte search: no decode for other messages
             message = self._reply_to_rewritten(state, message)
         if not event.exchange and event.routing_key.startswith(REPLY_PREFIX):
             outcome = await self._send_reply(message)
