@@ -12,9 +12,10 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
   version whose behaviour we follow, and our own version under ``starlight_version``.
 
 Advertised is exactly what the gateway implements (a client that sees a capability uses it):
-``exchange_exchange_bindings`` (Exchange.Bind is answered 540), ``consumer_priorities``
-(``x-priority`` is refused, docs/compatibility.md) and ``direct_reply_to`` are not; nor is
-anything false listed, as RabbitMQ lists only what it has.
+``exchange_exchange_bindings`` (Exchange.Bind is answered 540) and ``consumer_priorities``
+(``x-priority`` is refused, docs/compatibility.md) are not; nor is anything false listed, as
+RabbitMQ lists only what it has. ``direct_reply_to`` is RabbitMQ's name for
+``amq.rabbitmq.reply-to`` (backend/replies.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ SERVER_CAPABILITIES: dict[str, bool] = {
     "connection.blocked": True,
     "per_consumer_qos": True,
     "authentication_failure_close": True,
+    "direct_reply_to": True,
 }
 
 _PLATFORM = f"Python {platform.python_version()}"

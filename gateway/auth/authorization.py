@@ -153,6 +153,7 @@ class AuthorizingVirtualHost:
     def __init__(self, inner: VirtualHost, store: PermissionStore, scope: str, user: str) -> None:
         self.inner = inner
         self.name = inner.name
+        self.replies = inner.replies
         self._store = store
         self._scope = scope
         self._user = user
@@ -252,6 +253,11 @@ class AuthorizingVirtualHost:
         # The hot path: no command object, one check.
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
         return await self.inner.publish(message, mandatory=mandatory)
+
+    async def send_reply(self, message: Message) -> None:
+        # A reply is a publish to the default exchange: RabbitMQ checks the same permission.
+        self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
+        await self.inner.send_reply(message)
 
     async def consume(
         self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0

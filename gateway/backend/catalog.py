@@ -13,6 +13,7 @@ from typing import TypeVar
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode, amqp_error
 from gateway.backend.interface import Message, Owner
+from gateway.backend.replies import ReplyRegistry
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.store import (
     DrainRecord,
@@ -369,9 +370,13 @@ class CatalogVirtualHost:
     """Base of both backends' vhosts: operations that are the catalog's alone."""
 
     catalog: Catalog
+    replies: ReplyRegistry
 
     async def declare_exchange(self, command: cmd.ExchangeDeclare) -> None:
         await self.catalog.declare_exchange(command)
+
+    async def send_reply(self, message: Message) -> None:
+        await self.replies.send(message.routing_key, message)
 
     async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
         await self.catalog.delete_exchange(command)

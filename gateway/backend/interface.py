@@ -14,6 +14,7 @@ from typing import Protocol
 
 from gateway.amqp import commands as cmd
 from gateway.amqp.properties import MessageProperties, decode_properties
+from gateway.backend.replies import ReplyRegistry
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ class VirtualHost(Protocol):
     """One vhost's exchanges, queues, bindings and messages."""
 
     name: str
+    # The direct reply-to consumers of this vhost on this replica (replies.py).
+    replies: ReplyRegistry
 
     # Each entity operation takes the client's command as the core decoded it (names already
     # normalised by the channel logic: never empty, CR/LF stripped), and reads what it needs.
@@ -160,6 +163,11 @@ class VirtualHost(Protocol):
         before saying so. Must be cancellation-safe: a cancelled publish has sent nothing, so
         it can be retried.
         """
+        ...
+
+    async def send_reply(self, message: Message) -> None:
+        """A direct reply (default exchange, routing key ``amq.rabbitmq.reply-to.*``): to its
+        requester through ``replies``, wherever it is; dropped if it is gone."""
         ...
 
     async def consume(

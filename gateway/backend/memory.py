@@ -27,6 +27,7 @@ from gateway.backend.interface import (
     SubscriptionEnded,
 )
 from gateway.backend.overflow import RefusedStored
+from gateway.backend.replies import ReplyRegistry
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import Reason
@@ -168,6 +169,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
     def __init__(self, name: str, namespace: str, store: MetadataStore) -> None:
         self.name = name
         self.catalog = Catalog(name, namespace, store)
+        self.replies = ReplyRegistry()  # one process: no other replica to forward to
         self._queues: dict[str, MemoryQueue] = {}
         self._last_used: dict[str, float] = {}  # x-expires: each queue's latest use
 

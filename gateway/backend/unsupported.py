@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from gateway.amqp.errors import ReplyCode, amqp_error
+from gateway.backend.replies import ReplyRegistry
 
 
 def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
@@ -19,8 +20,12 @@ def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
 class UnsupportedVirtualHost:
     def __init__(self, name: str) -> None:
         self.name = name
+        self.replies = ReplyRegistry()
 
     async def declare_exchange(self, *args: Any, **kwargs: Any) -> None:
+        _refuse()
+
+    async def send_reply(self, *args: Any, **kwargs: Any) -> None:
         _refuse()
 
     async def delete_exchange(self, *args: Any, **kwargs: Any) -> None:

@@ -24,6 +24,7 @@ from gateway.amqp import events as ev
 from gateway.amqp.connection import ServerConnection
 from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
+from gateway.amqp.properties import encode_properties
 from gateway.backend.interface import (
     Delivery,
     Message,
@@ -33,7 +34,14 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
-from gateway.model.entities import check_queue_declare
+from gateway.backend.replies import (
+    REPLY_PREFIX,
+    REPLY_TO,
+    REPLY_TO_BYTES,
+    ReplyConsumer,
+    is_reply_name,
+)
+from gateway.model.entities import check_queue_declare, not_found
 from gateway.model.naming import server_named_queue
 from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
@@ -109,6 +117,7 @@ class SessionChannel:
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
+    reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
 
     def signal_credit(self) -> None:
         self.credit_changed.set()
@@ -252,6 +261,9 @@ class AMQPSession:
         self._protocol.send_reply(state.number, command, cmd.ExchangeDeleteOk())
 
     async def _queue_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
+        if is_reply_name(command.queue):
+            self._reply_declare(state, command)
+            return
         if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
             check_queue_declare(command.queue, passive=command.passive)
@@ -304,6 +316,8 @@ class AMQPSession:
             counts.publishers += 1
         # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
         check_user_id(event.header, self._link.owner.user)
+        if REPLY_TO_BYTES in event.header:  # a byte search: no decode for other messages
+            message = self._reply_to_rewritten(state, message)
         if state.tx is not None:
             state.tx.hold_publish(message, event.mandatory)  # published at Tx.Commit
             return
@@ -313,11 +327,14 @@ class AMQPSession:
             state.confirms.add(outcome.stored)
 
     async def _route(self, channel: int, message: Message, mandatory: bool) -> PublishOutcome:
-        """Publish ``message`` to the backend; Basic.Return it if it is mandatory and
-        unroutable."""
+        """Publish ``message`` to the backend (a direct reply to its requester); Basic.Return
+        it if it is mandatory and unroutable."""
         counts = self._counts
         size = len(message.body)
-        outcome = await self._publish_or_block(message, mandatory)
+        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
+            outcome = await self._send_reply(message)
+        else:
+            outcome = await self._publish_or_block(message, mandatory)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
@@ -453,9 +470,12 @@ class AMQPSession:
     async def _basic_consume(self, state: SessionChannel, command: cmd.BasicConsume) -> None:
         command = self._named(state, command)
         tag = command.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
-        if tag in state.consumers:
+        if tag in state.consumers or (state.reply is not None and state.reply.tag == tag):
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if command.queue == REPLY_TO:
+            await self._reply_consume(state, command, tag)
+            return
         subscription = await self._vhost.consume(
             command,
             self._link.owner,
@@ -547,6 +567,8 @@ class AMQPSession:
         await self._link.flush()
 
     async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:
+        if state.reply is not None and state.reply.tag == command.consumer_tag:
+            self._reply_cancel(state)
         consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
@@ -662,6 +684,8 @@ class AMQPSession:
             # An uncommitted transaction dies with its channel: its messages were never
             # published, the deliveries it settled go back to the queue with the rest.
             state.tags.restore(state.tx.held_entries())
+        if state.reply is not None:
+            self._reply_cancel(state)
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
             for consumer in state.consumers.values():
@@ -672,3 +696,77 @@ class AMQPSession:
             for consumer in state.consumers.values():
                 await consumer.subscription.close()
             state.consumers.clear()
+
+    # ------------------------------------------------------------------ direct reply-to
+    # RabbitMQ's direct-reply-to.md and rabbit_channel's fast reply-to clauses; the names and
+    # their registry are direct_reply.py's.
+
+    async def _reply_consume(
+        self, state: SessionChannel, command: cmd.BasicConsume, tag: str
+    ) -> None:
+        if not command.no_ack:
+            # No queue to give a reply back to: RabbitMQ refuses acknowledgement mode.
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if state.reply is not None:
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer already set")
+        reply = await self._vhost.replies.register(tag)
+        state.reply = reply
+        self._counts.consumers += 1
+        self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))
+        await self._link.flush()
+        self._link.nursery.start_soon(self._reply_loop, state, reply)
+
+    async def _reply_loop(self, state: SessionChannel, reply: ReplyConsumer) -> None:
+        """Deliver the replies; ends when the consumer is cancelled (its inbox closed)."""
+        counts = self._counts
+        async with reply.outbox:
+            async for message in reply.outbox:
+                if state.reply is not reply:
+                    return
+                counts.delivered_bytes += len(message.body)
+                counts.acknowledged_bytes += len(message.body)
+                counts.delivered_consume_auto_ack += 1
+                self._protocol.send_deliver(
+                    state.number,
+                    reply.tag,
+                    state.tags.next(),
+                    False,
+                    message.exchange,
+                    message.routing_key,
+                    message.header,
+                    message.body,
+                )
+                if not reply.outbox.statistics().current_buffer_used:
+                    await self._link.flush()
+
+    def _reply_cancel(self, state: SessionChannel) -> None:
+        if state.reply is not None:
+            self._vhost.replies.unregister(state.reply)
+            state.reply = None
+            self._counts.consumers -= 1
+
+    def _reply_to_rewritten(self, state: SessionChannel, message: Message) -> Message:
+        """A request's ``reply_to=amq.rabbitmq.reply-to`` becomes the channel's reply name."""
+        if message.properties.reply_to != REPLY_TO:
+            return message
+        if state.reply is None:
+            # The requester must consume on the channel it publishes the request on.
+            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
+        header = encode_properties(replace(message.properties, reply_to=state.reply.name))
+        return replace(message, header=header)
+
+    async def _send_reply(self, message: Message) -> PublishOutcome:
+        """A reply: to the requester's channel or dropped; either way "routed" (no
+        Basic.Return even when mandatory) and confirmed at once, as RabbitMQ does."""
+        await self._vhost.send_reply(message)
+        return PublishOutcome(routed=True)
+
+    def _reply_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
+        """The pseudo-queue cannot be created, only checked (passive or not): 0 messages and
+        1 consumer while the requester is there, 404 once it is gone."""
+        if command.queue != REPLY_TO and not self._vhost.replies.alive(command.queue):
+            # A name of another replica too: whether its requester is still there is not
+            # known here, and answering "there" could keep a server working for nobody.
+            raise not_found("queue", command.queue, self._vhost.name)
+        state.last_queue = command.queue
+        self._protocol.send_reply(state.number, command, cmd.QueueDeclareOk(command.queue, 0, 1))

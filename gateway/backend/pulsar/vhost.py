@@ -62,6 +62,7 @@ from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
@@ -131,6 +132,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.namespace = namespace
         self._r = resources
         self.catalog = Catalog(name, str(namespace), resources.store)
+        self.replies = ReplyForwarding(
+            resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
+        ).registry
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
         # Each consumer's registration in the metadata store (its id there), and, once the
         # consumer closed, the unregistration under way (set when done).

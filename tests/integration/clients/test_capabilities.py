@@ -21,6 +21,7 @@ IMPLEMENTED = {
     "connection.blocked",  # Connection.Blocked while Pulsar holds publishes back
     "per_consumer_qos",  # Basic.Qos global=false is per consumer
     "authentication_failure_close",  # Connection.Close 403 on a refused login
+    "direct_reply_to",  # amq.rabbitmq.reply-to (test_direct_reply_to.py)
 }
 
 

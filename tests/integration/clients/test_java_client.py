@@ -116,6 +116,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
             "basic.nack",
             "connection.blocked",
             "consumer_cancel_notify",
+            "direct_reply_to",
             "per_consumer_qos",
             "publisher_confirms",
         ]
@@ -186,8 +187,10 @@ def test_exclusive_consumer_and_cancel_notification(java: str, gateway: GatewayI
     assert facts["channel_open"] == "true"
 
 
-def test_rpc_client_and_server(java: str, gateway: GatewayInThread) -> None:
-    facts = facts_of(java, "rpc", gateway)
+@pytest.mark.parametrize("reply_to", ["queue", "direct"])
+def test_rpc_client_and_server(java: str, gateway: GatewayInThread, reply_to: str) -> None:
+    # "direct": RpcClient with amq.rabbitmq.reply-to (direct reply-to), its default.
+    facts = facts_of(java, "rpc", gateway, reply_to)
     assert facts["replies"] == "pong:ping0,pong:ping1,pong:ping2"
     assert facts["server_stopped"] == "true"
 

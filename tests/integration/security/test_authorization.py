@@ -284,6 +284,12 @@ CASES = [
         _publish(lambda n: "", lambda n: n.q),
         [(Access.WRITE, "exchange", "amq.default")],
     ),
+    Case(
+        # A direct reply (to a requester long gone: dropped) is a default-exchange publish.
+        "basic.publish of a direct reply",
+        _publish(lambda n: "", lambda n: "amq.rabbitmq.reply-to.gone.token"),
+        [(Access.WRITE, "exchange", "amq.default")],
+    ),
     Case("basic.consume", _consume, [(Access.READ, "queue", "q")]),
     Case("basic.get", lambda ch, n: ch.basic_get(n.q), [(Access.READ, "queue", "q")]),
 ]

@@ -50,9 +50,10 @@ def test_handshake_transcript_as_pika_sends_it() -> None:
         "connection.blocked",
         "per_consumer_qos",
         "authentication_failure_close",
+        "direct_reply_to",
     ):
         assert caps[name] is True, name
-    for missing in ("direct_reply_to", "exchange_exchange_bindings", "consumer_priorities"):
+    for missing in ("exchange_exchange_bindings", "consumer_priorities"):
         assert missing not in caps, missing  # not implemented
 
     [login] = client.send(start_ok())

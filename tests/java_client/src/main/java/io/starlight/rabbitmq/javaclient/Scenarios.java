@@ -519,7 +519,9 @@ public final class Scenarios {
               });
       serving.start();
       Channel clientChannel = connection.createChannel();
-      String replyTo = clientChannel.queueDeclare().getQueue();
+      // "direct": RpcClientParams' default reply-to, RabbitMQ's direct reply-to pseudo-queue.
+      boolean direct = arguments.length > 0 && arguments[0].equals("direct");
+      String replyTo = direct ? "amq.rabbitmq.reply-to" : clientChannel.queueDeclare().getQueue();
       RpcClient client =
           new RpcClient(
               new RpcClientParams()
