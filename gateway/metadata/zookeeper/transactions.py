@@ -49,7 +49,9 @@ from gateway.metadata.paths import (
     Layout,
     bucket_for,
     decode_binding_id,
+    decode_exchange_binding_id,
     encode_name,
+    is_exchange_binding_id,
 )
 from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.calls import (
@@ -87,8 +89,20 @@ def binding_ref(layout: Layout, namespace: str, folder: Folder, name: str, bindi
     return f"{layout.node(namespace, folder, encode_name(name))}/{binding}"
 
 
+def exchange_binding_refs(layout: Layout, namespace: str, binding: str) -> list[str]:
+    """An exchange binding's refs (``binding``: its id): under its source and its
+    destination, one ref when they are the same exchange."""
+    parsed = decode_exchange_binding_id(binding)
+    ends = dict.fromkeys((parsed.source, parsed.destination))
+    return [binding_ref(layout, namespace, Folder.EXCHANGES, end, binding) for end in ends]
+
+
 def unbind_ops(layout: Layout, namespace: str, binding: str) -> list[Op]:
-    """Delete a binding (by id) with its two refs."""
+    """Delete a binding (by id: a queue's or an exchange's) with its refs."""
+    if is_exchange_binding_id(binding):
+        refs = exchange_binding_refs(layout, namespace, binding)
+        node = layout.node(namespace, Folder.EXCHANGE_BINDINGS, binding)
+        return [Delete(node), *(Delete(ref) for ref in refs)]
     parsed = decode_binding_id(binding)
     return [
         Delete(layout.node(namespace, Folder.BINDINGS, binding)),

@@ -16,16 +16,24 @@ from gateway.metadata.codec import (
     binding_from_child,
     binding_id,
     decode_binding,
+    decode_drain,
     decode_exchange,
+    decode_exchange_binding,
     decode_queue,
     encode_binding,
+    encode_drain,
     encode_exchange,
+    encode_exchange_binding,
     encode_queue,
+    exchange_binding_from_child,
+    exchange_binding_id,
     topic_key_child,
     topic_key_from_child,
 )
 from gateway.metadata.paths import encode_name
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.metadata.store import REMOVE, DrainRecord
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
+from gateway.model.graph import RouteSnapshot
 from tests.unit.amqp.strategies import tables
 
 names = st.text(max_size=30)
@@ -58,6 +66,60 @@ def test_bindings_round_trip(queue: str, exchange: str, key: str, args: dict[str
         assert binding_from_child(child) is None  # the data must be read
     else:
         assert binding_from_child(child) == binding  # the name says it all
+
+
+@given(names, names, names, tables())
+def test_exchange_bindings_round_trip(
+    source: str, destination: str, key: str, args: dict[str, Field]
+) -> None:
+    binding = ExchangeBinding(source, destination, key, args)
+    child = exchange_binding_id(binding)
+    assert decode_exchange_binding(child, encode_exchange_binding(binding)) == binding
+    if args:
+        assert exchange_binding_from_child(child) is None
+    else:
+        assert exchange_binding_from_child(child) == binding
+    with pytest.raises(ValueError):
+        decode_exchange_binding(
+            child, encode_exchange_binding(ExchangeBinding("", "", "", {"z": Field("t", True)}))
+        )
+
+
+@given(names, names, names, tables(), tables())
+def test_drain_records_keep_the_bindings_they_judge_by(
+    queue: str, exchange: str, key: str, args: dict[str, Field], edge_args: dict[str, Field]
+) -> None:
+    via = RouteSnapshot(
+        (Exchange(exchange, ExchangeType.HEADERS), Exchange(key, ExchangeType.TOPIC)),
+        (Binding(queue, key, key, args), Binding(queue, exchange, "")),
+        (ExchangeBinding(exchange, key, "", edge_args),),
+    )
+    for record in (
+        DrainRecord((1, 2)),
+        DrainRecord((1, 2), (3, 4)),
+        DrainRecord((5, 6), (5, 6), via),
+        REMOVE,
+    ):
+        assert decode_drain(encode_drain(record)) == record
+    assert json.loads(encode_drain(DrainRecord((1, 2), via=RouteSnapshot()))) == {
+        "v": 1,
+        "end": [1, 2],
+        "via": {"exchanges": [], "bindings": [], "exchange_bindings": []},
+    }
+
+
+@pytest.mark.parametrize(
+    "via",
+    [
+        [],
+        {"exchanges": [["x"]]},
+        {"bindings": [["q", "x", 1, None]]},
+        {"exchanges": [["x", "nope"]]},
+    ],
+)
+def test_malformed_drain_bindings_are_refused(via: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        decode_drain(json.dumps({"v": 1, "end": [1, 2], "via": via}).encode())
 
 
 def test_documents_are_small_and_readable() -> None:
