@@ -378,8 +378,10 @@ def encode_drain(record: DrainRecord) -> bytes:
     document: dict[str, Any] = {"v": FORMAT_VERSION, "end": list(record.end)}
     if record.resumed is not None:
         document["resumed"] = list(record.resumed)
-    if record.via is not None:
-        document["via"] = _encode_snapshot(record.via)
+    if record.via:
+        document["via"] = [
+            {"until": list(until), **_encode_snapshot(snapshot)} for until, snapshot in record.via
+        ]
     return _dump(document)
 
 
@@ -390,16 +392,28 @@ def decode_drain(data: bytes) -> DrainRecord:
     end = _position(document.get("end"), "end")
     if end is None:
         raise ValueError("a drain record without 'end' or 'remove'")
-    via = document.get("via")
+    via = document.get("via", [])
+    if not isinstance(via, list):
+        raise ValueError("'via' is not a list")
     return DrainRecord(
         end,
         _position(document.get("resumed"), "resumed"),
-        None if via is None else _decode_snapshot(via),
+        tuple(_judged(part) for part in via),
     )
 
 
-# A drain's "via": the bindings that routed what it drains, as
-# {"exchanges": [[name, type]...], "bindings": [[queue, exchange, key, arguments|null]...],
+def _judged(part: Any) -> tuple[Position, RouteSnapshot]:
+    if not isinstance(part, dict):
+        raise ValueError("an entry of 'via' is not an object")
+    until = _position(part.get("until"), "until")
+    if until is None:
+        raise ValueError("an entry of 'via' has no 'until'")
+    return until, _decode_snapshot(part)
+
+
+# A drain's "via": the bindings that routed what it drains, one entry per change of them,
+# {"until": [ledger, entry], "exchanges": [[name, type]...],
+#  "bindings": [[queue, exchange, key, arguments|null]...],
 #  "exchange_bindings": [[source, destination, key, arguments|null]...]}, arguments as in
 # entity documents (the base64 of their wire encoding).
 

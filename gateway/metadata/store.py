@@ -43,14 +43,15 @@ class DrainRecord:
     deletes it from Pulsar (after a queue delete, or once a drain has finished).
 
     ``via``: when the queue's consumers judge each message of the topic (a headers binding,
-    or exchange bindings on the way, model/graph.py), the bindings that routed the messages
-    up to ``end``: those are judged by them, not by the bindings left. A record whose
-    ``resumed`` equals ``end`` excludes nothing: the topic stays bound, only some of the
-    bindings that routed into it went (``via`` keeps them for what came before)."""
+    or exchange bindings on the way, model/graph.py), the bindings that routed what came
+    before each change of them: ``(until, bindings)`` pairs in order, a message up to
+    ``until`` (and past the pairs before) judged by ``bindings``, a later one by the bindings
+    of now. A record whose ``resumed`` equals ``end`` excludes nothing: the topic stays bound,
+    only some of the bindings that routed into it went (``via`` keeps them)."""
 
     end: Position | None = None
     resumed: Position | None = None
-    via: RouteSnapshot | None = None
+    via: tuple[tuple[Position, RouteSnapshot], ...] = ()
 
     @property
     def removing(self) -> bool:
@@ -58,10 +59,10 @@ class DrainRecord:
 
     def judged_by(self, position: Position) -> RouteSnapshot | None:
         """The bindings that routed a message at ``position`` (None: the current ones)."""
-        end = self.end
-        if self.via is None or end is None or position > end:
-            return None
-        return self.via
+        for until, snapshot in self.via:
+            if position <= until:
+                return snapshot
+        return None
 
     def excludes(self, position: Position) -> bool:
         """Whether a message at ``position`` was written while the queue was not bound."""

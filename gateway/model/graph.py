@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final
 
 from gateway.amqp.fieldtable import Field
 from gateway.model.entities import (
@@ -56,7 +56,6 @@ __all__ = [
     "binding_passes",
 ]
 
-T = TypeVar("T")
 Headers = Mapping[str, Field] | None
 # Routings per graph remembered by ``deliveries`` for sources without headers exchanges
 # downstream (their answer depends on the routing key alone).
@@ -105,15 +104,6 @@ class RouteSnapshot:
     bindings: tuple[Binding, ...] = ()
     exchange_bindings: tuple[ExchangeBinding, ...] = ()
 
-    def merged(self, other: RouteSnapshot) -> RouteSnapshot:
-        """Both snapshots' paths (a message judged by either is admitted)."""
-        exchanges = {exchange.name: exchange for exchange in (*self.exchanges, *other.exchanges)}
-        return RouteSnapshot(
-            tuple(exchanges[name] for name in sorted(exchanges)),
-            tuple(_unique(self.bindings, other.bindings)),
-            tuple(_unique(self.exchange_bindings, other.exchange_bindings)),
-        )
-
     def graph(self) -> RoutingGraph:
         exchanges = {exchange.name: exchange for exchange in self.exchanges}
         routers: dict[str, Router] = {}
@@ -126,13 +116,6 @@ class RouteSnapshot:
             return found
 
         return RoutingGraph(exchanges.get, router, self.exchange_bindings)
-
-
-def _unique(first: Iterable[T], second: Iterable[T]) -> list[T]:
-    seen: dict[T, None] = {}
-    for item in (*first, *second):
-        seen.setdefault(item, None)
-    return list(seen)
 
 
 @dataclass(eq=False, slots=True)

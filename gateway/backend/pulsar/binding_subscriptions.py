@@ -19,21 +19,35 @@ did (E's node: does an exchange binding lead into E?); nothing else changes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import trio
+
+from gateway.amqp import commands as cmd
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.drains import position_of
-from gateway.backend.pulsar.queue_topics import QueueTopics, source_topics
+from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view, source_topics
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
 from gateway.metadata.store import DrainRecord, VhostView
 from gateway.model.entities import Binding, ExchangeBinding
 from gateway.pulsar.errors import amqp_errors
 
-__all__ = ["BindingSubscriptions", "Prepared"]
+__all__ = ["BindingSubscriptions", "ExchangeBindingChanges", "Prepared"]
 
 Subscribe = Callable[[str, str], Awaitable[None]]
+Drains = Mapping[tuple[str, str], DrainRecord]
+
+
+class PlanDrains(Protocol):
+    """What the vhost's ``_plan_drains`` is: the records a change writes."""
+
+    async def __call__(
+        self, before: VhostView, queues: Iterable[str], *, after: VhostView | None = None
+    ) -> Drains: ...
 
 
 @dataclass
@@ -53,8 +67,8 @@ class BindingSubscriptions:
         resources: PulsarResources,
         subscribe: Subscribe,
     ) -> None:
-        self._catalog = catalog
-        self._topics = topics
+        self.catalog = self._catalog = catalog
+        self.topics = self._topics = topics
         self._r = resources
         # subscribe(topic, queue): the vhost's, which also adds the topic to its consumers.
         self._subscribe = subscribe
@@ -146,3 +160,53 @@ class BindingSubscriptions:
         await self._catalog.write(
             store.update_drain(namespace, queue, local, resumed, version=stored[1])
         )
+
+
+class ExchangeBindingChanges:
+    """Exchange.Bind and Exchange.Unbind on Pulsar: subscriptions, the write, drains."""
+
+    def __init__(
+        self,
+        subscriptions: BindingSubscriptions,
+        refresh: Callable[[VhostView], None],
+        plan: PlanDrains,
+        unsubscribe: Callable[[VhostView, Drains], Awaitable[None]],
+    ) -> None:
+        self._subscriptions = subscriptions
+        self._catalog = subscriptions.catalog
+        self._topics = subscriptions.topics
+        # refresh(view): the drains index after a write; plan: the vhost's drain records
+        # for a change; unsubscribe(before, drains): what drained at once goes.
+        self._refresh = refresh
+        self._plan = plan
+        self._unsubscribe = unsubscribe
+
+    async def bind(self, command: cmd.ExchangeBind) -> None:
+        binding = await self._catalog.exchange_binding(command)
+        view = self._catalog.view
+        after = changed_view(view, added=[binding])
+        queues = self._topics.affected(after, [binding.destination])
+        # Subscriptions first (from the view), the binding, then what ZooKeeper says other
+        # replicas completed meanwhile, then Bind-Ok.
+        prepared = await self._subscriptions.before_write(view, after, queues)
+        existed = binding in view.exchange_bindings
+        await self._catalog.add_exchange_binding(binding, drains=prepared.drains or None)
+        self._refresh(self._catalog.view)
+        try:
+            await self._subscriptions.after_exchange_binding(binding, prepared)
+        except BaseException:
+            # Answered without its subscriptions, the binding would lose messages: undone.
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                if not existed:
+                    await self._catalog.remove_exchange_binding(binding)
+            raise
+
+    async def unbind(self, command: cmd.ExchangeUnbind) -> None:
+        binding = await self._catalog.exchange_unbinding(command)
+        if binding is None:
+            return
+        view = self._catalog.view
+        queues = self._topics.affected(view, [binding.destination])
+        drains = await self._plan(view, queues, after=changed_view(view, removed=[binding]))
+        if await self._catalog.remove_exchange_binding(binding, drains=drains):
+            await self._unsubscribe(view, drains)

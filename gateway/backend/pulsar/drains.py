@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.metadata.store import REMOVE, DrainRecord, Position, VhostView
-from gateway.model.entities import ExchangeType
+from gateway.model.entities import Binding, ExchangeType
 from gateway.model.graph import RouteSnapshot
 from gateway.model.naming import decode_local_name, subscription_for
 from gateway.pulsar.admin import PulsarAdmin
@@ -77,31 +77,37 @@ async def plan_drains(
     queue_topics: QueueTopics,
     admin: PulsarAdmin,
     before: VhostView,
-    after: VhostView,
     queues: Iterable[str],
+    *,
+    after: VhostView | None = None,
+    without: Iterable[Binding] = (),
 ) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
     """A change takes the metadata from ``before`` to ``after`` (an unbind, an exchange's
-    delete): for each of ``queues`` and each topic it reads before and not after, a drain
-    record (the subscription still holds messages routed before; they stay the queue's, and
-    only messages past the topic's end *now* are filtered out) or, when it holds none, a
-    ``REMOVE`` record, also listed second (to unsubscribe at once; the record is there in case
-    we die first). Where the queue judges each message (headers, exchange bindings on the
-    way: model/graph.py ``filtered``), the record keeps the bindings that routed what it
-    drains (``DrainRecord.via``); so does a record for a topic the queue still reads when the
-    bindings that judge it changed (an *end* without a window: ``resumed`` = ``end``).
-    Positions are read before the change: a message published meanwhile is concurrent with
-    it, and either outcome is one RabbitMQ could have had."""
+    delete; or, cheaper when no topic's judging can change, ``before`` less the queue
+    bindings ``without``). For each of ``queues`` and each topic it reads before and not
+    after: a drain record (the subscription still holds messages routed before; they stay
+    the queue's, and only messages past the topic's end *now* are filtered out) or, when it
+    holds none, a ``REMOVE`` record, also listed second (to unsubscribe at once; the record
+    is there in case we die first). Where the queue judges each message (headers, exchange
+    bindings on the way: model/graph.py ``filtered``), the record keeps the bindings that
+    routed what it drains (``DrainRecord.via``); so does a record for a topic the queue still
+    reads when the bindings that judge it changed (an *end* without a window: ``resumed`` =
+    ``end``). Positions are read before the change: a message published meanwhile is
+    concurrent with it, and either outcome is one RabbitMQ could have had."""
     drains: dict[tuple[str, str], DrainRecord] = {}
     drained: list[tuple[str, str]] = []
+    leaving = list(without)
     for queue in sorted(set(queues)):
         old = queue_topics.bound(before, queue)
-        new = queue_topics.bound(after, queue)
+        new = queue_topics.bound(after or before, queue, without=leaving)
         what = f"unbinding queue '{queue}'"
         for topic in sorted(old):
             kept = topic in new
-            via = judgement(queue_topics, before, queue, topic)
-            if kept and (via is None or via == judgement(queue_topics, after, queue, topic)):
-                continue  # still read, and judged as before
+            via = None if kept and after is None else judgement(queue_topics, before, queue, topic)
+            if kept and (
+                via is None or after is None or via == judgement(queue_topics, after, queue, topic)
+            ):
+                continue  # still read, and judged as before (without ``after``: by the caller)
             try:
                 backlog = await admin.subscription_backlog(topic, subscription_for(queue))
             except NotFound:
@@ -115,10 +121,12 @@ async def plan_drains(
             if backlog == 0:
                 continue  # nothing routed before is left to judge
             end = position_of(await amqp_errors(admin.last_message_id(topic), what))
+            # What an earlier change left to judge comes first (older messages).
             known = before.drains.get((queue, queue_topics.local(topic)))
-            if known is not None and known.via is not None and via is not None:
-                via = known.via.merged(via)  # what an earlier change left to judge, too
-            drains[(queue, topic)] = DrainRecord(end, end if kept else None, via)
+            judged = () if known is None else known.via
+            if via is not None:
+                judged = (*judged, (end, via))
+            drains[(queue, topic)] = DrainRecord(end, end if kept else None, judged)
     return drains, drained
 
 

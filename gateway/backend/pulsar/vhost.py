@@ -45,7 +45,11 @@ from gateway.backend.pulsar.activation import (
 )
 from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import BasicGetConsumers
-from gateway.backend.pulsar.binding_subscriptions import BindingSubscriptions
+from gateway.backend.pulsar.binding_subscriptions import (
+    BindingSubscriptions,
+    ExchangeBindingChanges,
+    Prepared,
+)
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
@@ -132,6 +136,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._admission = Admission(self.catalog, self._topics, self._drains, self._redeliveries)
         self._binding_subscriptions = BindingSubscriptions(
             self.catalog, self._topics, resources, self._subscribe_topic
+        )
+        self._exchange_bindings = ExchangeBindingChanges(
+            self._binding_subscriptions,
+            self._drains.refresh,
+            self._plan_drains,
+            self._unsubscribe_drained,
         )
         self._basic_gets = BasicGetConsumers(
             lambda task: self._r.nursery.start_soon(task),
@@ -233,17 +243,28 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if not queues:
             await self.catalog.delete_exchange(command)
             return
-        after = changed_view(view, deleted_exchange=name)
-        drains = await self._plan_drains(view, after, queues)
+        if view.exchange_bindings:
+            drains = await self._plan_drains(
+                view, queues, after=changed_view(view, deleted_exchange=name)
+            )
+        else:  # every topic of its queues either stays as it is or goes
+            drains = await self._plan_drains(view, queues, without=bindings or ())
         await self.catalog.delete_exchange(command, drains=drains)
         await self._unsubscribe_drained(view, drains)
 
     async def _plan_drains(
-        self, before: VhostView, after: VhostView, queues: Iterable[str]
+        self,
+        before: VhostView,
+        queues: Iterable[str],
+        *,
+        after: VhostView | None = None,
+        without: Iterable[Binding] = (),
     ) -> dict[tuple[str, str], DrainRecord]:
-        """The drain records a change from ``before`` to ``after`` writes (drains.py), by
-        (queue, local topic name), as the store takes them."""
-        drains, _ = await plan_drains(self._topics, self._r.admin, before, after, queues)
+        """The drain records a change writes (drains.py), by (queue, local topic name), as
+        the store takes them."""
+        drains, _ = await plan_drains(
+            self._topics, self._r.admin, before, queues, after=after, without=without
+        )
         return {(q, self._topics.local(t)): record for (q, t), record in drains.items()}
 
     async def _unsubscribe_drained(
@@ -468,10 +489,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 continue
             await self._subscribe_topic(topic, queue)
         # Through exchange bindings into the exchange, the queue may now read other topics.
-        prepared = await self._binding_subscriptions.before_write(
-            view, changed_view(view, added=[binding]), [queue]
-        )
-        drains.update({local: record for (_, local), record in prepared.drains.items()})
+        prepared = Prepared()
+        if view.exchange_bindings:
+            prepared = await self._binding_subscriptions.before_write(
+                view, changed_view(view, added=[binding]), [queue]
+            )
+            drains.update({local: record for (_, local), record in prepared.drains.items()})
         existed = binding in view.bindings
         await self.catalog.add_binding(binding, drains=drains or None)
         self._drains.refresh(self._view)
@@ -504,43 +527,28 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if binding is None:
             return
         view = self._view
-        after = changed_view(view, removed=[binding])
-        drains = await self._plan_drains(view, after, [binding.queue])
+        if view.exchange_bindings or self._judged(view, binding.exchange):
+            # The bindings that judge a topic's messages may change: see them after.
+            after = changed_view(view, removed=[binding])
+            drains = await self._plan_drains(view, [binding.queue], after=after)
+        else:
+            drains = await self._plan_drains(view, [binding.queue], without=[binding])
         removed = await self.catalog.remove_binding(
             binding, drains={local: record for (_, local), record in drains.items()}
         )
         if removed:
             await self._unsubscribe_drained(view, drains)
 
+    def _judged(self, view: VhostView, exchange: str) -> bool:
+        """Whether ``exchange``'s bindings judge each message (a headers exchange's)."""
+        found = self.catalog.exchange(view, exchange)
+        return found is not None and found.type is ExchangeType.HEADERS
+
     async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
-        binding = await self.catalog.exchange_binding(command)
-        view = self._view
-        after = changed_view(view, added=[binding])
-        queues = self._topics.affected(after, [binding.destination])
-        # Subscriptions first (from the view), the binding, then what ZooKeeper says other
-        # replicas completed meanwhile (binding_subscriptions.py), then Bind-Ok.
-        prepared = await self._binding_subscriptions.before_write(view, after, queues)
-        existed = binding in view.exchange_bindings
-        await self.catalog.add_exchange_binding(binding, drains=prepared.drains or None)
-        self._drains.refresh(self._view)
-        try:
-            await self._binding_subscriptions.after_exchange_binding(binding, prepared)
-        except BaseException:
-            # Answered without its subscriptions, the binding would lose messages: undone.
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                if not existed:
-                    await self.catalog.remove_exchange_binding(binding)
-            raise
+        await self._exchange_bindings.bind(command)
 
     async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
-        binding = await self.catalog.exchange_unbinding(command)
-        if binding is None:
-            return
-        view = self._view
-        queues = self._topics.affected(view, [binding.destination])
-        drains = await self._plan_drains(view, changed_view(view, removed=[binding]), queues)
-        if await self.catalog.remove_exchange_binding(binding, drains=drains):
-            await self._unsubscribe_drained(view, drains)
+        await self._exchange_bindings.unbind(command)
 
     # ------------------------------------------------------------------ publishing
 

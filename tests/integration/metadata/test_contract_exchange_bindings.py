@@ -154,7 +154,8 @@ async def test_drain_records_are_written_with_the_bind_and_the_unbind(
         (Binding("q", "y", "k"),),
         (ExchangeBinding("x", "y", "", {"x-match": Field("S", "any"), "h": Field("I", 5)}),),
     )
-    draining = {("q", "x"): DrainRecord((7, 3), (7, 3), via), ("r", "x"): DrainRecord((7, 3))}
+    judged = (((5, 1), via), ((7, 3), RouteSnapshot()))
+    draining = {("q", "x"): DrainRecord((7, 3), (7, 3), judged), ("r", "x"): DrainRecord((7, 3))}
     await a.add_exchange_binding(namespace, binding)
     assert not await a.remove_exchange_binding(
         namespace, ExchangeBinding("x", "y", "other"), drains=draining
@@ -163,14 +164,14 @@ async def test_drain_records_are_written_with_the_bind_and_the_unbind(
     assert await a.remove_exchange_binding(namespace, binding, drains=draining)
     assert a.view(namespace).drains == draining
     view = await wait_for(b, namespace, lambda v: v.drains == draining)
-    assert view.drains[("q", "x")].via == via
+    assert view.drains[("q", "x")].via == judged
     resumed = {("r", "x"): DrainRecord((7, 3), (9, 1))}
     assert await b.add_exchange_binding(namespace, binding, drains=resumed)
     expected = {**draining, **resumed}
     assert b.view(namespace).drains == expected
     await wait_for(a, namespace, lambda v: v.drains == expected)
     record = await a.read_drain(namespace, "q", "x")
-    assert record is not None and record[0].via == via
+    assert record is not None and record[0].via == judged
 
 
 async def test_concurrent_binds_have_one_winner(fleet: Fleet, namespace: str) -> None:

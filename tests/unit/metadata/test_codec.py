@@ -94,27 +94,34 @@ def test_drain_records_keep_the_bindings_they_judge_by(
         (Binding(queue, key, key, args), Binding(queue, exchange, "")),
         (ExchangeBinding(exchange, key, "", edge_args),),
     )
+    judged = (((5, 6), via), ((7, 8), RouteSnapshot()))
     for record in (
         DrainRecord((1, 2)),
         DrainRecord((1, 2), (3, 4)),
-        DrainRecord((5, 6), (5, 6), via),
+        DrainRecord((7, 8), (7, 8), judged),
         REMOVE,
     ):
         assert decode_drain(encode_drain(record)) == record
-    assert json.loads(encode_drain(DrainRecord((1, 2), via=RouteSnapshot()))) == {
+    assert json.loads(encode_drain(DrainRecord((1, 2), via=(((1, 1), RouteSnapshot()),)))) == {
         "v": 1,
         "end": [1, 2],
-        "via": {"exchanges": [], "bindings": [], "exchange_bindings": []},
+        "via": [{"until": [1, 1], "exchanges": [], "bindings": [], "exchange_bindings": []}],
     }
+    record = DrainRecord((7, 8), (7, 8), judged)
+    assert record.judged_by((5, 6)) == via and record.judged_by((1, 1)) == via
+    assert record.judged_by((6, 0)) == RouteSnapshot()
+    assert record.judged_by((7, 9)) is None and not record.excludes((9, 9))
 
 
 @pytest.mark.parametrize(
     "via",
     [
-        [],
-        {"exchanges": [["x"]]},
-        {"bindings": [["q", "x", 1, None]]},
-        {"exchanges": [["x", "nope"]]},
+        {},
+        [[]],
+        [{"exchanges": []}],
+        [{"until": [1, 1], "exchanges": [["x"]]}],
+        [{"until": [1, 1], "bindings": [["q", "x", 1, None]]}],
+        [{"until": [1, 1], "exchanges": [["x", "nope"]]}],
     ],
 )
 def test_malformed_drain_bindings_are_refused(via: object) -> None:
