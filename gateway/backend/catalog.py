@@ -6,6 +6,7 @@ Both backends keep their entities here and differ only in where messages live: t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TypeVar
 
@@ -60,8 +61,8 @@ class Catalog:
         self.vhost = vhost
         self.namespace = namespace
         self._store = store
-        self._routers: dict[str, tuple[int, Router]] = {}
-        self._graph: tuple[int, RoutingGraph] | None = None
+        self._routers: dict[str, tuple[frozenset[Binding], Exchange, Router]] = {}
+        self._graph: tuple[tuple[object, ...], RoutingGraph] | None = None
 
     @property
     def view(self) -> VhostView:
@@ -161,12 +162,14 @@ class Catalog:
         return exchange
 
     def router(self, view: VhostView, exchange: Exchange) -> Router:
+        # Kept while the view's bindings and the exchange are the same objects (a view keeps
+        # a part's object until that part changes): consumers coming and going leave it.
         cached = self._routers.get(exchange.name)
-        if cached is not None and cached[0] == view.version:
-            return cached[1]
+        if cached is not None and cached[0] is view.bindings and cached[1] is exchange:
+            return cached[2]
         router = Router(exchange.type, [b for b in view.bindings if b.exchange == exchange.name])
         if view.version >= 0:  # not a view made up to see a change's effect (version -1)
-            self._routers[exchange.name] = (view.version, router)
+            self._routers[exchange.name] = (view.bindings, exchange, router)
         return router
 
     def publish_target(self, view: VhostView, name: str) -> Exchange:
@@ -203,9 +206,11 @@ class Catalog:
 
     def graph(self, view: VhostView) -> RoutingGraph:
         """The view's exchanges with their bindings, for routing through exchange bindings
-        (built once per view version)."""
+        (built again when one of those parts of the view changed; what it learns while
+        routing, it keeps until then)."""
+        parts = (view.exchanges, view.bindings, view.exchange_bindings, view.queues)
         cached = self._graph
-        if cached is not None and cached[0] == view.version:
+        if cached is not None and all(map(operator.is_, cached[0], parts)):
             return cached[1]
         graph = RoutingGraph(
             lambda name: self.exchange(view, name),
@@ -214,7 +219,7 @@ class Catalog:
             view.queues,
         )
         if view.version >= 0:
-            self._graph = (view.version, graph)
+            self._graph = (parts, graph)
         return graph
 
     def route(

@@ -46,7 +46,8 @@ class PublishRoutes:
     async def routes(self, exchange: Exchange, message: Message) -> bool:
         """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
         (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
-        if await self.prepare(exchange, message.routing_key):
+        key = message.routing_key
+        if (exchange.name, key) not in self.prepared_keys and await self.prepare(exchange, key):
             return True
         return bool(self.catalog.routes(self.catalog.view, exchange, message))
 

@@ -81,10 +81,16 @@ class Sending:
         return topic
 
     async def send(
-        self, exchange: Exchange, message: Message, *, mandatory: bool = False
+        self,
+        exchange: Exchange,
+        message: Message,
+        *,
+        mandatory: bool = False,
+        view: VhostView | None = None,
     ) -> PublishOutcome:
-        """Route ``message`` through ``exchange`` (and its alternates) and write it."""
-        if self._catalog.view.exchange_bindings:
+        """Route ``message`` through ``exchange`` (and its alternates) and write it
+        (``view``: the caller's, if it has one at hand)."""
+        if (view or self._view).exchange_bindings:
             return await self._send_through_bindings(exchange, message, mandatory=mandatory)
         published = exchange
         key = message.routing_key

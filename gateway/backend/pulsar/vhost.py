@@ -560,7 +560,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         check_expiration(message)
-        return await self._sending.send(exchange, message, mandatory=mandatory)
+        return await self._sending.send(exchange, message, mandatory=mandatory, view=view)
 
     async def _ready_now(self, queue: str) -> int:
         """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""
