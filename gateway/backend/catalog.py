@@ -249,7 +249,20 @@ class Catalog:
     def destinations(self, view: VhostView, exchange: Exchange, message: Message) -> set[str]:
         """The queues RabbitMQ routes ``message`` to from ``exchange`` (exchange bindings and
         alternate exchanges followed)."""
-        return set(self.route(view, exchange, message).queues)
+        if view.exchange_bindings:
+            return set(self.route(view, exchange, message).queues)
+        # Without exchange bindings the walk is the exchange, then its alternates until one
+        # routes (each exchange once): no graph needed.
+        names = self.routes(view, exchange, message)
+        seen = {exchange.name}
+        while not names:
+            alternate = self.alternate(view, exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            names = self.routes(view, exchange, message)
+        return names
 
     # ------------------------------------------------------------------ exchanges
 

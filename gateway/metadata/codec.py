@@ -239,10 +239,19 @@ def binding_id(binding: Binding) -> str:
     )
 
 
-def encode_binding(binding: Binding) -> bytes:
+def encode_binding(binding: Binding | ExchangeBinding) -> bytes:
+    """A binding's node data (a queue's or an exchange's): its arguments, if any."""
     document: dict[str, Any] = {"v": FORMAT_VERSION}
     _pack_arguments(document, binding.arguments)
     return _dump(document)
+
+
+def _binding_arguments(child: str, data: bytes, digest: str | None) -> dict[str, Field]:
+    """A binding node's arguments, checked against the digest its name carries."""
+    arguments = _unpack_arguments(_load(data)) if data else {}
+    if arguments_digest(arguments) != digest:
+        raise ValueError(f"binding {child!r}: its arguments do not match the digest in its name")
+    return arguments
 
 
 def binding_from_child(child: str) -> Binding | None:
@@ -256,9 +265,7 @@ def binding_from_child(child: str) -> Binding | None:
 
 def decode_binding(child: str, data: bytes) -> Binding:
     parsed = decode_binding_id(child)
-    arguments = _unpack_arguments(_load(data)) if data else {}
-    if arguments_digest(arguments) != parsed.arguments_digest:
-        raise ValueError(f"binding {child!r}: its arguments do not match the digest in its name")
+    arguments = _binding_arguments(child, data, parsed.arguments_digest)
     return Binding(parsed.queue, parsed.exchange, parsed.routing_key, arguments)
 
 
@@ -272,10 +279,7 @@ def exchange_binding_id(binding: ExchangeBinding) -> str:
     )
 
 
-def encode_exchange_binding(binding: ExchangeBinding) -> bytes:
-    document: dict[str, Any] = {"v": FORMAT_VERSION}
-    _pack_arguments(document, binding.arguments)
-    return _dump(document)
+encode_exchange_binding = encode_binding
 
 
 def exchange_binding_from_child(child: str) -> ExchangeBinding | None:
@@ -288,9 +292,7 @@ def exchange_binding_from_child(child: str) -> ExchangeBinding | None:
 
 def decode_exchange_binding(child: str, data: bytes) -> ExchangeBinding:
     parsed = decode_exchange_binding_id(child)
-    arguments = _unpack_arguments(_load(data)) if data else {}
-    if arguments_digest(arguments) != parsed.arguments_digest:
-        raise ValueError(f"exchange binding {child!r}: its arguments do not match its digest")
+    arguments = _binding_arguments(child, data, parsed.arguments_digest)
     return ExchangeBinding(parsed.source, parsed.destination, parsed.routing_key, arguments)
 
 

@@ -98,9 +98,7 @@ class ZooKeeperMetadataStore:
             self._calls, self._watcher, self._ephemerals, self._replica_id
         )
         self._deletes = EntityDeletes(self._calls, self._watcher, self._ephemerals)
-        self._exchange_bindings = ExchangeBindingWrites(
-            self._calls, self._watcher, self._transactions
-        )
+        self._exchange_bindings = ExchangeBindingWrites(self._calls, self._transactions)
         self._leadership = Leadership(self._session, self._calls, self._replica_id)
         self._admin = NamespaceAdmin(self._calls, self._watcher, self._transactions)
         self._open_locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)

@@ -14,7 +14,7 @@ when the write returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +69,7 @@ from gateway.metadata.zookeeper.calls import (
 )
 from gateway.metadata.zookeeper.reclaim import EphemeralRecord, EphemeralRecords
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
-from gateway.model.entities import Binding, Exchange, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 
 log = logging.getLogger(__name__)
 
@@ -411,21 +411,67 @@ class EntityTransactions:
         drains: Mapping[str, DrainRecord] | None = None,
     ) -> bool:
         what = f"bind queue {binding.queue!r} to exchange {binding.exchange!r}"
+
+        def missing(index: int) -> MissingEntity:
+            if index == 1:
+                return MissingEntity("queue", binding.queue)
+            return MissingEntity("exchange", binding.exchange)
+
+        return await self.create_binding(
+            namespace,
+            Folder.BINDINGS,
+            binding_id(binding),
+            binding,
+            self._binding_ops(namespace, binding, Create),
+            by_queue(binding.queue, drains),
+            what,
+            missing,
+        )
+
+    async def remove_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
+        what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
+        return await self.delete_binding(
+            namespace,
+            Folder.BINDINGS,
+            binding_id(binding),
+            self._binding_ops(namespace, binding, Delete),
+            by_queue(binding.queue, drains),
+            what,
+        )
+
+    async def create_binding(
+        self,
+        namespace: str,
+        folder: Folder,
+        child: str,
+        binding: Binding | ExchangeBinding,
+        base: list[Op],
+        drains: Mapping[tuple[str, str], DrainRecord],
+        what: str,
+        missing: Callable[[int], MissingEntity],
+    ) -> bool:
+        """Create a binding (a queue's or an exchange's): ``base`` creates its node (first)
+        and its refs, ``drains`` are written with them. False if it was there already;
+        ``missing(index)`` names the entity whose node the ref at ``base[index]`` lacked."""
         await self._calls.prepare(what)
-        child = binding_id(binding)
-        writes = self.drain_writes(namespace, by_queue(binding.queue, drains))
-        base = self._binding_ops(namespace, binding, Create)
+        writes = self.drain_writes(namespace, drains)
 
         def created() -> None:
             def apply(mirror: NamespaceMirror) -> None:
-                mirror.own_created(Folder.BINDINGS, child, binding)
+                mirror.own_created(folder, child, binding)
                 writes.applied(mirror)
 
             self._watcher.own(namespace, apply)
 
         def exists(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NodeExistsError):
-                self._watcher.own(namespace, lambda m: m.learned(Folder.BINDINGS, child, binding))
+                self._watcher.own(namespace, lambda m: m.learned(folder, child, binding))
 
         async def attempt() -> bool | Again:
             ops = base + writes.ops()
@@ -442,8 +488,7 @@ class EntityTransactions:
                 await self._calls.ensure_parents(namespace, ops[0].path, what)
                 return AGAIN
             if isinstance(error, NoNodeError):
-                kind = "queue" if index == 1 else "exchange"
-                raise MissingEntity(kind, binding.queue if index == 1 else binding.exchange)
+                raise missing(index)
             if isinstance(error, NodeExistsError):
                 # A ref without its binding (only a hand edit makes one): remove it, retry.
                 log.error("metadata: removing dangling binding ref %s", ops[index].path)
@@ -453,29 +498,30 @@ class EntityTransactions:
 
         return await retry_races(what, attempt)
 
-    async def remove_binding(
+    async def delete_binding(
         self,
         namespace: str,
-        binding: Binding,
-        *,
-        drains: Mapping[str, DrainRecord] | None = None,
+        folder: Folder,
+        child: str,
+        base: list[Op],
+        drains: Mapping[tuple[str, str], DrainRecord],
+        what: str,
     ) -> bool:
-        what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
+        """Delete a binding: ``base`` deletes its node (first) and its refs, ``drains`` are
+        written with them. False if it was not there (then nothing is written)."""
         await self._calls.prepare(what)
-        child = binding_id(binding)
-        writes = self.drain_writes(namespace, by_queue(binding.queue, drains))
-        base = self._binding_ops(namespace, binding, Delete)
+        writes = self.drain_writes(namespace, drains)
 
         def deleted() -> None:
             def apply(mirror: NamespaceMirror) -> None:
-                mirror.own_deleted(Folder.BINDINGS, child)
+                mirror.own_deleted(folder, child)
                 writes.applied(mirror)
 
             self._watcher.own(namespace, apply)
 
         def gone(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NoNodeError):
-                self._watcher.forget(namespace, Folder.BINDINGS, child)
+                self._watcher.forget(namespace, folder, child)
 
         repaired = False
 

@@ -7,7 +7,6 @@ zk_graph.py; these rounds race them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -15,30 +14,19 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from tests.integration.fleet.test_changes_across_replicas import channel_on, replicas
 from tests.support.gateway_thread import GatewayInThread
-from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
 
 pytestmark = pytest.mark.integration
 
 ROUNDS = 15
 
 
-@pytest.fixture
-def replicas(pulsar_stack: Any) -> Iterator[tuple[GatewayInThread, GatewayInThread]]:
-    with fresh_namespace(pulsar_stack) as namespace:
-        config = stack_config(
-            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
-        )
-        with (
-            GatewayInThread(backend_factory=backend_factory(config)) as a,
-            GatewayInThread(backend_factory=backend_factory(config)) as b,
-        ):
-            yield a, b
+__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 
-def channel_on(gateway: GatewayInThread, *, confirm: bool = False) -> BlockingChannel:
-    params = pika.ConnectionParameters(host="127.0.0.1", port=gateway.port)
-    channel = pika.BlockingConnection(params).channel()
+def on(gateway: GatewayInThread, *, confirm: bool = False) -> BlockingChannel:
+    channel: BlockingChannel = channel_on(gateway)
     if confirm:
         channel.confirm_delivery()
     return channel
@@ -89,8 +77,8 @@ def test_a_message_published_right_after_exchange_bind_ok_on_the_other_replica_a
     key_of_round: Any,
 ) -> None:
     a, b = replicas
-    binder, publisher = channel_on(a), channel_on(b, confirm=True)
-    reader = channel_on(a)
+    binder, publisher = on(a), on(b, confirm=True)
+    reader = on(a)
     for round_ in range(ROUNDS):
         source, destination, queue = f"src{round_}", f"dst{round_}", f"q{round_}"
         binder.exchange_declare(source, kind)
@@ -118,7 +106,7 @@ def test_a_path_completed_by_a_queue_binding_while_the_other_replica_bound_the_e
     """Exchange.Bind on B, Queue.Bind on A at once, a publish on B after Bind-Ok: whichever
     binding is second reads the other's from ZooKeeper."""
     a, b = replicas
-    on_a, on_b = channel_on(a), channel_on(b, confirm=True)
+    on_a, on_b = on(a), on(b, confirm=True)
     for round_ in range(ROUNDS):
         source, destination, queue = f"s{round_}", f"d{round_}", f"q{round_}"
         on_b.exchange_declare(source, "topic")
@@ -137,7 +125,7 @@ def test_a_diamond_made_on_two_replicas_delivers_one_copy(
     replicas: tuple[GatewayInThread, GatewayInThread],
 ) -> None:
     a, b = replicas
-    on_a, on_b = channel_on(a), channel_on(b, confirm=True)
+    on_a, on_b = on(a), on(b, confirm=True)
     on_a.exchange_declare("top", "fanout")
     for side in ("left", "right"):
         on_a.exchange_declare(side, "fanout")
@@ -156,7 +144,7 @@ def test_an_unbind_on_one_replica_keeps_what_was_routed_on_the_other(
     replicas: tuple[GatewayInThread, GatewayInThread],
 ) -> None:
     a, b = replicas
-    on_a, on_b = channel_on(a, confirm=True), channel_on(b, confirm=True)
+    on_a, on_b = on(a, confirm=True), on(b, confirm=True)
     on_a.exchange_declare("from", "headers")
     on_a.exchange_declare("to", "fanout")
     on_a.queue_declare("kept")

@@ -216,6 +216,23 @@ public final class Scenarios {
     return bodies;
   }
 
+  /** How many times the connection recovered (automatic recovery), counted as it happens. */
+  private static AtomicInteger recoveries(Connection connection) {
+    AtomicInteger recoveries = new AtomicInteger();
+    ((Recoverable) connection)
+        .addRecoveryListener(
+            new RecoveryListener() {
+              @Override
+              public void handleRecovery(Recoverable recoverable) {
+                recoveries.incrementAndGet();
+              }
+
+              @Override
+              public void handleRecoveryStarted(Recoverable recoverable) {}
+            });
+    return recoveries;
+  }
+
   private static void publishConfirmed(Channel channel, String exchange, String key, String body)
       throws Exception {
     channel.basicPublish(exchange, key, null, bytes(body));
@@ -1214,20 +1231,9 @@ public final class Scenarios {
       addresses.add(new Address("127.0.0.1", Integer.parseInt(other)));
     }
     try (Connection connection = factory.newConnection(addresses)) {
-      AtomicInteger recoveries = new AtomicInteger();
+      AtomicInteger recoveries = recoveries(connection);
       AtomicReference<String> shutdown = new AtomicReference<>();
       List<String> renamed = new CopyOnWriteArrayList<>();
-      ((Recoverable) connection)
-          .addRecoveryListener(
-              new RecoveryListener() {
-                @Override
-                public void handleRecovery(Recoverable recoverable) {
-                  recoveries.incrementAndGet();
-                }
-
-                @Override
-                public void handleRecoveryStarted(Recoverable recoverable) {}
-              });
       ((AutorecoveringConnection) connection)
           .addQueueRecoveryListener((before, after) -> renamed.add(before + ">" + after));
       connection.addShutdownListener(
@@ -1287,18 +1293,7 @@ public final class Scenarios {
     ConnectionFactory factory = factory();
     factory.setNetworkRecoveryInterval(200);
     try (Connection connection = factory.newConnection()) {
-      AtomicInteger recoveries = new AtomicInteger();
-      ((Recoverable) connection)
-          .addRecoveryListener(
-              new RecoveryListener() {
-                @Override
-                public void handleRecovery(Recoverable recoverable) {
-                  recoveries.incrementAndGet();
-                }
-
-                @Override
-                public void handleRecoveryStarted(Recoverable recoverable) {}
-              });
+      AtomicInteger recoveries = recoveries(connection);
       Channel channel = connection.createChannel();
       channel.confirmSelect();
       String id = unique("jc.e2e");
