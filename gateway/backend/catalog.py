@@ -233,15 +233,10 @@ class Catalog:
         """RabbitMQ's routing of ``message`` published to ``exchange`` in this view: through
         exchange bindings and alternate exchanges (``matching``: exchanges to take as
         routing it, whatever the view says)."""
-        headers = (
-            message.properties.headers
-            if view.exchange_bindings or (exchange.type is ExchangeType.HEADERS)
-            else None
-        )
         return self.graph(view).route(
             exchange,
             message.routing_key,
-            headers,
+            lambda: message.properties.headers,  # decoded if a headers exchange looks
             alternate=lambda unmatched: self.alternate(view, unmatched),
             matching=matching,
         )

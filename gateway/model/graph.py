@@ -56,7 +56,8 @@ __all__ = [
     "binding_passes",
 ]
 
-Headers = Mapping[str, Field] | None
+# A message's headers, or how to get them (decoded only if a headers exchange looks).
+Headers = Mapping[str, Field] | None | Callable[[], Mapping[str, Field] | None]
 # Routings per graph remembered by ``deliveries`` for sources without headers exchanges
 # downstream (their answer depends on the routing key alone).
 _DELIVERIES_CACHED: Final = 4096
@@ -190,11 +191,12 @@ class RoutingGraph:
         """The queues and the exchanges (names) ``exchange``'s own bindings route to."""
         if exchange.name == DEFAULT_EXCHANGE:
             return ({key} if key in self._queues else set()), set()
-        if exchange.type is not ExchangeType.HEADERS:
-            headers = None
-        queues = self._router(exchange).route(key, headers)
+        table = None
+        if exchange.type is ExchangeType.HEADERS:
+            table = headers() if callable(headers) else headers
+        queues = self._router(exchange).route(key, table)
         edges = self._edges(exchange)
-        return queues, (set() if edges is None else edges.route(key, headers))
+        return queues, (set() if edges is None else edges.route(key, table))
 
     def _passable(self, exchange: Exchange, key: str | None) -> tuple[set[str], set[str]]:
         """What ``exchange``'s bindings may route a message with ``key`` to (``None``: any

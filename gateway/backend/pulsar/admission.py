@@ -106,7 +106,7 @@ class Admission:
             return True
         key = decoded[1] if decoded[1] is not None else message.routing_key
         graph = self._catalog.graph(view)
-        return queue in graph.deliveries(exchange, key, message.properties.headers)
+        return queue in graph.deliveries(exchange, key, lambda: message.properties.headers)
 
     def _is_filtered(
         self, view: VhostView, queue: str, topic: str, exchange: Exchange, *, keyed: bool
@@ -137,4 +137,4 @@ class Admission:
         if source is None:
             return False  # no path from this topic's exchange then: not the queue's
         key = decoded[1] if decoded[1] is not None else message.routing_key
-        return queue in graph.deliveries(source, key, message.properties.headers)
+        return queue in graph.deliveries(source, key, lambda: message.properties.headers)
