@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
+import kombu
 import pika
 import pika.exceptions
 import pytest
@@ -357,3 +358,29 @@ def test_aio_pika_bind_unbind_and_nowait(running: Running) -> None:
     assert sorted(got) == sorted([(e, b) for e, b in got if b in (b"one", b"two", b"three")])
     assert sorted(body for _, body in got) == [b"one", b"three", b"two"]
     assert {exchange for exchange, _ in got} == {got[0][0]}  # the source, for all of them
+
+
+def test_kombu_bind_to(running: Running) -> None:
+    """kombu's ``Exchange.bind_to`` / ``unbind_from`` (Exchange.Bind / Unbind), the way kombu
+    applications route one exchange's messages into another."""
+    events, audit, queue = unique("events"), unique("audit"), unique("q")
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{running.port}//") as connection:
+        channel = connection.channel()
+        source = kombu.Exchange(events, "topic", channel=channel)
+        destination = kombu.Exchange(audit, "fanout", channel=channel)
+        source.declare()
+        destination.declare()
+        kombu.Queue(queue, destination, channel=channel).declare()
+        destination.bind_to(source, routing_key="user.#")
+        producer = kombu.Producer(channel, exchange=source)
+        producer.publish({"n": 1}, routing_key="user.login")
+        producer.publish({"n": 2}, routing_key="order.new")  # not bound
+        simple = connection.SimpleQueue(kombu.Queue(queue, destination))
+        message = simple.get(block=True, timeout=20)
+        assert message.payload == {"n": 1}
+        message.ack()
+        destination.unbind_from(source, routing_key="user.#")
+        producer.publish({"n": 3}, routing_key="user.logout")
+        with pytest.raises(simple.Empty):
+            simple.get(block=True, timeout=1)
+        simple.close()

@@ -117,6 +117,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
             "connection.blocked",
             "consumer_cancel_notify",
             "direct_reply_to",
+            "exchange_exchange_bindings",
             "per_consumer_qos",
             "publisher_confirms",
         ]
