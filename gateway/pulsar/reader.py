@@ -85,7 +85,10 @@ class TrioReader:
         self._slots: deque[_Slot] = deque()
         self._closed = False
         self._lot = trio.lowlevel.ParkingLot()
-        self._waker = TrioWaker(self._lot.unpark_all, client.token)
+        self._waker = TrioWaker(self._wake, client.token)
+
+    def _wake(self) -> None:
+        self._lot.unpark_all()
 
     def _ask(self) -> None:
         """Keep ``read_ahead`` reads outstanding."""
@@ -113,6 +116,11 @@ class TrioReader:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``receive`` would return without waiting."""
+        return bool(self._slots) and self._slots[0].filled
 
     async def receive(self) -> ReadMessage:
         """The next message of the topic (waits for one). Cancellation-safe."""
