@@ -41,6 +41,8 @@ def offset_of(message_id: MessageId) -> int:
     ledger = min(max(message_id.ledger_id, 0), _LEDGER_MAX)
     entry = min(max(message_id.entry_id, 0), _ENTRY_MAX)
     batch = min(max(message_id.batch_index, 0), _BATCH_MAX)
+    if message_id.entry_id > _ENTRY_MAX:
+        batch = _BATCH_MAX  # past the limit: the ledger's largest offset
     return (ledger << (ENTRY_BITS + BATCH_BITS)) | (entry << BATCH_BITS) | batch
 
 
