@@ -138,8 +138,8 @@ def main() -> None:
                 )
                 print(
                     f"latency publish->deliver, {path}: {len(samples)} messages, "
-                    f"p50 {statistics.median(samples):.1f} ms, p99 {percentile(samples, 0.99):.1f} ms, "
-                    f"max {max(samples):.1f} ms"
+                    f"p50 {statistics.median(samples):.1f} ms, "
+                    f"p99 {percentile(samples, 0.99):.1f} ms, max {max(samples):.1f} ms"
                 )
             published, rate = consume_rate(port, args.backlog)
             print(

@@ -111,19 +111,34 @@ def test_a_stream_is_durable_not_exclusive_not_auto_delete(
         channel.queue_declare(name, arguments=STREAM, **properties)
 
 
+ARG = "invalid arg '{key}' for {{}}: {reason}"
+
+
 @pytest.mark.parametrize(
     ("arguments", "text"),
     [
-        ({"x-max-age": "7W"}, "invalid arg 'x-max-age' for {}: invalid_max_age"),
-        ({"x-max-age": "0D"}, "invalid arg 'x-max-age' for {}: invalid_max_age"),
-        ({"x-max-length-bytes": -1}, "invalid arg 'x-max-length-bytes' for {}: {{value_negative,-1}}"),
-        ({"x-initial-cluster-size": 0}, "invalid arg 'x-initial-cluster-size' for {}: {{value_zero,0}}"),
-        ({"x-max-length": 10}, "invalid arg 'x-max-length' for {} of queue type rabbit_stream_queue"),
-        ({"x-stream-max-segment-size-bytes": 3_000_000_001}, "Exceeded max value for x-stream-max-segment-size-bytes"),
+        ({"x-max-age": "7W"}, ARG.format(key="x-max-age", reason="invalid_max_age")),
+        ({"x-max-age": "0D"}, ARG.format(key="x-max-age", reason="invalid_max_age")),
+        (
+            {"x-max-length-bytes": -1},
+            ARG.format(key="x-max-length-bytes", reason="{{value_negative,-1}}"),
+        ),
+        (
+            {"x-initial-cluster-size": 0},
+            ARG.format(key="x-initial-cluster-size", reason="{{value_zero,0}}"),
+        ),
+        (
+            {"x-max-length": 10},
+            "invalid arg 'x-max-length' for {} of queue type rabbit_stream_queue",
+        ),
+        (
+            {"x-stream-max-segment-size-bytes": 3_000_000_001},
+            "Exceeded max value for x-stream-max-segment-size-bytes",
+        ),
         ({"x-stream-filter-size-bytes": 15}, "Invalid value for  x-stream-filter-size-bytes"),
         ({"x-stream-filter-size-bytes": 256}, "Invalid value for  x-stream-filter-size-bytes"),
     ],
-)  # fmt: skip
+)
 def test_stream_arguments_are_validated_as_rabbitmq_does(
     running: Running, arguments: dict[str, Any], text: str
 ) -> None:
@@ -422,7 +437,8 @@ def test_retention_is_set_on_the_streams_topic(running: Running, ch: BlockingCha
     assert running.namespace is not None
     name = declare_stream(ch, **{"x-max-age": "90s", "x-max-length-bytes": 5_000_000})
     plain = declare_stream(ch)
-    base = f"{running.web_url}/admin/v2/persistent/{running.namespace.tenant}/{running.namespace.namespace}"
+    namespace = running.namespace
+    base = f"{running.web_url}/admin/v2/persistent/{namespace.tenant}/{namespace.namespace}"
 
     def retention(stream: str) -> dict[str, Any]:
         url = f"{base}/amq.default__{stream}/retention"
