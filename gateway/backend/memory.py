@@ -20,19 +20,31 @@ from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.dead_letters import letter_for
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
+    NO_QOS,
+    ConsumerQos,
     Message,
     Owner,
     PublishOutcome,
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.memory_stream import MemoryStream, MemoryStreamSubscription
 from gateway.backend.overflow import RefusedStored
 from gateway.backend.replies import ReplyRegistry
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
+from gateway.model.arguments import is_stream
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
 from gateway.model.length_limit import LengthLimit, length_limit
+from gateway.model.streams import (
+    check_stream_consume,
+    parse_offset,
+    refuse_get,
+    refuse_purge,
+    stream_filter,
+    stream_retention,
+)
 from gateway.model.ttl import effective_ttl, is_expired, queue_expires, queue_message_ttl
 from gateway.model.vhost import VhostMapper
 
@@ -171,6 +183,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         self.catalog = Catalog(name, namespace, store)
         self.replies = ReplyRegistry()  # one process: no other replica to forward to
         self._queues: dict[str, MemoryQueue] = {}
+        self._streams: dict[str, MemoryStream] = {}
         self._last_used: dict[str, float] = {}  # x-expires: each queue's latest use
 
     def _messages(self, name: str) -> MemoryQueue:
@@ -187,11 +200,24 @@ class MemoryVirtualHost(CatalogVirtualHost):
             )
         return queue
 
+    def _stream(self, name: str) -> MemoryStream | None:
+        """The log of stream queue ``name`` (created on first use), None for another type."""
+        stream = self._streams.get(name)
+        if stream is None:
+            entity = self.catalog.view.queues.get(name)
+            if entity is None or not is_stream(entity.arguments):
+                return None
+            stream = self._streams[name] = MemoryStream(name, stream_retention(entity.arguments))
+        return stream
+
     # ------------------------------------------------------------------ entities
 
     async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         await self._expire_queues()
         await self.catalog.declare_queue(command, owner)
+        stream = self._stream(command.queue)
+        if stream is not None:  # RabbitMQ's stat of a stream counts no consumers
+            return QueueStatus(command.queue, stream.count(), 0)
         queue = self._messages(command.queue)
         if not command.passive:
             self._used(command.queue)  # a redeclare renews an x-expires lease
@@ -204,6 +230,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
         self.catalog.queue(view, name, owner)
+        if self._stream(name) is not None:
+            # rabbit_stream_queue:delete ignores if-unused and if-empty and answers 0.
+            await self._drop_queue(name)
+            return 0
         queue = self._messages(name)
         where = resource("queue", name, self.name)
         if command.if_unused and queue.subscriptions:
@@ -219,9 +249,14 @@ class MemoryVirtualHost(CatalogVirtualHost):
         queue = self._queues.pop(name, None)
         if queue is not None:
             queue.delete()
+        stream = self._streams.pop(name, None)
+        if stream is not None:
+            stream.delete()
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         self.catalog.queue(self.catalog.view, command.queue, owner)
+        if self._stream(command.queue) is not None:
+            raise refuse_purge(resource("queue", command.queue, self.name))
         queue = self._messages(command.queue)
         count = queue.count()
         queue.ready.clear()
@@ -251,6 +286,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     def _enqueue(self, name: str, message: Message) -> bool:
         """Put ``message`` in queue ``name`` within its length limit; False if refused."""
+        stream = self._stream(name)
+        if stream is not None:
+            stream.append(message)
+            return True
         queue = self._messages(name)
         limit = queue.limit
         if limit is not None and limit.rejects_publish and not limit.has_room(queue.count()):
@@ -295,12 +334,30 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 self._enqueue(name, letter.message)
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
-    ) -> MemorySubscription:
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
+    ) -> MemorySubscription | MemoryStreamSubscription:
         queue, exclusive = command.queue, command.exclusive
         await self._expire_queues()
         entity = self.catalog.queue(self.catalog.view, queue, owner)
         self.catalog.check_consume(entity, command)
+        stream = self._stream(queue)
+        if stream is not None:
+            where = resource("queue", queue, self.name)
+            check_stream_consume(
+                where,
+                no_ack=command.no_ack,
+                consumer_prefetch=qos.consumer,
+                channel_prefetch=qos.channel,
+            )
+            spec = parse_offset(where, command.arguments.get("x-stream-offset"), now_ms())
+            return MemoryStreamSubscription(
+                stream, stream.start(spec), stream_filter(command.arguments), self._reader_gone
+            )
         self._used(queue)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
@@ -312,6 +369,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         target.subscriptions.append(subscription)
         target.exclusive_consumer = exclusive
         return subscription
+
+    async def _reader_gone(self, _subscription: MemoryStreamSubscription) -> None:
+        """A stream's consumer went: nothing to give back (streams have no auto-delete)."""
 
     async def _consumer_gone(self, queue: MemoryQueue) -> None:
         # An auto-delete queue goes when its last consumer does (having had at least one).
@@ -348,6 +408,8 @@ class MemoryVirtualHost(CatalogVirtualHost):
         queue = command.queue
         await self._expire_queues()
         self.catalog.queue(self.catalog.view, queue, owner)
+        if self._stream(queue) is not None:
+            raise refuse_get(resource("queue", queue, self.name))
         self._used(queue)
         self._expire_all()
         delivery = self._messages(queue).take()

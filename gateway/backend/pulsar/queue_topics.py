@@ -1,6 +1,7 @@
 """Which topics a queue reads, from a vhost's view of the metadata (no I/O).
 
-A queue reads the default exchange's topic named after it, the topics its bindings cover
+A queue reads the default exchange's topic named after it (not a stream: that topic is the
+stream's log, read by readers, streams.py), the topics its bindings cover
 (routing.py's ``binding_topics``; a lazy topic only once somebody published to its key,
 activation.py), and topics it was unbound from while their subscription still drains
 (drains.py). The vhost subscribes, counts and reconciles consumers with these sets; the
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation, activation_for, default_activation
 from gateway.metadata.store import VhostView
+from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding
 from gateway.model.naming import topic_for
 from gateway.model.routing import binding_topics
@@ -69,7 +71,10 @@ class QueueTopics:
         subscription (activation.py); otherwise also the lazy ones nobody published to."""
         leaving = set(without)
         topics: set[str] = set()
-        if not live or self.active(view, default_activation(queue)):
+        entity = view.queues.get(queue)
+        if (entity is None or not is_stream(entity.arguments)) and (
+            not live or self.active(view, default_activation(queue))
+        ):
             topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
         covered = self.live_of_binding if live else self.of_binding
         for binding in self.bindings_of(view, queue):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -34,6 +35,8 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
+    NO_QOS,
+    ConsumerQos,
     Message,
     Owner,
     PublishOutcome,
@@ -62,11 +65,14 @@ from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
 from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
+from gateway.model.arguments import is_stream
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -81,6 +87,7 @@ from gateway.model.routing import (
     headers_match,
     publish_topic,
 )
+from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
@@ -102,28 +109,6 @@ SUBSCRIBE_ATTEMPTS = 5
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
 # milliseconds; without ZooKeeper the record goes with the session anyway).
 GONE_WAIT = 10.0
-
-
-class RegisteredSubscription:
-    """What ``consume`` returns: the queue's Pulsar subscription, whose ``close`` also waits
-    until the consumer is unregistered from the metadata store (and an auto-delete queue it
-    left without consumers anywhere is deleted). Cancel-Ok therefore comes after both: a
-    client that cancels and then deletes if-unused, consumes exclusively or declares finds
-    the consumer gone, as with RabbitMQ."""
-
-    __slots__ = ("_settled", "receive", "subscription")
-
-    def __init__(
-        self, subscription: PulsarQueueSubscription, settled: Callable[[], Awaitable[None]]
-    ) -> None:
-        self.subscription = subscription
-        # The delivery path calls the subscription's own method: no extra call per message.
-        self.receive = subscription.receive
-        self._settled = settled
-
-    async def close(self) -> None:
-        await self.subscription.close()
-        await self._settled()
 
 
 class PulsarVirtualHost(CatalogVirtualHost):
@@ -162,6 +147,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         )
         self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
         self._queue_use = QueueUse(namespace, resources.admin)
+        self.streams = StreamQueues(name, resources, self._topics)
 
     # ------------------------------------------------------------------ helpers
 
@@ -264,9 +250,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
         async def subscribe_default() -> None:
             # A publisher of this replica that knows the key and sees the queue writes at
-            # once: its subscription exists before anyone can see the queue.
+            # once: its subscription exists before anyone can see the queue. A stream's
+            # topic is its log (streams.py): made now, and nobody subscribes to it.
             nonlocal subscribed
-            if self._topics.active(self._view, activation):
+            if is_stream(command.arguments):
+                await self.streams.create(name, command.arguments)
+                subscribed = True
+            elif self._topics.active(self._view, activation):
                 await self._subscribe_topic(topic, name)
                 subscribed = True
 
@@ -310,6 +300,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
+        if stream_of(view, queue) is not None:  # rabbit_stream_queue:stat counts no consumers
+            feeding = await broker_ready_count(self._r, self.streams.feeders(view, queue), queue)
+            return QueueStatus(queue, await self.streams.count(queue) + feeding, 0)
         # Consumers on every replica (registered in the metadata store while they run).
         consumers = view.consumers.get(queue, 0)
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
@@ -355,7 +348,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
         if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
-        await self.catalog.find_queue(name, owner)
+        entity = await self.catalog.find_queue(name, owner)
+        if is_stream(entity.arguments):  # rabbit_stream_queue:delete ignores if-unused/-empty
+            await self.drop_queue(name)
+            return 0
         view = self._view
         if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
             raise self.catalog.in_use("queue", name)
@@ -391,6 +387,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._basic_gets.close(name)
         self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
+        if stream_of(view, name) is not None:
+            await self.streams.drop(name)
         if deleted:
             COUNTERS.queues_deleted += 1
         if deleted and alone:
@@ -424,7 +422,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         name = command.queue
-        await self.catalog.find_queue(name, owner)
+        if is_stream((await self.catalog.find_queue(name, owner)).arguments):
+            raise refuse_purge(resource("queue", name, self.name))
         view = self._view
         count = await self._message_count(view, name)
         await self._basic_gets.close(name)
@@ -682,6 +681,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 )
 
     async def _reconcile(self, view: VhostView) -> None:
+        await self.streams.reconcile(view)
         for queue, subscriptions in list(self._consumers.items()):
             if queue not in view.queues:
                 for subscription in list(subscriptions):
@@ -705,11 +705,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
-    ) -> RegisteredSubscription:
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
+    ) -> RegisteredSubscription | PulsarStreamSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)
+        if is_stream(entity.arguments):
+            return await self.streams.consume(entity, command, qos, int(time.time() * 1000))
         await self._queue_use.used(queue, entity.arguments)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
@@ -789,6 +796,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
         entity = await self.catalog.find_queue(queue, owner)
+        if is_stream(entity.arguments):
+            raise refuse_get(resource("queue", queue, self.name))
         await self._queue_use.used(queue, entity.arguments)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 
@@ -804,3 +813,4 @@ class PulsarVirtualHost(CatalogVirtualHost):
             for subscription in list(subscriptions):
                 await subscription.close()
         await self._basic_gets.aclose()
+        await self.streams.aclose()

@@ -273,6 +273,24 @@ def test_transactions(java: str, gateway: GatewayInThread) -> None:
     )
 
 
+def test_streams(java: str, gateway: GatewayInThread) -> None:
+    """basicQos + basicConsume with x-stream-offset, as RabbitMQ's streams page shows it."""
+    facts = facts_of(java, "streams", gateway)
+    first = facts["first"].strip("[]").split(", ")
+    assert [entry.split("@")[0] for entry in first] == ["m1", "m2", "m3", "m4", "m5"]
+    offsets = [int(entry.split("@")[1]) for entry in first]
+    assert offsets == sorted(offsets)
+    assert facts["offset_class"] == "Long"
+    assert facts["resumed"] == "[" + ", ".join(first[3:5]) + "]"
+    assert facts["since_an_hour_ago"] == "5"
+    assert facts["again_after_acks"] == "true"
+    assert facts["auto_ack.code"] == "540"
+    assert facts["auto_ack.text"].startswith(
+        "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queue 'jc.stream"
+    )
+    assert facts["auto_ack.hard"] == "true"
+
+
 def test_basic_recover(java: str, gateway: GatewayInThread) -> None:
     facts = facts_of(java, "recover", gateway)
     assert facts["redelivered"] == "m1:true,m2:true,m3:true"

@@ -143,3 +143,70 @@ def test_exchange_arguments() -> None:
     assert refused.value.reply_text == (
         f"PRECONDITION_FAILED - invalid type 'binary' for arg 'alternate-exchange' in {where}"
     )
+
+
+STREAM = {"x-queue-type": Field("S", "stream")}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "flags", "reason"),
+    [
+        ({}, {"auto_delete": True}, f"invalid property 'auto-delete' for {WHERE}"),
+        ({}, {"exclusive": True}, f"invalid property 'exclusive-owner' for {WHERE}"),
+        ({}, {"durable": False}, f"invalid property 'non-durable' for {WHERE}"),
+        (
+            {"x-max-age": Field("S", "7W")},
+            {},
+            f"invalid arg 'x-max-age' for {WHERE}: invalid_max_age",
+        ),
+        (
+            {"x-max-age": Field("l", 7)},
+            {},
+            f"invalid arg 'x-max-age' for {WHERE}: {{unacceptable_type,long}}",
+        ),
+        (
+            {"x-max-length": Field("l", 7)},
+            {},
+            f"invalid arg 'x-max-length' for {WHERE} of queue type rabbit_stream_queue",
+        ),
+        (
+            {"x-stream-max-segment-size-bytes": Field("l", 3_000_000_001)},
+            {},
+            "Exceeded max value for x-stream-max-segment-size-bytes",
+        ),
+        (
+            {"x-stream-filter-size-bytes": Field("I", 15)},
+            {},
+            "Invalid value for  x-stream-filter-size-bytes",
+        ),
+        # The properties come first, then the sizes (rabbit_stream_queue:declare).
+        (
+            {"x-stream-filter-size-bytes": Field("I", 300)},
+            {"durable": False},
+            f"invalid property 'non-durable' for {WHERE}",
+        ),
+    ],
+)
+def test_stream_declare_rules(
+    arguments: dict[str, Field], flags: dict[str, bool], reason: str
+) -> None:
+    assert refusal({**STREAM, **arguments}, **flags) == reason
+
+
+def test_a_stream_accepts_its_own_arguments() -> None:
+    arguments = {
+        **STREAM,
+        "x-max-age": Field("S", "12h"),
+        "x-max-length-bytes": Field("l", 20_000_000_000),
+        "x-stream-max-segment-size-bytes": Field("l", 3_000_000_000),
+        "x-stream-filter-size-bytes": Field("I", 255),
+        "x-initial-cluster-size": Field("I", 3),
+        "x-queue-leader-locator": Field("S", "client-local"),
+    }
+    assert refusal(arguments) is None
+
+
+def test_stream_consumer_arguments_are_left_to_the_stream() -> None:
+    check_consume_arguments(WHERE, STREAM, {"x-stream-offset": Field("S", "first")})
+    with pytest.raises(ChannelError, match="of queue type rabbit_classic_queue"):
+        check_consume_arguments(WHERE, {}, {"x-stream-offset": Field("S", "first")})
