@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -56,7 +57,13 @@ from gateway.backend.pulsar.delivery import (
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
-from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.messages import (
+    ENQUEUED,
+    REFUSED_BY,
+    REQUEUED,
+    priority_reader,
+    to_pulsar,
+)
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics
@@ -76,6 +83,7 @@ from gateway.model.entities import (
     resource,
 )
 from gateway.model.naming import subscription_for, topic_for
+from gateway.model.priority import max_priority
 from gateway.model.routing import (
     binding_topics,
     headers_match,
@@ -600,23 +608,33 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return admits
 
     async def _subscription(
-        self, queue: str, *, exclusive: bool, prefetch: int = 0, read_ahead: int | None = None
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        prefetch: int = 0,
+        read_ahead: int | None = None,
+        ordered: bool = True,
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
-        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic."""
+        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
+        queue (unless not ``ordered``), it holds up to its window of messages and delivers
+        the highest priority of them first (docs/compatibility.md, "Priority queues")."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
+        options = ConsumerOptions(
+            receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+        )
+        entity = view.queues.get(queue)
+        maximum = None if entity is None or not ordered else max_priority(entity.arguments)
+        if maximum is not None:
+            window = max(self._r.priority_read_ahead, prefetch, read_ahead)
+            options = replace(options, priority_of=priority_reader(maximum), buffer_size=window)
         consumer = await amqp_errors(
-            self._r.client.subscribe(
-                topics,
-                subscription_for(queue),
-                ConsumerOptions(
-                    receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
-                ),
-            ),
+            self._r.client.subscribe(topics, subscription_for(queue), options),
             f"consuming from '{queue}'",
         )
         return PulsarQueueSubscription(
@@ -629,7 +647,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
+            fill=None if maximum is None else self._to_read,
         )
+
+    async def _to_read(self, subscription: PulsarQueueSubscription) -> int:
+        """How many messages a new reader of a priority queue can expect to read: the ready
+        messages, less what this replica's other readers of the queue have read ahead."""
+        queue = subscription.queue
+        readers = set(self._consumers.get(queue, ()))
+        getter = self._basic_gets.by_queue.get(queue)
+        if getter is not None:
+            readers.add(getter)
+        readers.discard(subscription)
+        ready = await self._message_count(self._view, queue)
+        return max(0, ready - sum(r.consumer.buffered for r in readers if not r.closed))
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
         """The TTL check of ``queue``'s consumers (expiry.py)."""
@@ -637,9 +668,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ttl = None if entity is None else queue_message_ttl(entity.arguments)
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
 
-    async def sweeper(self, queue: str, read_ahead: int) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep of ``queue`` (ttl_sweep.py)."""
-        return await self._subscription(queue, exclusive=False, read_ahead=read_ahead)
+    async def sweeper(
+        self, queue: str, read_ahead: int, *, ordered: bool = False
+    ) -> PulsarQueueSubscription:
+        """A consumer for the leader's TTL sweep (ttl_sweep.py) or drop-head trim
+        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) of
+        ``queue``."""
+        return await self._subscription(
+            queue, exclusive=False, read_ahead=read_ahead, ordered=ordered
+        )
 
     async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
