@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import Mapping
+from typing import Final, TypeVar
 
 from gateway.amqp.fieldtable import Field, field_to_plain
 from gateway.amqp.properties import MessageProperties, encode_properties
 from gateway.backend.interface import Message
 from gateway.bounded import remember
-from gateway.model.priority import effective_priority
 
 K = TypeVar("K", bytes, str)
 V = TypeVar("V")
@@ -149,20 +148,6 @@ def _native_properties(properties: Mapping[str, str]) -> bytes:
     if headers:
         values["headers"] = headers
     return encode_properties(MessageProperties(**values))  # type: ignore[arg-type]
-
-
-def priority_reader(maximum: int) -> Callable[[Any], int]:
-    """The priority of a native Pulsar message in a queue whose highest priority is
-    ``maximum``, from the readable ``priority`` property (a message without one, from the
-    gateway or a native producer, is priority 0). For ``ConsumerOptions.priority_of``."""
-
-    def priority_of(native: Any) -> int:
-        value = native.properties().get("priority")
-        if value is None or not value.isdigit():
-            return 0
-        return effective_priority(int(value), maximum)
-
-    return priority_of
 
 
 def refused_by(properties: Mapping[str, str]) -> list[str]:

@@ -50,3 +50,28 @@ async def broker_ready_count(resources: PulsarResources, topics: set[str], queue
         )
         total += analysis.messages_in(found.msg_backlog)
     return total
+
+
+async def unclaimed_count(
+    resources: PulsarResources, topics: Iterable[str], queue: str, reader: str
+) -> int:
+    """The messages of ``queue``'s subscription on ``topics`` that the consumer named
+    ``reader`` can expect to read: all not yet acknowledged, less those Pulsar dispatched to
+    the subscription's other consumers (on any replica). For a new reader of a priority queue,
+    which reads them all before its first delivery (delivery.py ``filled``)."""
+    topics = sorted(topics)
+    total = 0
+    subscription = subscription_for(queue)
+    admin = resources.admin
+    await flush_writes(resources, topics)
+    for topic in topics:
+        stats = await amqp_errors(admin.topic_stats(topic), f"counting '{queue}'")
+        found = stats.subscriptions.get(subscription)
+        if found is None or found.msg_backlog == 0:
+            continue
+        claimed = sum(c.unacked_messages for c in found.consumers if c.name != reader)
+        analysis = await amqp_errors(
+            admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
+        )
+        total += max(0, analysis.messages_in(found.msg_backlog) - claimed)
+    return total

@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 import trio
@@ -57,13 +56,8 @@ from gateway.backend.pulsar.delivery import (
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
-from gateway.backend.pulsar.messages import (
-    ENQUEUED,
-    REFUSED_BY,
-    REQUEUED,
-    priority_reader,
-    to_pulsar,
-)
+from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics
@@ -83,7 +77,6 @@ from gateway.model.entities import (
     resource,
 )
 from gateway.model.naming import subscription_for, topic_for
-from gateway.model.priority import max_priority
 from gateway.model.routing import (
     binding_topics,
     headers_match,
@@ -629,12 +622,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
         )
         entity = view.queues.get(queue)
-        maximum = None if entity is None or not ordered else max_priority(entity.arguments)
-        if maximum is not None:
-            window = max(self._r.priority_read_ahead, prefetch, read_ahead)
-            options = replace(options, priority_of=priority_reader(maximum), buffer_size=window)
+        ordering = None
+        if ordered and entity is not None:
+            ordering = priority_options(self._r, options, entity.arguments, prefetch=prefetch)
         consumer = await amqp_errors(
-            self._r.client.subscribe(topics, subscription_for(queue), options),
+            self._r.client.subscribe(topics, subscription_for(queue), ordering or options),
             f"consuming from '{queue}'",
         )
         return PulsarQueueSubscription(
@@ -647,20 +639,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
-            fill=None if maximum is None else self._to_read,
+            fill=None if ordering is None else to_read(self._r),
         )
-
-    async def _to_read(self, subscription: PulsarQueueSubscription) -> int:
-        """How many messages a new reader of a priority queue can expect to read: the ready
-        messages, less what this replica's other readers of the queue have read ahead."""
-        queue = subscription.queue
-        readers = set(self._consumers.get(queue, ()))
-        getter = self._basic_gets.by_queue.get(queue)
-        if getter is not None:
-            readers.add(getter)
-        readers.discard(subscription)
-        ready = await self._message_count(self._view, queue)
-        return max(0, ready - sum(r.consumer.buffered for r in readers if not r.closed))
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
         """The TTL check of ``queue``'s consumers (expiry.py)."""
