@@ -50,6 +50,7 @@ class MemoryDelivery:
     message: Message
     redelivered: bool
     enqueued: int  # ms: a requeued message keeps its expiry (RabbitMQ's TTL)
+    place: int  # its place in the queue's line: a requeue puts it back there
     settled: bool = False
 
     async def ack(self) -> None:
@@ -60,7 +61,7 @@ class MemoryDelivery:
             return
         self.settled = True
         if requeue:
-            self.queue.requeue(self.message, self.enqueued)
+            self.queue.requeue(self.message, self.enqueued, self.place)
         else:
             self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
@@ -94,18 +95,18 @@ class MemoryQueue:
         self.ready.push((message, False, now_ms()), self._priority(message))
         self._signal()
 
-    def requeue(self, message: Message, enqueued: int) -> None:
+    def requeue(self, message: Message, enqueued: int, place: int) -> None:
         if not self.deleted:
-            # RabbitMQ puts a requeued message back near its original position: the front
-            # (of its own priority, in a priority queue).
-            self.ready.push_front((message, True, enqueued), self._priority(message))
+            # RabbitMQ puts a requeued message back at its original position (in its own
+            # priority, in a priority queue): ahead of everything that came after it.
+            self.ready.restore((message, True, enqueued), self._priority(message), place)
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
         while self.ready:
-            message, redelivered, enqueued = self.ready.pop()
+            place, (message, redelivered, enqueued) = self.ready.pop_entry()
             if not self._expired(message, enqueued):
-                return MemoryDelivery(self, message, redelivered, enqueued)
+                return MemoryDelivery(self, message, redelivered, enqueued, place)
             self.dead_letter(self.name, message, "expired")
         return None
 

@@ -8,7 +8,7 @@
   the maximum (``rabbit_priority_queue:priority/2``).
 - Among the queue's **ready** messages the highest priority goes first, first in first out
   within one priority: RabbitMQ keeps one backing queue per priority and fetches from the
-  highest non-empty one. A requeued message goes back to the front of its own priority.
+  highest non-empty one. A requeued message goes back to its place in its own priority.
 - The head of the queue is the message that would be delivered next: ``drop-head`` of a length
   limit drops that one (the oldest of the highest priority, as ``rabbit_priority_queue:drop``
   does), and expiry is checked from there.
@@ -20,7 +20,7 @@ Pulsar consumer of a priority queue has read ahead (``gateway/pulsar/consumer.py
 from __future__ import annotations
 
 import bisect
-from collections import deque
+import heapq
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final, Generic, TypeVar
 
@@ -56,18 +56,25 @@ def effective_priority(priority: int | None, maximum: int) -> int:
 
 
 class PriorityBuffer(Generic[T]):
-    """Items ordered for delivery: highest priority first, first in first out within a
-    priority; ``push_front`` puts one back at the front of its priority (a requeue).
+    """Items ordered for delivery: highest priority first, then by their place in line.
 
-    One FIFO per priority in use and the sorted list of those priorities: ``push`` and ``pop``
-    cost O(1) plus a bisect over at most 256 priorities.
+    ``push`` puts an item at the back of its priority and returns its place; ``pop_entry``
+    returns the place with the item, and ``restore`` puts an item back at that place: a
+    requeued message goes back where it was, ahead of what arrived after it, and several
+    requeued in any order come back in their first order (RabbitMQ's requeue). One heap per
+    priority in use, keyed by place, and the sorted list of those priorities: O(log n) per
+    operation plus a bisect over at most 256 priorities.
     """
 
-    __slots__ = ("_active", "_by_priority", "_size")
+    __slots__ = ("_active", "_by_priority", "_front", "_next", "_size", "_ties")
 
     def __init__(self) -> None:
-        self._by_priority: dict[int, deque[T]] = {}
+        # priority -> heap of (place, tiebreak, item); the tiebreak keeps items uncompared.
+        self._by_priority: dict[int, list[tuple[int, int, T]]] = {}
         self._active: list[int] = []  # the priorities that hold items, ascending
+        self._next = 0  # the next place at the back
+        self._front = -1  # the next place at the front
+        self._ties = 0
         self._size = 0
 
     def __len__(self) -> int:
@@ -76,58 +83,73 @@ class PriorityBuffer(Generic[T]):
     def __bool__(self) -> bool:
         return self._size > 0
 
-    def _fifo(self, priority: int) -> deque[T]:
-        fifo = self._by_priority.get(priority)
-        if fifo is None:
-            fifo = self._by_priority[priority] = deque()
+    def restore(self, item: T, priority: int, place: int) -> None:
+        """Put ``item`` (back) at ``place`` in its priority's line."""
+        heap = self._by_priority.get(priority)
+        if heap is None:
+            heap = self._by_priority[priority] = []
             bisect.insort(self._active, priority)
-        return fifo
-
-    def push(self, item: T, priority: int) -> None:
-        """``item`` arrives: behind everything of its priority."""
-        self._fifo(priority).append(item)
+        self._ties += 1
+        heapq.heappush(heap, (place, self._ties, item))
         self._size += 1
 
-    def push_front(self, item: T, priority: int) -> None:
-        """``item`` comes back (requeued): ahead of everything of its priority."""
-        self._fifo(priority).appendleft(item)
-        self._size += 1
+    def push(self, item: T, priority: int) -> int:
+        """``item`` arrives: behind everything of its priority. Returns its place."""
+        place = self._next
+        self._next += 1
+        self.restore(item, priority, place)
+        return place
+
+    def push_front(self, item: T, priority: int) -> int:
+        """``item`` goes ahead of everything of its priority. Returns its place."""
+        place = self._front
+        self._front -= 1
+        self.restore(item, priority, place)
+        return place
 
     def peek(self) -> T:
         """The next item ``pop`` would return; IndexError when empty."""
         if not self._active:
             raise IndexError("peek from an empty PriorityBuffer")
-        return self._by_priority[self._active[-1]][0]
+        return self._by_priority[self._active[-1]][0][2]
 
-    def pop(self) -> T:
-        """The next item: the oldest of the highest priority. IndexError when empty."""
+    def pop_entry(self) -> tuple[int, T]:
+        """The next item and its place: the first in line of the highest priority.
+        IndexError when empty."""
         if not self._active:
             raise IndexError("pop from an empty PriorityBuffer")
         priority = self._active[-1]
-        fifo = self._by_priority[priority]
-        item = fifo.popleft()
-        if not fifo:
+        heap = self._by_priority[priority]
+        place, _tiebreak, item = heapq.heappop(heap)
+        if not heap:
             del self._by_priority[priority]
             self._active.pop()
         self._size -= 1
-        return item
+        return place, item
+
+    def pop(self) -> T:
+        """The next item: the first in line of the highest priority. IndexError when empty."""
+        return self.pop_entry()[1]
 
     def __iter__(self) -> Iterator[T]:
         """Every item, in the order ``pop`` would return them."""
         for priority in reversed(self._active):
-            yield from self._by_priority[priority]
+            for _place, _tiebreak, item in sorted(self._by_priority[priority]):
+                yield item
 
     def keep(self, wanted: Callable[[T], bool]) -> list[T]:
-        """Remove the items ``wanted`` refuses, keeping the others' order; returns the
+        """Remove the items ``wanted`` refuses, keeping the others' places; returns the
         removed ones in delivery order."""
         removed: list[T] = []
         for priority in list(reversed(self._active)):
-            fifo = self._by_priority[priority]
-            kept: deque[T] = deque()
-            for item in fifo:
-                (kept if wanted(item) else removed).append(item)
+            kept: list[tuple[int, int, T]] = []
+            for entry in sorted(self._by_priority[priority]):
+                if wanted(entry[2]):
+                    kept.append(entry)
+                else:
+                    removed.append(entry[2])
             if kept:
-                self._by_priority[priority] = kept
+                self._by_priority[priority] = kept  # sorted: a valid heap
             else:
                 del self._by_priority[priority]
                 self._active.remove(priority)

@@ -26,7 +26,7 @@ So at most ``buffer_size + topics x receiver_queue_size`` messages sit in the ga
 With ``ConsumerOptions.priority_of`` the trio-side buffer is ordered instead of first in first
 out: ``receive()`` takes the highest priority it holds, the oldest first within one priority
 (an AMQP priority queue, gateway/model/priority.py). The priority is computed on the listener
-thread, as the message arrives; ``put_back`` returns a message to the front of its priority.
+thread, as the message arrives; ``put_back`` returns a message to its place in line.
 
 Messages buffered but not acknowledged when the consumer closes are redelivered by Pulsar
 (to other consumers of a Shared subscription at once, to the subscription's next consumer
@@ -122,12 +122,16 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer")
+    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer", "place")
 
-    def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
+    def __init__(
+        self, native: Any, native_consumer: Any, owner: TrioConsumer, place: int | None = None
+    ) -> None:
         self.native = native  # _pulsar.Message
         self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
         self._owner = owner
+        # Its place in line in a consumer ordered by priority (put_back returns it there).
+        self.place = place
         self._topic: str | None = None
         self._id: MessageId | None = None
         self._id_bytes: bytes | None = None
@@ -299,18 +303,19 @@ class TrioConsumer:
 
     def _take(self) -> ReceivedMessage:
         ordered = self._ordered
+        place = None
         with self._lock:
             if ordered is None:
                 native_consumer, native = self._buffer.popleft()
                 left = len(self._buffer)
             else:
-                native_consumer, native = ordered.pop()
+                place, (native_consumer, native) = ordered.pop_entry()
                 left = len(ordered)
             if self._paused and not self._stopped and left <= self._low_water:
                 self._paused = False
                 for each in self._natives.values():
                     each.resume_message_listener()
-        return ReceivedMessage(native, native_consumer, self)
+        return ReceivedMessage(native, native_consumer, self, place)
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
@@ -371,17 +376,17 @@ class TrioConsumer:
         message.native_consumer.negative_acknowledge(message.native)
 
     def put_back(self, message: ReceivedMessage) -> bool:
-        """Return a message taken by ``receive()`` (and not acknowledged) to the front of its
-        priority, for a later ``receive()``: a requeue that keeps it here. Only for a
+        """Return a message taken by ``receive()`` (and not acknowledged) to its place in line
+        in its priority, for a later ``receive()``: a requeue that keeps it here. Only for a
         consumer ordered by priority that still receives; False (nothing done) otherwise."""
         ordered = self._ordered
-        if ordered is None or self._closed or self._stopped:
+        if ordered is None or self._closed or self._stopped or message.place is None:
             return False
         if message.topic not in self._natives:
             return False  # its topic was removed meanwhile: Pulsar redelivers it
         priority = self._priority(message.native)
         with self._lock:
-            ordered.push_front((message.native_consumer, message.native), priority)
+            ordered.restore((message.native_consumer, message.native), priority, message.place)
         self._waker.wake()
         return True
 

@@ -118,9 +118,10 @@ class PulsarDelivery:
         if self._settled:
             return
         if requeue and self._subscription.prioritized and self._consumer.put_back(self._received):
-            # A priority queue's consumer keeps it, at the front of its priority: delivered
-            # again before anything of lower priority (RabbitMQ requeues into the message's
-            # own priority queue), marked redelivered (it stays in ``redeliveries``).
+            # A priority queue's consumer keeps it, at its place in line in its priority:
+            # delivered again before anything of lower priority and anything of its own that
+            # came after it (RabbitMQ requeues into the message's own priority queue, at its
+            # position), marked redelivered (it stays in ``redeliveries``).
             self._settle(requeued=True)
             return
         if requeue and self._received.in_batch:

@@ -3,7 +3,7 @@
 RabbitMQ (docs/priority.md, ``rabbit_priority_queue``): among a queue's ready messages the
 highest priority is delivered first, first in first out within a priority; a message without
 the property is priority 0, one above the queue's maximum counts as the maximum; Basic.Get
-takes the highest too; a requeued message goes back to the front of its priority; an expired
+takes the highest too; a requeued message goes back to its place in its priority; an expired
 message is never delivered; drop-head drops the head, the oldest of the highest priority;
 redeclaring compares ``x-max-priority``; quorum queues do not take the argument. On Pulsar the
 order holds within each consumer's window (``amqpPriorityQueueReadAhead``, docs/compatibility.md,
@@ -165,7 +165,7 @@ def test_a_requeued_message_comes_back_before_lower_priorities(running: Running)
     wait_for(lambda: len(got) >= 5, channel.connection, timeout=30, what=lambda: f"{got}")
     assert got == [
         ("high", False),
-        ("high", True),  # back at the front of its priority, marked redelivered
+        ("high", True),  # back at its place in its priority, marked redelivered
         ("mid", False),
         ("low1", False),
         ("low2", False),

@@ -67,12 +67,21 @@ def test_highest_first_then_fifo() -> None:
         buffer.peek()
 
 
-def test_a_requeued_item_goes_to_the_front_of_its_priority() -> None:
+def test_requeued_items_go_back_to_their_places() -> None:
     buffer: PriorityBuffer[str] = PriorityBuffer()
-    for name, priority in [("a", 1), ("b", 1), ("c", 5)]:
+    for name, priority in [("a", 1), ("b", 1), ("c", 5), ("d", 1)]:
         buffer.push(name, priority)
+    assert buffer.pop_entry()[1] == "c"
+    first, second = buffer.pop_entry(), buffer.pop_entry()
+    assert (first[1], second[1]) == ("a", "b")
+    buffer.push("e", 1)
+    # Requeued in the reverse order (a nack of several, a recover), they still come back
+    # in their first order, ahead of what arrived after them.
+    buffer.restore(second[1], 1, second[0])
+    buffer.restore(first[1], 1, first[0])
+    assert list(buffer) == ["a", "b", "d", "e"]
     buffer.push_front("z", 1)
-    assert list(buffer) == ["c", "z", "a", "b"]
+    assert buffer.pop() == "z"
 
 
 def test_keep_removes_in_delivery_order_and_keeps_the_rest_in_order() -> None:
@@ -87,12 +96,14 @@ def test_keep_removes_in_delivery_order_and_keeps_the_rest_in_order() -> None:
     assert len(buffer) == 0 and list(buffer) == []
 
 
-# One operation on the buffer: ("push", priority), ("front", priority), ("pop",), ("keep", m).
+# One operation on the buffer: ("push", priority), ("front", priority), ("pop",),
+# ("restore", n) (the n-th item popped and not restored yet goes back), ("keep", m).
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 5)),
         st.tuples(st.just("front"), st.integers(0, 5)),
         st.tuples(st.just("pop")),
+        st.tuples(st.just("restore"), st.integers(0, 10)),
         st.tuples(st.just("keep"), st.integers(2, 4)),
     ),
     max_size=80,
@@ -104,43 +115,49 @@ def test_any_interleaving_keeps_priority_order_and_loses_nothing(
     steps: list[tuple[object, ...]],
 ) -> None:
     """Against a model: each item has (priority, place); a push takes the next place at the
-    back, a push_front the next place at the front; pop returns the highest priority and,
-    within it, the smallest place. Nothing is lost or returned twice."""
+    back, a push_front the next place at the front, a restore the place it had; pop returns
+    the highest priority and, within it, the smallest place. Nothing is lost or duplicated."""
     buffer: PriorityBuffer[int] = PriorityBuffer()
     model: dict[int, tuple[int, int]] = {}  # item -> (priority, place)
+    out: dict[int, tuple[int, int]] = {}  # popped, not restored: item -> (priority, place)
     items = itertools.count()
     back, front = itertools.count(), itertools.count(-1, -1)
-    popped: list[int] = []
+
+    def order(item: int) -> tuple[int, int]:
+        return (-model[item][0], model[item][1])
+
     for step in steps:
         match step:
             case ("push", int(priority)):
                 item = next(items)
-                buffer.push(item, priority)
-                model[item] = (priority, next(back))
+                assert buffer.push(item, priority) == (place := next(back))
+                model[item] = (priority, place)
             case ("front", int(priority)):
                 item = next(items)
-                buffer.push_front(item, priority)
-                model[item] = (priority, next(front))
+                assert buffer.push_front(item, priority) == (place := next(front))
+                model[item] = (priority, place)
             case ("pop",):
                 if not model:
                     with pytest.raises(IndexError):
                         buffer.pop()
                     continue
-                expected = min(model, key=lambda i: (-model[i][0], model[i][1]))
+                expected = min(model, key=order)
                 assert buffer.peek() == expected
-                got = buffer.pop()
-                assert got == expected
-                del model[got]
-                popped.append(got)
+                place, got = buffer.pop_entry()
+                assert (got, place) == (expected, model[expected][1])
+                out[got] = model.pop(got)
+            case ("restore", int(n)):
+                if not out:
+                    continue
+                item = sorted(out)[n % len(out)]
+                priority, place = out.pop(item)
+                buffer.restore(item, priority, place)
+                model[item] = (priority, place)
             case ("keep", int(modulus)):
                 removed = buffer.keep(lambda i, m=modulus: i % m != 0)
-                gone = sorted(
-                    (i for i in model if i % modulus == 0),
-                    key=lambda i: (-model[i][0], model[i][1]),
-                )
-                assert removed == gone
+                assert removed == sorted((i for i in model if i % modulus == 0), key=order)
                 for item in removed:
                     del model[item]
         assert len(buffer) == len(model)
-        assert list(buffer) == sorted(model, key=lambda i: (-model[i][0], model[i][1]))
-    assert len(set(popped)) == len(popped)
+        assert list(buffer) == sorted(model, key=order)
+        assert not set(model) & set(out)
