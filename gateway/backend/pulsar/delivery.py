@@ -236,8 +236,14 @@ class PulsarQueueSubscription:
         if fill is None:
             return
         with trio.move_on_after(FILL_WAIT):
-            target = min(await fill(self), self.consumer.options.effective_buffer_size)
-            await self.consumer.wait_buffered(target)
+            try:
+                target = await fill(self)
+            except Exception as error:  # the order of a first few deliveries is at stake only
+                log.warning("counting what '%s' has to read failed: %s", self.queue, error)
+                return
+            await self.consumer.wait_buffered(
+                min(target, self.consumer.options.effective_buffer_size)
+            )
 
     async def receive(
         self, before_wait: Callable[[], Awaitable[None]] | None = None

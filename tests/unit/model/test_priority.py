@@ -130,11 +130,13 @@ def test_any_interleaving_keeps_priority_order_and_loses_nothing(
         match step:
             case ("push", int(priority)):
                 item = next(items)
-                assert buffer.push(item, priority) == (place := next(back))
+                place = next(back)
+                assert buffer.push(item, priority) == place
                 model[item] = (priority, place)
             case ("front", int(priority)):
                 item = next(items)
-                assert buffer.push_front(item, priority) == (place := next(front))
+                place = next(front)
+                assert buffer.push_front(item, priority) == place
                 model[item] = (priority, place)
             case ("pop",):
                 if not model:
