@@ -6,7 +6,7 @@ trimmer) therefore reads ahead a window of messages (``amqpPriorityQueueReadAhea
 its prefetch) into a buffer ordered by priority (``TrioConsumer`` with ``priority_of``), and
 each delivery takes the highest priority it holds, oldest first within one (model/priority.py).
 Before its first delivery a new reader waits until it has read the queue's messages that Pulsar
-has not dispatched to other consumers (``unclaimed_count``), up to its window, so that a
+has not dispatched to other consumers (``broker_ready_count``), up to its window, so that a
 backlog is delivered in RabbitMQ's order, not in the order Pulsar sends it
 (docs/compatibility.md, "Priority queues").
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.amqp.fieldtable import Field
 from gateway.backend.pulsar.delivery import PulsarQueueSubscription
-from gateway.backend.pulsar.queue_count import unclaimed_count
+from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.model.priority import effective_priority, max_priority
 from gateway.pulsar.consumer import ConsumerOptions
@@ -75,6 +75,6 @@ def to_read(resources: PulsarResources) -> Callable[[PulsarQueueSubscription], A
     async def count(subscription: PulsarQueueSubscription) -> int:
         consumer = subscription.consumer
         name = consumer.options.consumer_name or ""
-        return await unclaimed_count(resources, consumer.topics, subscription.queue, name)
+        return await broker_ready_count(resources, consumer.topics, subscription.queue, reader=name)
 
     return count
