@@ -16,11 +16,14 @@ import asyncio
 import time
 
 import aio_pika
+import kombu
 import pika
 import pytest
+from kombu.message import Message as KombuMessage
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import Running
+from tests.integration.clients.test_client_flows import drain as drain_kombu
 from tests.support.clients import amqp_url, channel_closed, unique, wait_for, wait_for_count
 
 # (body, priority property): a mix with missing priorities, ties and the maximum.
@@ -285,3 +288,34 @@ def test_aio_pika_consumes_by_priority(running: Running, prefetch: int) -> None:
     assert [body for body, _ in got] == rabbitmq_order(MIX, 10)
     # The property is delivered as published (aio-pika reads a missing one as 0).
     assert {body: priority or 0 for body, priority in got} == {b: p or 0 for b, p in MIX}
+
+
+def test_kombu_celery_style_priorities_through_a_direct_exchange(running: Running) -> None:
+    """kombu as Celery uses it: ``Queue(max_priority=…)`` declares ``x-max-priority``, tasks
+    are published with ``priority`` through a direct exchange, a worker consumes with a small
+    prefetch (Celery's prefetch multiplier)."""
+    exchange = kombu.Exchange(unique("tasks"), type="direct", durable=True)
+    queue = kombu.Queue(
+        unique("celery"), exchange, routing_key="celery", durable=True, max_priority=10
+    )
+    with kombu.Connection(amqp_url(running.port)) as connection:
+        producer = kombu.Producer(connection.channel(), exchange=exchange, serializer="json")
+        for body, priority in MIX:
+            producer.publish(
+                {"task": body}, routing_key="celery", declare=[queue], priority=priority or 0
+            )
+        seen: list[str] = []
+
+        def on_task(body: dict[str, str], message: KombuMessage) -> None:
+            seen.append(body["task"])
+            message.ack()
+
+        with kombu.Consumer(
+            connection.channel(),
+            queues=[queue],
+            callbacks=[on_task],
+            accept=["json"],
+            prefetch_count=4,
+        ):
+            drain_kombu(connection, lambda: len(seen) == len(MIX), timeout=30)
+    assert seen == rabbitmq_order(MIX, 10)
