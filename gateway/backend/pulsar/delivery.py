@@ -42,11 +42,11 @@ Admits = Callable[[Message, ReceivedMessage], bool]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
 # The int is when the original entered the queue (ms): the copy keeps its expiry.
 RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
-# How many messages a new consumer of a priority queue should find to read (the queue's ready
-# messages not held by this replica's other consumers).
+# How many messages a new consumer of a priority queue should find to read (the queue's
+# messages Pulsar has not dispatched to its other consumers, on any replica: priority_reads.py).
 Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
-# The longest a new consumer of a priority queue waits to have read the queue's ready
-# messages before its first delivery (others may hold some: it cannot know).
+# The longest a new consumer of a priority queue waits to have read them before its first
+# delivery (another consumer may take some meanwhile: the count is a moment's).
 FILL_WAIT = 1.0
 
 
