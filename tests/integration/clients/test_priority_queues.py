@@ -319,3 +319,45 @@ def test_kombu_celery_style_priorities_through_a_direct_exchange(running: Runnin
         ):
             drain_kombu(connection, lambda: len(seen) == len(MIX), timeout=30)
     assert seen == rabbitmq_order(MIX, 10)
+
+
+def test_two_consumers_share_a_backlog_each_message_once(running: Running) -> None:
+    """Competing consumers (each holding its own window on Pulsar): every message is delivered
+    and acknowledged exactly once, the requeued ones included."""
+    connection = running.connect()
+    publisher = connection.channel()
+    publisher.confirm_delivery()
+    queue = declare_priority_queue(publisher, maximum=3)
+    messages = [(f"m{n}", n % 4) for n in range(200)]
+    publish_all(publisher, queue, [(body, priority) for body, priority in messages])
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+    requeued: set[str] = set()
+
+    def consumer(name: str) -> None:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=2)
+
+        def on_message(ch: BlockingChannel, method: object, _props: object, body: bytes) -> None:
+            text = body.decode()
+            tag = method.delivery_tag  # type: ignore[attr-defined]
+            if text.endswith("7") and text not in requeued:  # every tenth goes back once
+                requeued.add(text)
+                ch.basic_nack(tag, requeue=True)
+                return
+            seen[name].append(text)
+            ch.basic_ack(tag)
+
+        channel.basic_consume(queue, on_message)
+
+    consumer("a")
+    consumer("b")
+    wait_for(
+        lambda: len(seen["a"]) + len(seen["b"]) >= len(messages),
+        connection,
+        timeout=60,
+        what=lambda: f"{len(seen['a'])} + {len(seen['b'])} of {len(messages)}",
+    )
+    everything = seen["a"] + seen["b"]
+    assert sorted(everything) == sorted(body for body, _ in messages)  # once each
+    assert requeued == {body for body, _ in messages if body.endswith("7")}
+    connection.close()
