@@ -825,21 +825,13 @@ public final class Scenarios {
       channel.waitForConfirmsOrDie(DEADLINE_MS);
       fact("top_by_get", text(getWithin(channel, queue, true).getBody()));
       channel.basicQos(1);
-      Recorder recorder =
-          new Recorder(channel) {
-            @Override
-            public void handleDelivery(
-                String tag, Envelope envelope, AMQP.BasicProperties properties, byte[] body) {
-              super.handleDelivery(tag, envelope, properties, body);
-              try {
-                getChannel().basicAck(envelope.getDeliveryTag(), false);
-              } catch (IOException error) {
-                throw new IllegalStateException(error);
-              }
-            }
-          };
+      Recorder recorder = new Recorder(channel);
       String tag = channel.basicConsume(queue, false, recorder);
-      mustWaitUntil("the backlog", () -> recorder.count() == priorities.length - 1);
+      for (int i = 0; i < priorities.length - 1; i++) { // one at a time: each ack, the next
+        int delivered = i + 1;
+        mustWaitUntil("delivery " + delivered, () -> recorder.count() == delivered);
+        channel.basicAck(recorder.envelopes.get(i).getDeliveryTag(), false);
+      }
       channel.basicCancel(tag);
       fact("consumed", String.join(",", recorder.bodies));
       Map<String, Object> asLong = new HashMap<>();
