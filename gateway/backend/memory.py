@@ -8,7 +8,6 @@ same behavioural tests run against both backends. Nothing is durable.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ from gateway.model.arguments import is_stream
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
 from gateway.model.length_limit import LengthLimit, length_limit
+from gateway.model.priority import PriorityBuffer, effective_priority, max_priority
 from gateway.model.streams import (
     check_stream_consume,
     parse_offset,
@@ -62,6 +62,7 @@ class MemoryDelivery:
     message: Message
     redelivered: bool
     enqueued: int  # ms: a requeued message keeps its expiry (RabbitMQ's TTL)
+    place: int  # its place in the queue's line: a requeue puts it back there
     settled: bool = False
 
     async def ack(self) -> None:
@@ -72,7 +73,7 @@ class MemoryDelivery:
             return
         self.settled = True
         if requeue:
-            self.queue.requeue(self.message, self.enqueued)
+            self.queue.requeue(self.message, self.enqueued, self.place)
         else:
             self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
@@ -84,8 +85,10 @@ class MemoryQueue:
     dead_letter: Callable[[str, Message, Reason], None]
     ttl: int | None = None  # x-message-ttl
     limit: LengthLimit | None = None  # x-max-length, x-overflow
-    # (message, redelivered, when it entered the queue in ms)
-    ready: deque[tuple[Message, bool, int]] = field(default_factory=deque)
+    maximum: int | None = None  # x-max-priority (None: every message counts as priority 0)
+    # (message, redelivered, when it entered the queue in ms), in delivery order: the highest
+    # priority first, first in first out within one (model/priority.py)
+    ready: PriorityBuffer[tuple[Message, bool, int]] = field(default_factory=PriorityBuffer)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
     deleted: bool = False
@@ -95,21 +98,27 @@ class MemoryQueue:
         self.changed.set()
         self.changed = trio.Event()
 
+    def _priority(self, message: Message) -> int:
+        if self.maximum is None:
+            return 0
+        return effective_priority(message.properties.priority, self.maximum)
+
     def push(self, message: Message) -> None:
-        self.ready.append((message, False, now_ms()))
+        self.ready.push((message, False, now_ms()), self._priority(message))
         self._signal()
 
-    def requeue(self, message: Message, enqueued: int) -> None:
+    def requeue(self, message: Message, enqueued: int, place: int) -> None:
         if not self.deleted:
-            # RabbitMQ puts a requeued message back near its original position: the front.
-            self.ready.appendleft((message, True, enqueued))
+            # RabbitMQ puts a requeued message back at its original position (in its own
+            # priority, in a priority queue): ahead of everything that came after it.
+            self.ready.restore((message, True, enqueued), self._priority(message), place)
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
         while self.ready:
-            message, redelivered, enqueued = self.ready.popleft()
+            place, (message, redelivered, enqueued) = self.ready.pop_entry()
             if not self._expired(message, enqueued):
-                return MemoryDelivery(self, message, redelivered, enqueued)
+                return MemoryDelivery(self, message, redelivered, enqueued, place)
             self.dead_letter(self.name, message, "expired")
         return None
 
@@ -121,14 +130,11 @@ class MemoryQueue:
 
     def count(self) -> int:
         """Messages ready, expired ones removed first (dead-lettered if so configured)."""
-        kept: deque[tuple[Message, bool, int]] = deque()
-        for entry in self.ready:
-            if self._expired(entry[0], entry[2]):
-                self.dead_letter(self.name, entry[0], "expired")
-            else:
-                kept.append(entry)
-        self.ready = kept
-        return len(kept)
+        for message, _redelivered, _enqueued in self.ready.keep(
+            lambda entry: not self._expired(entry[0], entry[2])
+        ):
+            self.dead_letter(self.name, message, "expired")
+        return len(self.ready)
 
     def delete(self) -> None:
         self.deleted = True
@@ -197,6 +203,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 self._dead_letter,
                 queue_message_ttl(arguments),
                 length_limit(arguments),
+                max_priority(arguments),
             )
         return queue
 
@@ -298,8 +305,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
             return False
         queue.push(message)
         if limit is not None and not limit.rejects_publish:
-            for _ in range(limit.excess(queue.count())):  # drop-head: the oldest go
-                oldest = queue.ready.popleft()[0]
+            # drop-head: the head goes, the oldest message of the highest priority in a
+            # priority queue (rabbit_priority_queue:drop), the oldest otherwise.
+            for _ in range(limit.excess(queue.count())):
+                oldest = queue.ready.pop()[0]
                 self._dead_letter(name, oldest, "maxlen")
         return True
 

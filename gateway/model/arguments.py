@@ -144,6 +144,7 @@ IMPLEMENTED: Final = frozenset(
         "x-max-length",
         "x-overflow",
         "x-expires",
+        "x-max-priority",
     }
 )
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.

@@ -60,6 +60,7 @@ from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics
@@ -599,23 +600,32 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return admits
 
     async def _subscription(
-        self, queue: str, *, exclusive: bool, prefetch: int = 0, read_ahead: int | None = None
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        prefetch: int = 0,
+        read_ahead: int | None = None,
+        ordered: bool = True,
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
-        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic."""
+        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
+        queue (unless not ``ordered``), it holds up to its window of messages and delivers
+        the highest priority of them first (docs/compatibility.md, "Priority queues")."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
+        options = ConsumerOptions(
+            receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+        )
+        entity = view.queues.get(queue)
+        ordering = None
+        if ordered and entity is not None:
+            ordering = priority_options(self._r, options, entity.arguments, prefetch=prefetch)
         consumer = await amqp_errors(
-            self._r.client.subscribe(
-                topics,
-                subscription_for(queue),
-                ConsumerOptions(
-                    receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
-                ),
-            ),
+            self._r.client.subscribe(topics, subscription_for(queue), ordering or options),
             f"consuming from '{queue}'",
         )
         return PulsarQueueSubscription(
@@ -628,6 +638,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
+            fill=None if ordering is None else to_read(self._r),
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -636,9 +647,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ttl = None if entity is None else queue_message_ttl(entity.arguments)
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
 
-    async def sweeper(self, queue: str, read_ahead: int) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep of ``queue`` (ttl_sweep.py)."""
-        return await self._subscription(queue, exclusive=False, read_ahead=read_ahead)
+    async def sweeper(
+        self, queue: str, read_ahead: int, *, ordered: bool = False
+    ) -> PulsarQueueSubscription:
+        """A consumer for the leader's TTL sweep (ttl_sweep.py) or drop-head trim
+        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) of
+        ``queue``."""
+        return await self._subscription(
+            queue, exclusive=False, read_ahead=read_ahead, ordered=ordered
+        )
 
     async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the

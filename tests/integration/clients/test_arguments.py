@@ -25,7 +25,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
     "arguments",
     [
         {"x-max-length-bytes": 1024},
-        {"x-max-priority": 10},
         {"x-single-active-consumer": True},
     ],
     ids=lambda arguments: "+".join(arguments),

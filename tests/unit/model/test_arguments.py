@@ -45,12 +45,13 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
-        ({"x-max-priority": Field("I", 10)}, NOT_OURS),
+        ({"x-max-priority": Field("I", -1)}, "{value_negative,-1}"),
+        ({"x-max-priority": Field("S", "10")}, '"expected integer, got longstr"'),
+        ({"x-max-priority": Field("d", 10.0)}, '"expected integer, got double"'),
         ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
         ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
         ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
         ({"x-expires": Field("b", 0)}, "{value_zero,0}"),
-        ({"x-max-priority": Field("B", 255)}, NOT_OURS),
         ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
         ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
         ({"x-max-length-bytes": Field("I", 1024)}, NOT_OURS),
@@ -63,6 +64,15 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 )
 def test_reasons(arguments: dict[str, Field], reason: str) -> None:
     assert refusal(arguments) == f"invalid arg '{next(iter(arguments))}' for {WHERE}: {reason}"
+
+
+@pytest.mark.parametrize("kind", ["b", "B", "s", "u", "I", "i", "l"])
+@pytest.mark.parametrize("value", [0, 1, 10, 127])
+def test_max_priority_is_implemented_for_classic_queues(kind: str, value: int) -> None:
+    # rabbit_amqqueue:check_max_priority_arg: a non-negative integer of any of its integer
+    # types up to 255 (0 too: one priority, as RabbitMQ allows).
+    assert refusal({"x-max-priority": Field(kind, value)}) is None
+    assert refusal({"x-max-priority": Field("B", 255)}) is None
 
 
 def test_implemented_arguments_are_accepted() -> None:

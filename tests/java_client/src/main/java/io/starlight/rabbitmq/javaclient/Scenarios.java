@@ -88,6 +88,7 @@ public final class Scenarios {
       case "settle_on_close" -> scenarios.settleOnClose();
       case "transactions" -> scenarios.transactions();
       case "streams" -> scenarios.streams();
+      case "priority_queue" -> scenarios.priorityQueue();
       default -> throw new IllegalArgumentException("no scenario " + args[0]);
     }
     System.out.flush();
@@ -872,6 +873,55 @@ public final class Scenarios {
     channel.basicCancel(tag);
     channel.close();
     return new ArrayList<>(got.subList(0, count));
+  }
+
+  /**
+   * A priority queue as Spring AMQP declares one (QueueBuilder.maxPriority: an Integer
+   * argument): a backlog with priorities set through BasicProperties.Builder.priority (some
+   * left null) comes back highest first with basicQos(1), basicGet takes the highest, a
+   * redeclare with a Long of the same value is equivalent and one with another value is 406.
+   */
+  private void priorityQueue() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel channel = connection.createChannel();
+      String queue = unique("jc.priority");
+      fact("queue", queue);
+      Map<String, Object> arguments = new HashMap<>();
+      arguments.put("x-max-priority", 10);
+      channel.queueDeclare(queue, true, false, false, arguments);
+      channel.confirmSelect();
+      Integer[] priorities = {null, 1, 5, 10, 5, null, 3, 10, 1, 0, 7, 3};
+      for (int i = 0; i < priorities.length; i++) {
+        AMQP.BasicProperties properties =
+            new AMQP.BasicProperties.Builder().priority(priorities[i]).build();
+        channel.basicPublish("", queue, properties, bytes("m" + i));
+      }
+      channel.waitForConfirmsOrDie(DEADLINE_MS);
+      fact("top_by_get", text(getWithin(channel, queue, true).getBody()));
+      channel.basicQos(1);
+      Recorder recorder = new Recorder(channel);
+      String tag = channel.basicConsume(queue, false, recorder);
+      for (int i = 0; i < priorities.length - 1; i++) { // one at a time: each ack, the next
+        int delivered = i + 1;
+        mustWaitUntil("delivery " + delivered, () -> recorder.count() == delivered);
+        channel.basicAck(recorder.envelopes.get(i).getDeliveryTag(), false);
+      }
+      channel.basicCancel(tag);
+      fact("consumed", String.join(",", recorder.bodies));
+      Map<String, Object> asLong = new HashMap<>();
+      asLong.put("x-max-priority", 10L);
+      channel.queueDeclare(queue, true, false, false, asLong);
+      fact("long_redeclare", "equivalent");
+      Map<String, Object> other = new HashMap<>();
+      other.put("x-max-priority", 5);
+      try {
+        channel.queueDeclare(queue, true, false, false, other);
+        fact("other_redeclare", "declared");
+      } catch (IOException error) {
+        closeFacts("other_redeclare", error);
+      }
+      connection.createChannel().queueDelete(queue);
+    }
   }
 
   /**
