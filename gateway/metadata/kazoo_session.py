@@ -26,6 +26,7 @@ from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
+from gateway.metadata.kazoo_handler import TrioHandler, direct
 from gateway.metadata.store import MetadataUnavailable
 
 __all__ = ["KazooSession"]
@@ -80,7 +81,9 @@ class KazooSession:
         self._on_closing = on_closing
         # Reconnect quickly and keep trying: the default backs off to an hour between tries.
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
-        self.client: Any = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
+        self.client: Any = KazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry=retry, handler=TrioHandler()
+        )
         self._token: trio.lowlevel.TrioToken | None = None
         self.started = False
         self.closed = False
@@ -178,7 +181,8 @@ class KazooSession:
         Must be called from the trio thread right after issuing the request: kazoo's
         completion thread runs callbacks in the order the server answered, and so then does
         trio (a FIFO), which is what keeps a store's view from going back in time."""
-        async_result.rawlink(lambda result: self.notify(self._apply, apply, result))
+        # Direct: handed to trio from the connection thread as it reads the answer, in order.
+        async_result.rawlink(direct(lambda result: self.notify(self._apply, apply, result)))
 
     @staticmethod
     def _apply(apply: Callable[[Any], None], result: Any) -> None:

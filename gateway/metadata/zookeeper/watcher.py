@@ -29,6 +29,7 @@ import trio
 from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
 from kazoo.protocol.states import EventType
 
+from gateway.metadata.kazoo_handler import direct
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, MultiRead
@@ -166,7 +167,8 @@ class NamespaceWatcher:
 
     # ------------------------------------------------------------------ listings
 
-    def _watch_listener(self, event: Any) -> None:  # kazoo's watch thread
+    @direct
+    def _watch_listener(self, event: Any) -> None:  # kazoo's connection thread
         self._session.notify(self._on_watch, event.path, event.type)
 
     def _on_watch(self, path: str | None, event_type: str) -> None:
