@@ -220,8 +220,12 @@ class MetadataStore(Protocol):
         ...
 
     async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered now (after a
-        sync): one node, where ``sync_topic_keys`` lists the exchange's every key."""
+        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered as of this
+        replica's latest write (one node, where ``sync_topic_keys`` lists the exchange's every
+        key). Called right after a write of this replica's own (the binder's half of the
+        handshake, docs/fleet.md): ZooKeeper serves one session's read after that session's
+        earlier writes, on a server that has applied everything ordered before them, so the
+        read sees every write ordered before ours without a sync."""
         ...
 
     async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
