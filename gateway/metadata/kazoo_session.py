@@ -27,6 +27,8 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from gateway.metadata.kazoo_handler import TrioHandler, direct
+from gateway.metadata.own_writes import OwnWrites
+from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
 from gateway.metadata.store import MetadataUnavailable
 
 __all__ = ["KazooSession"]
@@ -84,6 +86,9 @@ class KazooSession:
         self.client: Any = KazooClient(
             hosts=hosts, timeout=session_timeout, connection_retry=retry, handler=TrioHandler()
         )
+        self._connection = watching_connection(self.client)
+        # What our transactions in flight create or change (events for them are held back).
+        self.own_writes = OwnWrites()
         self._token: trio.lowlevel.TrioToken | None = None
         self.started = False
         self.closed = False
@@ -206,6 +211,23 @@ class KazooSession:
             f"ZooKeeper at {self.hosts} did not answer within {self.request_timeout:g} s "
             f"while trying to {what}"
         )
+
+    def watch_tree(self, path: str, callback: EventCallback) -> Any:
+        """Ask for a persistent recursive watch on ``path``: ``callback(event type, path)``
+        runs on kazoo's connection thread for every node created, deleted or changed below it
+        (persistent_watch.py). Returns the kazoo result of the request (an UnimplementedError
+        from ZooKeeper before 3.6). The server forgets it with the connection: ask again after
+        every reconnect."""
+        root = (self.client.chroot or "") + path
+        self._connection.persistent[root] = callback
+        result = self.client.handler.async_result()
+        self.client._call(AddWatch(root), result)
+        return result
+
+    def unwatch_tree(self, path: str) -> None:
+        """Stop handing on the events under ``path`` (the server's watch stays until the
+        connection ends; nothing is written there any more once a namespace is deleted)."""
+        self._connection.persistent.pop((self.client.chroot or "") + path, None)
 
     def _state_listener(self, state: str) -> None:  # kazoo's connection thread
         self.notify(self._on_state, state)

@@ -124,7 +124,8 @@ class _Bucket:
     names: set[str] = field(default_factory=set)
     # The bucket's cversion in the last listing (None before the first).
     cversion: int | None = None
-    # Our own creates and deletes applied since the last listing.
+    # Creates and deletes applied since the last listing: our own, and those a persistent
+    # watch reported (each one added one to the bucket's cversion).
     own_changes: int = 0
     entities: dict[str, Entity] = field(default_factory=dict)
 
@@ -371,6 +372,64 @@ class NamespaceMirror:
                 self._put(bucket, child, entity)
         return to_read
 
+    # ------------------------------------------------------------------ persistent watch events
+
+    def event_created(self, folder: Folder, bucket_name: str, child: str) -> None:
+        """An event: ``child`` was created. Its name is known from now on (a later read of
+        it is applied, and the next listing accounts for it); the entity itself comes with
+        ``apply_created``, once the events that came with this one have been seen."""
+        bucket = self._bucket(folder, bucket_name)
+        bucket.names.add(child)
+        bucket.own_changes += 1
+
+    def event_deleted(self, folder: Folder, bucket_name: str, child: str) -> None:
+        """An event: ``child`` was deleted. It leaves the view with ``apply_deleted``, once
+        the events that came with this one have been seen: deleted and created again in one
+        transaction, it is replaced, never missing."""
+        bucket = self._folders[folder].get(bucket_name)
+        if bucket is not None and child in bucket.names:
+            bucket.names.discard(child)
+            bucket.own_changes += 1
+
+    def apply_deleted(self, folder: Folder, children: Iterable[str]) -> None:
+        """Children deleted (``event_deleted``) and not created again since: out of the
+        view."""
+        buckets = self._folders[folder]
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is not None and child not in bucket.names:
+                self._drop(bucket, child)
+
+    def apply_created(self, folder: Folder, children: Iterable[str]) -> set[str]:
+        """Children created (``event_created``) and still there: those whose name says
+        everything enter the view; returns those whose data must be read."""
+        to_read: set[str] = set()
+        buckets = self._folders[folder]
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is None or child not in bucket.names:
+                continue
+            try:
+                entity = name_only_entity(folder, child)
+            except ValueError:
+                log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
+                continue
+            if entity is None:
+                to_read.add(child)
+            else:
+                self._put(bucket, child, entity)
+        return to_read
+
+    def present(self, folder: Folder, children: Iterable[str]) -> set[str]:
+        """Those of ``children`` that exist as far as the events and listings tell."""
+        buckets = self._folders[folder]
+        found: set[str] = set()
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is not None and child in bucket.names:
+                found.add(child)
+        return found
+
     def apply_missing_bucket(self, folder: Folder, bucket_name: str) -> None:
         """Listing the bucket found no such node."""
         bucket = self._folders[folder].get(bucket_name)
@@ -402,14 +461,16 @@ class NamespaceMirror:
 
     def own_created(self, folder: Folder, child: str, entity: Entity) -> None:
         bucket = self._bucket(folder, bucket_for(folder, child))
-        bucket.names.add(child)
-        bucket.own_changes += 1
+        if child not in bucket.names:  # else an event (held back or not) counted it
+            bucket.names.add(child)
+            bucket.own_changes += 1
         self._put(bucket, child, entity)
 
     def own_deleted(self, folder: Folder, child: str) -> None:
         bucket = self._bucket(folder, bucket_for(folder, child))
-        bucket.names.discard(child)
-        bucket.own_changes += 1
+        if child in bucket.names:  # else its deletion event counted it
+            bucket.names.discard(child)
+            bucket.own_changes += 1
         self._drop(bucket, child)
 
     def own_touched(self, folder: Folder, child: str, changes: int) -> None:
