@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gateway.metadata.chunked import ChunkedDict
 from gateway.metadata.codec import (
     ConsumerKey,
     DrainKey,
@@ -70,6 +71,9 @@ def make_view(
         for binding in bindings
         if binding.queue in queue_map and binding.exchange in exchange_map
     )
+    by_queue: dict[str, set[Binding]] = {}
+    for binding in binding_set:
+        by_queue.setdefault(binding.queue, set()).add(binding)
     keys: dict[str, set[str]] = {}
     for key in topic_keys:
         keys.setdefault(key.exchange, set()).add(key.routing_key)
@@ -81,6 +85,7 @@ def make_view(
         exchanges=MappingProxyType(exchange_map),
         queues=MappingProxyType(queue_map),
         bindings=binding_set,
+        queue_bindings=MappingProxyType({q: frozenset(found) for q, found in by_queue.items()}),
         topic_keys=MappingProxyType({name: frozenset(found) for name, found in keys.items()}),
         owned=frozenset(owned),
         consumers=MappingProxyType(counts),
@@ -142,11 +147,16 @@ class _Index:
 
     def __init__(self) -> None:
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        # Chunked (chunked.py): a snapshot of a million of them costs microseconds.
+        self.queues: ChunkedDict[str, Queue] = ChunkedDict()
         self.bindings: dict[str, Binding] = {}
         self.by_queue: dict[str, set[str]] = {}
         self.by_exchange: dict[str, set[str]] = {}
-        self.visible: dict[Binding, int] = {}
+        self.visible: ChunkedDict[Binding, int] = ChunkedDict()
+        # Each queue's visible bindings (for the view's queue_bindings), and the queues whose
+        # set changed since the last view.
+        self.queue_bindings: ChunkedDict[str, frozenset[Binding]] = ChunkedDict()
+        self.stale_queues: set[str] = set()
         self.keys: dict[str, set[str]] = {}
         self.frozen_keys: dict[str, frozenset[str]] = {}
         # Exchanges whose frozen keys are stale: refrozen at the next view, not at every key
@@ -164,11 +174,26 @@ class _Index:
 
     def _show(self, binding: Binding, delta: int) -> None:
         self.bindings_changed = True
+        self.stale_queues.add(binding.queue)
         count = self.visible.get(binding, 0) + delta
         if count:
             self.visible[binding] = count
         else:
             del self.visible[binding]
+
+    def _refresh_queue_bindings(self) -> None:
+        visible = self.visible
+        for queue in self.stale_queues:
+            found = frozenset(
+                binding
+                for child in self.by_queue.get(queue, ())
+                if (binding := self.bindings[child]) in visible
+            )
+            if found:
+                self.queue_bindings[queue] = found
+            else:
+                self.queue_bindings.pop(queue, None)
+        self.stale_queues.clear()
 
     def _is_visible(self, binding: Binding) -> bool:
         return binding.queue in self.queues and binding.exchange in self.exchanges
@@ -244,6 +269,8 @@ class _Index:
 
     def view(self, version: int) -> VhostView:
         last = self.last
+        if self.stale_queues:
+            self._refresh_queue_bindings()
         topic_keys = None if last is None or self.stale_keys else last.topic_keys
         for exchange in self.stale_keys:
             keys = self.keys.get(exchange)
@@ -259,13 +286,16 @@ class _Index:
                 if last is None or self.exchanges_changed
                 else last.exchanges
             ),
-            queues=(
-                MappingProxyType(dict(self.queues))
-                if last is None or self.queues_changed
-                else last.queues
-            ),
+            queues=(self.queues.frozen() if last is None or self.queues_changed else last.queues),
             bindings=(
-                frozenset(self.visible) if last is None or self.bindings_changed else last.bindings
+                self.visible.frozen_keys()
+                if last is None or self.bindings_changed
+                else last.bindings
+            ),
+            queue_bindings=(
+                self.queue_bindings.frozen()
+                if last is None or self.bindings_changed
+                else last.queue_bindings
             ),
             topic_keys=(
                 MappingProxyType(dict(self.frozen_keys)) if topic_keys is None else topic_keys
