@@ -1054,6 +1054,8 @@ def empty_replica_rss(run: Run) -> float:
 
 def load_phase(run: Run) -> None:
     args = run.args
+    # Before seeding: every replica loads every vhost of its ZooKeeper, this one included.
+    empty = empty_replica_rss(run)
     namespace = create_namespace(run, "load")
     full = f"public/{namespace}"
     print(f"seeding {args.n:,} queues + bindings into {full} (bench_metadata.seed) ...", flush=True)
@@ -1121,7 +1123,6 @@ def load_phase(run: Run) -> None:
         f"no per-vhost limit from ZooKeeper's node size; {args.n:,} loaded here",
     )
     rss = statistics.median(item.rss for item in loads)
-    empty = empty_replica_rss(run)
     run.cell(
         "rss",
         "replica's memory (RSS) once ready; per queue + binding, over an empty replica's",

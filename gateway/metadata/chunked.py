@@ -22,8 +22,8 @@ CHUNKS: Final = 1024
 _MASK: Final = CHUNKS - 1
 
 
-class FrozenChunkedMap(Mapping[K, V]):
-    """A snapshot of a ChunkedDict: a read-only Mapping."""
+class _Frozen(Generic[K, V]):
+    """The chunks of a snapshot: membership, iteration, size."""
 
     __slots__ = ("_chunks", "_len")
 
@@ -31,48 +31,40 @@ class FrozenChunkedMap(Mapping[K, V]):
         self._chunks = chunks
         self._len = length
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._chunks[hash(key) & _MASK]
+
+    def __iter__(self) -> Iterator[K]:
+        for chunk in self._chunks:
+            yield from chunk
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
+    """A snapshot of a ChunkedDict: a read-only Mapping."""
+
+    __slots__ = ()
+
     def __getitem__(self, key: K) -> V:
         return self._chunks[hash(key) & _MASK][key]
 
     def get(self, key: K, default: Any = None) -> Any:
         return self._chunks[hash(key) & _MASK].get(key, default)
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._chunks[hash(key) & _MASK]
-
-    def __iter__(self) -> Iterator[K]:
-        for chunk in self._chunks:
-            yield from chunk
-
-    def __len__(self) -> int:
-        return self._len
-
     def __repr__(self) -> str:
         return f"FrozenChunkedMap({len(self)} entries)"
 
 
-class FrozenChunkedSet(Set[K]):
+class FrozenChunkedSet(_Frozen[K, Any], Set[K]):
     """A snapshot of a ChunkedDict's keys: a read-only Set (set operations give frozensets)."""
 
-    __slots__ = ("_chunks", "_len")
-
-    def __init__(self, chunks: tuple[dict[K, Any], ...], length: int) -> None:
-        self._chunks = chunks
-        self._len = length
+    __slots__ = ()
 
     @classmethod
     def _from_iterable(cls, iterable: Iterable[Any]) -> frozenset[Any]:
         return frozenset(iterable)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._chunks[hash(key) & _MASK]
-
-    def __iter__(self) -> Iterator[K]:
-        for chunk in self._chunks:
-            yield from chunk
-
-    def __len__(self) -> int:
-        return self._len
 
     def __hash__(self) -> int:
         return self._hash()

@@ -391,16 +391,22 @@ class NamespaceMirror:
             known = bucket.entities.get(child)
             if known is not None and not suspicious:
                 continue
-            try:
-                entity = name_only_entity(folder, child)
-            except ValueError:
-                log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
-                continue
-            if entity is None:
+            if self._enter_by_name(folder, bucket, child):
                 to_read.append(child)
-            else:
-                self._put(bucket, child, entity)
         return to_read
+
+    def _enter_by_name(self, folder: Folder, bucket: _Bucket, child: str) -> bool:
+        """Put ``child`` in the view if its name says everything; True if its data must be
+        read (False too for a name we do not write, which is ignored)."""
+        try:
+            entity = name_only_entity(folder, child)
+        except ValueError:
+            log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
+            return False
+        if entity is None:
+            return True
+        self._put(bucket, child, entity)
+        return False
 
     # ------------------------------------------------------------------ persistent watch events
 
@@ -415,7 +421,7 @@ class NamespaceMirror:
     def event_deleted(self, folder: Folder, bucket_name: str, child: str) -> None:
         """An event: ``child`` was deleted. It leaves the view with ``apply_deleted``, once
         the events that came with this one have been seen: deleted and created again in one
-        transaction, it is replaced, never missing."""
+        transaction (both events seen), it is replaced rather than missing."""
         bucket = self._folders[folder].get(bucket_name)
         if bucket is not None and child in bucket.names:
             bucket.names.discard(child)
@@ -439,15 +445,8 @@ class NamespaceMirror:
             bucket = buckets.get(bucket_for(folder, child))
             if bucket is None or child not in bucket.names:
                 continue
-            try:
-                entity = name_only_entity(folder, child)
-            except ValueError:
-                log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
-                continue
-            if entity is None:
+            if self._enter_by_name(folder, bucket, child):
                 to_read.add(child)
-            else:
-                self._put(bucket, child, entity)
         return to_read
 
     def present(self, folder: Folder, children: Iterable[str]) -> set[str]:

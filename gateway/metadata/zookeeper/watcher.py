@@ -10,7 +10,8 @@ queue, a drain) is read; a changed one is read again. Events that arrive togethe
 together: creations and reads are collected and handled in one go once the events queued on
 the trio thread have run (``_flush``), in a multiRead per folder: a child created and deleted
 in one transaction (a sentinel, an "absent" check) costs nothing, and one deleted and created
-again is replaced in the view, never missing from it. Refs (children of
+again is replaced in the view (when both events were queued before the flush ran; otherwise
+it is missing from the view until the read of the new one is answered). Refs (children of
 entity nodes), bucket and folder nodes and the leader election's nodes are not entities and
 are skipped. Events for what this replica's own transactions in flight create or change are
 held back (own_writes.py): the answers apply those. A new folder needs nothing here: every

@@ -133,7 +133,7 @@ async def test_changes_of_every_kind_reach_the_view(
     transaction.delete(queue_path)
     transaction.create(queue_path, encode_queue(Queue("q", exclusive=True, owner="c2")))
     transaction.commit()
-    await _until(state, lambda view: view.queues["q"].owner == "c2")
+    await _until(state, lambda view: getattr(view.queues.get("q"), "owner", None) == "c2")
     # A drain record replaced in place (set_data), with the sentinel other writers add.
     drain = parts.layout.node(namespace, Folder.DRAINS, drain_child("q", "t"))
     raw.create(drain, encode_drain(DrainRecord((1, 1))), makepath=True)
