@@ -10,7 +10,7 @@ leader's cleaner asks which subscriptions are still needed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation, activation_for, default_activation
@@ -31,11 +31,6 @@ class QueueTopics:
         self._lazy_subscriptions = lazy_subscriptions
         #: ``persistent://tenant/namespace/``: records name topics without it.
         self.prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
-        # The bindings of each queue, for the view's set of bindings it was built from.
-        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
-            frozenset(),
-            {},
-        )
 
     def of_binding(self, view: VhostView, binding: Binding) -> list[str]:
         """Every topic ``binding`` covers, lazy ones nobody published to included."""
@@ -82,17 +77,10 @@ class QueueTopics:
                 topics.update(covered(view, binding))
         return topics
 
-    def bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
-        """``queue``'s bindings in ``view``, from an index built once per set of bindings
-        (not a scan of every binding per call: the queue statistics ask for every queue)."""
-        indexed, index = self._binding_index
-        if indexed is not view.bindings:
-            grouped: dict[str, list[Binding]] = {}
-            for binding in view.bindings:
-                grouped.setdefault(binding.queue, []).append(binding)
-            index = {name: tuple(found) for name, found in grouped.items()}
-            self._binding_index = (view.bindings, index)
-        return index.get(queue, ())
+    def bindings_of(self, view: VhostView, queue: str) -> Collection[Binding]:
+        """``queue``'s bindings in ``view`` (the view keeps them by queue: no scan of every
+        binding per call, the queue statistics ask for every queue)."""
+        return view.queue_bindings.get(queue, ())
 
     def draining(self, view: VhostView, queue: str) -> set[str]:
         return {

@@ -593,8 +593,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             headers = message.properties.headers
             return any(
                 headers_match(b.arguments, headers)
-                for b in view.bindings
-                if b.queue == queue and b.exchange == exchange.name
+                for b in view.queue_bindings.get(queue, ())
+                if b.exchange == exchange.name
             )
 
         return admits
