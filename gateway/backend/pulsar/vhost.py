@@ -53,6 +53,7 @@ from gateway.backend.pulsar.delivery import (
     PulsarQueueSubscription,
     exchange_and_key,
 )
+from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
@@ -151,6 +152,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._subscribe_topic
         )
         self._redeliveries = Redeliveries()
+        self._records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
         # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
         # that consumers had prefetched before the purge are dropped when they come through.
         self._purged: dict[tuple[str, str], Position] = {}
@@ -609,6 +611,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
+        await self._records.ready()  # the other replicas' deliveries, before any of ours
         consumer = await amqp_errors(
             self._r.client.subscribe(
                 topics,
@@ -629,6 +632,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
+            returned=self._records.returned,
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -663,7 +667,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def follow(self) -> None:
         """Keep this replica's consumers in step with the metadata, whichever replica changed
         it: a binding made elsewhere adds its topics to our consumers of the queue, an unbind
-        removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel)."""
+        removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel). The
+        fleet's delivery records are kept meanwhile (delivery_records.py)."""
+        self._r.nursery.start_soon(self._records.run)
         version = self._view.version
         self._drains.refresh(self._view)
         keys = self._view.topic_keys
