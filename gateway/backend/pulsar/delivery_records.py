@@ -121,7 +121,7 @@ def _bounded(keys: list[Key]) -> bytes:
 
 class DeliveryRecord:
     """This replica's record in one vhost, written from its ``Redeliveries``, and the other
-    replicas' records, followed into ``Redeliveries.elsewhere``. ``run`` does both."""
+    replicas' records, followed into ``Redeliveries.elsewhere``, once started."""
 
     def __init__(
         self,
@@ -146,8 +146,13 @@ class DeliveryRecord:
         # Replica -> (its record as read, the keys in it).
         self._known: dict[str, tuple[bytes, frozenset[Key]]] = {}
 
-    async def run(self) -> None:
+    def start(self, nursery: trio.Nursery) -> None:
+        """Write and follow the records in ``nursery`` from now on (``ready`` and ``flush``
+        wait for it once this has been called)."""
         self.running = True
+        nursery.start_soon(self._run)
+
+    async def _run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._follow)

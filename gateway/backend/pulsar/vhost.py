@@ -152,7 +152,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._subscribe_topic
         )
         self._redeliveries = Redeliveries()
-        self._records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
+        # The fleet's delivery records (AMQP's redelivered across replicas), once started.
+        self.records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
         # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
         # that consumers had prefetched before the purge are dropped when they come through.
         self._purged: dict[tuple[str, str], Position] = {}
@@ -611,7 +612,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
-        await self._records.ready()  # the other replicas' deliveries, before any of ours
+        await self.records.ready()  # the other replicas' deliveries, before any of ours
         consumer = await amqp_errors(
             self._r.client.subscribe(
                 topics,
@@ -632,7 +633,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
-            returned=self._records.returned,
+            returned=self.records.returned,
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -667,9 +668,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def follow(self) -> None:
         """Keep this replica's consumers in step with the metadata, whichever replica changed
         it: a binding made elsewhere adds its topics to our consumers of the queue, an unbind
-        removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel). The
-        fleet's delivery records are kept meanwhile (delivery_records.py)."""
-        self._r.nursery.start_soon(self._records.run)
+        removes them, a queue deleted elsewhere cancels our consumers (Basic.Cancel)."""
         version = self._view.version
         self._drains.refresh(self._view)
         keys = self._view.topic_keys
