@@ -67,13 +67,15 @@ class Redeliveries:
         outstanding = self._outstanding
         elsewhere = self.elsewhere
         before = (
-            key in outstanding or (elsewhere and key in elsewhere) or received.redelivery_count > 0
+            key in outstanding
+            or (key in elsewhere if elsewhere else False)
+            or received.redelivery_count > 0
         )
         outstanding[key] = self.generation
         outstanding.move_to_end(key)
         while len(outstanding) > self._limit:
             outstanding.popitem(last=False)
-        return key, bool(before)
+        return key, before
 
     def seen(self, queue: str, received: ReceivedMessage) -> bool:
         """Whether the message was delivered from ``queue`` before (recording nothing)."""
