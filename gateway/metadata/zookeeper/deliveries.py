@@ -73,8 +73,11 @@ class DeliveryRecords:
             if failure is None:
                 return None
             if isinstance(failure[1], NoNodeError):
-                # The folder is missing (a namespace written by an older version).
-                await self._calls.ensure_paths(namespace, [folder], what)
+                # The folder is missing (a namespace written by an older version), or the
+                # whole namespace was deleted: create the folder only under an existing node.
+                failure = await self._calls.transact(what, [Create(folder)], nothing)
+                if failure is not None and isinstance(failure[1], NoNodeError):
+                    return None  # no namespace, nothing to record
             elif not isinstance(failure[1], NodeExistsError):
                 raise unexpected(failure[1], what)
             return AGAIN
