@@ -4,8 +4,8 @@ memory store, with trio's autojump clock)."""
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
-from typing import cast
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -23,7 +23,7 @@ from gateway.backend.pulsar.delivery_records import (
 )
 from gateway.backend.pulsar.redeliveries import Key, Redeliveries
 from gateway.metadata.memory import MemoryMetadataStore
-from gateway.pulsar.consumer import ReceivedMessage
+from tests.unit.backend.pulsar.test_redeliveries import received
 
 NAMESPACE = "t/n"
 
@@ -64,21 +64,6 @@ def test_a_record_is_compact() -> None:
     assert len(encode_record(entries)) < 6 * len(entries)
 
 
-@dataclass
-class FakeReceived:
-    entry: int
-    redelivery_count: int = 0
-    topic: str = "persistent://t/n/q"
-
-    @property
-    def id_bytes(self) -> bytes:
-        return self.entry.to_bytes(8, "big")
-
-
-def received(entry: int) -> ReceivedMessage:
-    return cast(ReceivedMessage, FakeReceived(entry))
-
-
 class Replica:
     def __init__(self, store: MemoryMetadataStore) -> None:
         self.store = store
@@ -94,9 +79,20 @@ class Replica:
         store.record_deliveries = counted  # type: ignore[method-assign]
 
 
-async def until(condition: object, timeout: float = 10.0) -> None:
+@asynccontextmanager
+async def running(*replicas: Replica) -> AsyncIterator[None]:
+    """The replicas' records written and followed for the block."""
+    async with trio.open_nursery() as nursery:
+        for replica in replicas:
+            replica.record.start(nursery)
+        await trio.sleep(0)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     with trio.fail_after(timeout):
-        while not condition():  # type: ignore[operator]
+        while not condition():
             await trio.sleep(RECORD_INTERVAL / 10)
 
 
@@ -105,9 +101,7 @@ async def test_a_delivery_held_reaches_the_other_replicas(
 ) -> None:
     a = Replica(MemoryMetadataStore())
     b = Replica(a.store.replica())
-    async with trio.open_nursery() as nursery:
-        for replica in (a, b):
-            replica.record.start(nursery)
+    async with running(a, b):
         await b.record.ready()
         assert b.record.loaded.is_set()
         a.redeliveries.delivered("q", received(1))
@@ -117,31 +111,26 @@ async def test_a_delivery_held_reaches_the_other_replicas(
         assert a.writes == 1
         assert b.redeliveries.delivered("q", received(1))[1] is True  # a died, say
         assert not b.redeliveries.seen("q", received(2))
-        nursery.cancel_scope.cancel()
 
 
 async def test_deliveries_settled_within_an_interval_are_never_written(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     a = Replica(MemoryMetadataStore())
-    async with trio.open_nursery() as nursery:
-        a.record.start(nursery)
+    async with running(a):
         for entry in range(100):
             key, _ = a.redeliveries.delivered("q", received(entry))
             await trio.sleep(RECORD_INTERVAL / 4)
             a.redeliveries.settled(key)
         await trio.sleep(10 * RECORD_INTERVAL)
         assert a.writes == 0
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_flush_writes_what_was_just_delivered_and_a_settled_record_empties(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     a = Replica(MemoryMetadataStore())
-    async with trio.open_nursery() as nursery:
-        a.record.start(nursery)
-        await trio.sleep(0)
+    async with running(a):
         key, _ = a.redeliveries.delivered("q", received(1))
         await a.record.flush()
         assert a.writes == 1
@@ -154,22 +143,18 @@ async def test_a_flush_writes_what_was_just_delivered_and_a_settled_record_empti
             lambda: a.writes == 2, timeout=(delivery_records.SHRINK_EVERY + 2) * RECORD_INTERVAL
         )
         assert await a.store.delivery_recorders(NAMESPACE) == set()
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_consumer_that_gave_messages_back_waits_for_its_nacks_to_be_sent(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     a = Replica(MemoryMetadataStore())
-    async with trio.open_nursery() as nursery:
-        a.record.start(nursery)
-        await trio.sleep(0)
+    async with running(a):
         a.redeliveries.delivered("q", received(1))
         nacked = trio.current_time()
         await a.record.returned(nacked)
         assert trio.current_time() >= nacked + NACKS_SENT_AFTER
         assert a.writes == 1  # and the record holds the message
-        nursery.cancel_scope.cancel()
 
 
 async def test_without_its_writer_running_nobody_waits() -> None:
@@ -186,9 +171,7 @@ async def test_an_unreadable_record_of_another_replica_marks_nothing(
     other = a.store.replica()
     await other.record_deliveries(NAMESPACE, b"garbage")
     await other.aclose()
-    async with trio.open_nursery() as nursery:
-        a.record.start(nursery)
+    async with running(a):
         await a.record.ready()
         assert a.record.loaded.is_set()
         assert a.redeliveries.elsewhere == frozenset()
-        nursery.cancel_scope.cancel()
