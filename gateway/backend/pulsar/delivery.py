@@ -254,6 +254,9 @@ class PulsarQueueSubscription:
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)
 
+    def _given_back(self, received: ReceivedMessage) -> None:
+        self.redeliveries.given_back(self.queue, received)
+
     def negative_acknowledge(self, received: ReceivedMessage) -> None:
         """Give ``received`` back to the queue (Pulsar redelivers it, counted, after the
         consumer's negative-ack delay)."""
@@ -288,7 +291,7 @@ class PulsarQueueSubscription:
             return
         self._retired = spawn
         if not self.closed:
-            self.consumer.stop_receiving()
+            self.consumer.stop_receiving(self._given_back)
         if self.outstanding == 0:
             spawn(self.close)
             return

@@ -29,11 +29,16 @@ from collections import OrderedDict
 from itertools import islice
 from typing import Final
 
+from gateway.bounded import remember
 from gateway.pulsar.consumer import ReceivedMessage
 
 # The set is bounded: a message delivered here and settled on another replica would otherwise
 # stay forever. The oldest are forgotten first (their redelivery then goes unmarked).
 MAX_TRACKED: Final = 100_000
+
+# Messages given back undelivered that are remembered (a Basic.Get consumer's read-ahead: a
+# few at a time; forgotten all at once past this).
+MAX_GIVEN_BACK: Final = 10_000
 
 Key = tuple[str, str, bytes]
 
@@ -55,6 +60,8 @@ class Redeliveries:
         self.shrunk = False
         # What the other replicas delivered and have not seen settled (their records).
         self.elsewhere: frozenset[Key] = frozenset()
+        # Key -> how many times this replica gave it back undelivered (``given_back``).
+        self._given_back: dict[Key, int] = {}
 
     def __len__(self) -> int:
         return len(self._outstanding)
@@ -69,7 +76,7 @@ class Redeliveries:
         before = (
             key in outstanding
             or (key in elsewhere if elsewhere else False)
-            or received.redelivery_count > 0
+            or self._counted(key, received.redelivery_count)
         )
         outstanding[key] = self.generation
         outstanding.move_to_end(key)
@@ -80,7 +87,27 @@ class Redeliveries:
     def seen(self, queue: str, received: ReceivedMessage) -> bool:
         """Whether the message was delivered from ``queue`` before (recording nothing)."""
         key = key_of(queue, received)
-        return key in self._outstanding or key in self.elsewhere or received.redelivery_count > 0
+        return (
+            key in self._outstanding
+            or key in self.elsewhere
+            or self._counted(key, received.redelivery_count, keep=True)
+        )
+
+    def _counted(self, key: Key, count: int, *, keep: bool = False) -> bool:
+        """Whether Pulsar's redelivery count says the message was delivered before: not
+        when it counts only this replica's negative acknowledgements of it undelivered."""
+        if count <= 0:
+            return False
+        given_back = self._given_back
+        undelivered = given_back.get(key, 0) if keep else given_back.pop(key, 0)
+        return count > undelivered
+
+    def given_back(self, queue: str, received: ReceivedMessage) -> None:
+        """``received`` was read ahead and negatively acknowledged without being delivered
+        (a retired Basic.Get consumer hands its buffer back so): the redelivery Pulsar will
+        count is not one for AMQP."""
+        key = key_of(queue, received)
+        remember(self._given_back, key, self._given_back.get(key, 0) + 1, MAX_GIVEN_BACK)
 
     def settled(self, key: Key) -> None:
         """Acknowledged (or dropped): it will not come back."""

@@ -145,3 +145,19 @@ def test_a_snapshot_holds_the_newest_deliveries() -> None:
     redeliveries.delivered("q", received(1))  # delivered again: the newest now
     keys, _ = redeliveries.snapshot(3)
     assert [key[2] for key in keys] == [received(n).id_bytes for n in (1, 4, 3)]
+
+
+def test_a_count_of_this_replicas_own_giving_back_is_not_a_redelivery() -> None:
+    # A retired Basic.Get consumer negatively acknowledges what it read ahead and never
+    # delivered; Pulsar counts that as a redelivery, AMQP does not.
+    redeliveries = Redeliveries()
+    redeliveries.given_back("q", received(5))
+    assert not redeliveries.seen("q", received(5, redelivery_count=1))
+    key, before = redeliveries.delivered("q", received(5, redelivery_count=1))
+    assert before is False
+    # Delivered now: given back again (requeued by its consumer), it is a redelivery.
+    redeliveries.settled(key)
+    assert redeliveries.delivered("q", received(5, redelivery_count=2))[1] is True
+    # A count above what this replica gave back is someone else's delivery.
+    redeliveries.given_back("q", received(6))
+    assert redeliveries.delivered("q", received(6, redelivery_count=2))[1] is True
