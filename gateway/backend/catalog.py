@@ -291,7 +291,7 @@ class Catalog:
         """Delete it and its bindings; auto-delete exchanges left without any go too. False
         if it was not there; ``ConditionNotMet`` (the caller's to answer) if ``condition``
         does not hold. ``subscriptions``: see ``MetadataStore.delete_queue``."""
-        bound_to = {b.exchange for b in self.view.bindings if b.queue == name}
+        bound_to = {b.exchange for b in self.view.queue_bindings.get(name, ())}
         deleted = await self.write(
             self._store.delete_queue(
                 self.namespace, name, condition=condition, subscriptions=subscriptions

@@ -14,7 +14,7 @@ the store) then deletes what they kept alive (docs/metadata.md, "Lifetimes").
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
@@ -82,7 +82,12 @@ class VhostView:
     version: int = 0
     exchanges: Mapping[str, Exchange] = field(default_factory=_frozen_empty)
     queues: Mapping[str, Queue] = field(default_factory=lambda: MappingProxyType({}))
-    bindings: frozenset[Binding] = frozenset()
+    bindings: Set[Binding] = frozenset()
+    # The bindings of each queue (queues without any are absent): what a queue's topics,
+    # its delete and its statistics need, without a walk over every binding.
+    queue_bindings: Mapping[str, frozenset[Binding]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     # For topic exchanges: the routing keys that have a topic (a key is registered before
     # the first message is published with it, so a later binding finds its topic).
     topic_keys: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
@@ -220,8 +225,12 @@ class MetadataStore(Protocol):
         ...
 
     async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered now (after a
-        sync): one node, where ``sync_topic_keys`` lists the exchange's every key."""
+        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered as of this
+        replica's latest write (one node, where ``sync_topic_keys`` lists the exchange's every
+        key). Called right after a write of this replica's own (the binder's half of the
+        handshake, docs/fleet.md): ZooKeeper serves one session's read after that session's
+        earlier writes, on a server that has applied everything ordered before them, so the
+        read sees every write ordered before ours without a sync."""
         ...
 
     async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:

@@ -26,6 +26,7 @@ from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.amqp.properties import encode_properties
 from gateway.backend.interface import (
+    ConsumerQos,
     Delivery,
     Message,
     Owner,
@@ -480,6 +481,7 @@ class AMQPSession:
             command,
             self._link.owner,
             prefetch=0 if command.no_ack else state.prefetch.window(),
+            qos=ConsumerQos(state.prefetch.consumer, state.prefetch.channel),
         )
         consumer = Consumer(
             tag, command.queue, command.no_ack, state.prefetch.consumer, subscription

@@ -45,6 +45,12 @@ Returned = Callable[[float], Awaitable[None]]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
 # The int is when the original entered the queue (ms): the copy keeps its expiry.
 RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
+# How many messages a new consumer of a priority queue should find to read (the queue's
+# messages Pulsar has not dispatched to its other consumers, on any replica: priority_reads.py).
+Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
+# The longest a new consumer of a priority queue waits to have read them before its first
+# delivery (another consumer may take some meanwhile: the count is a moment's).
+FILL_WAIT = 1.0
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -113,6 +119,13 @@ class PulsarDelivery:
 
     async def reject(self, requeue: bool) -> None:
         if self._settled:
+            return
+        if requeue and self._subscription.prioritized and self._consumer.put_back(self._received):
+            # A priority queue's consumer keeps it, at its place in line in its priority:
+            # delivered again before anything of lower priority and anything of its own that
+            # came after it (RabbitMQ requeues into the message's own priority queue, at its
+            # position), marked redelivered (it stays in ``redeliveries``).
+            self._settle(requeued=True)
             return
         if requeue and self._received.in_batch:
             await self._requeue_copy()
@@ -189,6 +202,7 @@ class PulsarQueueSubscription:
         exclusive: bool = False,
         expiry: QueueExpiry | None = None,
         returned: Returned | None = None,
+        fill: Fill | None = None,
     ) -> None:
         self.queue = queue
         self._returned = returned
@@ -210,10 +224,34 @@ class PulsarQueueSubscription:
         self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self.ended = False
         self.closed = False
+        # A priority queue's consumer orders what it reads ahead (priority.py); before its
+        # first delivery it reads the queue's backlog, up to its window.
+        self.prioritized = consumer.options.priority_of is not None
+        self._fill = fill
+
+    async def filled(self) -> None:
+        """Once, before the first delivery of a priority queue's consumer: wait until it has
+        read the messages ready in the queue (up to its window), or ``FILL_WAIT``, so that
+        the first delivery is the highest priority of them all, as on RabbitMQ, and not
+        whichever message Pulsar sent first."""
+        fill, self._fill = self._fill, None
+        if fill is None:
+            return
+        with trio.move_on_after(FILL_WAIT):
+            try:
+                target = await fill(self)
+            except Exception as error:  # the order of a first few deliveries is at stake only
+                log.warning("counting what '%s' has to read failed: %s", self.queue, error)
+                return
+            await self.consumer.wait_buffered(
+                min(target, self.consumer.options.effective_buffer_size)
+            )
 
     async def receive(
         self, before_wait: Callable[[], Awaitable[None]] | None = None
     ) -> PulsarDelivery:
+        if self._fill is not None:
+            await self.filled()
         while True:
             if self.ended:
                 raise SubscriptionEnded(self.queue)

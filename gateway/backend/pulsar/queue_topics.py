@@ -1,6 +1,7 @@
 """Which topics a queue reads, from a vhost's view of the metadata (no I/O).
 
-A queue reads the default exchange's topic named after it, the topics its bindings cover
+A queue reads the default exchange's topic named after it (not a stream: that topic is the
+stream's log, read by readers, streams.py), the topics its bindings cover
 (routing.py's ``binding_topics``; a lazy topic only once somebody published to its key,
 activation.py), and topics it was unbound from while their subscription still drains
 (drains.py). The vhost subscribes, counts and reconciles consumers with these sets; the
@@ -9,11 +10,12 @@ leader's cleaner asks which subscriptions are still needed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation, activation_for, default_activation
 from gateway.metadata.store import VhostView
+from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding
 from gateway.model.naming import topic_for
 from gateway.model.routing import binding_topics
@@ -29,11 +31,6 @@ class QueueTopics:
         self._lazy_subscriptions = lazy_subscriptions
         #: ``persistent://tenant/namespace/``: records name topics without it.
         self.prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
-        # The bindings of each queue, for the view's set of bindings it was built from.
-        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
-            frozenset(),
-            {},
-        )
 
     def of_binding(self, view: VhostView, binding: Binding) -> list[str]:
         """Every topic ``binding`` covers, lazy ones nobody published to included."""
@@ -69,7 +66,10 @@ class QueueTopics:
         subscription (activation.py); otherwise also the lazy ones nobody published to."""
         leaving = set(without)
         topics: set[str] = set()
-        if not live or self.active(view, default_activation(queue)):
+        entity = view.queues.get(queue)
+        if (entity is None or not is_stream(entity.arguments)) and (
+            not live or self.active(view, default_activation(queue))
+        ):
             topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
         covered = self.live_of_binding if live else self.of_binding
         for binding in self.bindings_of(view, queue):
@@ -77,17 +77,10 @@ class QueueTopics:
                 topics.update(covered(view, binding))
         return topics
 
-    def bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
-        """``queue``'s bindings in ``view``, from an index built once per set of bindings
-        (not a scan of every binding per call: the queue statistics ask for every queue)."""
-        indexed, index = self._binding_index
-        if indexed is not view.bindings:
-            grouped: dict[str, list[Binding]] = {}
-            for binding in view.bindings:
-                grouped.setdefault(binding.queue, []).append(binding)
-            index = {name: tuple(found) for name, found in grouped.items()}
-            self._binding_index = (view.bindings, index)
-        return index.get(queue, ())
+    def bindings_of(self, view: VhostView, queue: str) -> Collection[Binding]:
+        """``queue``'s bindings in ``view`` (the view keeps them by queue: no scan of every
+        binding per call, the queue statistics ask for every queue)."""
+        return view.queue_bindings.get(queue, ())
 
     def draining(self, view: VhostView, queue: str) -> set[str]:
         return {
