@@ -143,8 +143,11 @@ class DeliveryRecord:
         self._flushed = trio.Event()
         # Whether the store holds a record of ours (an empty one is removed, not written).
         self._stored = False
-        # Replica -> (its record as read, the keys in it).
+        # Replica -> (its record as read, the keys in it), and how many records hold each key
+        # (``Redeliveries.elsewhere`` is this dict).
         self._known: dict[str, tuple[bytes, frozenset[Key]]] = {}
+        self._elsewhere: dict[Key, int] = {}
+        redeliveries.elsewhere = self._elsewhere
 
     def start(self, nursery: trio.Nursery) -> None:
         """Write and follow the records in ``nursery`` from now on (``ready`` and ``flush``
@@ -239,18 +242,31 @@ class DeliveryRecord:
             await trio.sleep(1.0)
 
     def _update(self, records: Mapping[str, bytes]) -> None:
+        """The others' records as read now: only those that changed are decoded, and only
+        their difference touches ``elsewhere`` (a record can hold thousands of deliveries)."""
+        counts = self._elsewhere
         known: dict[str, tuple[bytes, frozenset[Key]]] = {}
-        for replica, data in records.items():
+        for replica in self._known.keys() | records.keys():
             before = self._known.get(replica)
+            data = records.get(replica)
             if before is not None and before[0] == data:
                 known[replica] = before
                 continue
-            try:
-                keys = decode_record(data)
-            except ValueError as error:
-                log.warning("ignoring the delivery record of %s: %s", replica, error)
-                keys = frozenset()
-            known[replica] = (data, keys)
+            keys: frozenset[Key] = frozenset()
+            if data is not None:
+                try:
+                    keys = decode_record(data)
+                except ValueError as error:
+                    log.warning("ignoring the delivery record of %s: %s", replica, error)
+                known[replica] = (data, keys)
+            old = frozenset() if before is None else before[1]
+            for key in old - keys:
+                left = counts[key] - 1
+                if left:
+                    counts[key] = left
+                else:
+                    del counts[key]
+            for key in keys - old:
+                counts[key] = counts.get(key, 0) + 1
         self._known = known
-        self._redeliveries.elsewhere = frozenset().union(*(keys for _, keys in known.values()))
         self.loaded.set()

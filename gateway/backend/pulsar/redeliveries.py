@@ -26,6 +26,7 @@ and the other replicas' records are in ``elsewhere``, checked like this replica'
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 from itertools import islice
 from typing import Final
 
@@ -59,7 +60,7 @@ class Redeliveries:
         # A delivery in the fleet record was settled since it was written.
         self.shrunk = False
         # What the other replicas delivered and have not seen settled (their records).
-        self.elsewhere: frozenset[Key] = frozenset()
+        self.elsewhere: Collection[Key] = frozenset()
         # Key -> how many times this replica gave it back undelivered (``given_back``).
         self._given_back: dict[Key, int] = {}
 

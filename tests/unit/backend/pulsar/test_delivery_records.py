@@ -174,4 +174,28 @@ async def test_an_unreadable_record_of_another_replica_marks_nothing(
     async with running(a):
         await a.record.ready()
         assert a.record.loaded.is_set()
-        assert a.redeliveries.elsewhere == frozenset()
+        assert len(a.redeliveries.elsewhere) == 0
+
+
+async def test_a_delivery_is_marked_while_any_other_record_holds_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    a = Replica(MemoryMetadataStore())
+    b, c = a.store.replica(), a.store.replica()
+    one, two = (("q", "persistent://t/n/q", received(n).id_bytes) for n in (1, 2))
+
+    async def marked() -> set[int]:
+        await trio.testing.wait_all_tasks_blocked()  # the follower has taken the change in
+        return {n for n in (1, 2) if a.redeliveries.seen("q", received(n))}
+
+    async with running(a):
+        await b.record_deliveries(NAMESPACE, encode_record([one, two]))
+        await c.record_deliveries(NAMESPACE, encode_record([one]))
+        assert await marked() == {1, 2}
+        await b.record_deliveries(NAMESPACE, encode_record([two]))  # b's client acked one
+        assert await marked() == {1, 2}  # c still holds it
+        await c.record_deliveries(NAMESPACE, None)
+        assert await marked() == {2}
+        await a.store.drop_deliveries(NAMESPACE, b.replica_id)  # the leader's cleanup
+        assert await marked() == set()
+        assert len(a.redeliveries.elsewhere) == 0
