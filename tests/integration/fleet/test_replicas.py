@@ -143,6 +143,24 @@ def test_equivalent_declares_on_two_replicas_at_once_both_succeed(fleet: Fleet) 
                 connection.close()
 
 
+def _confirming_publisher(port: int, queue: str) -> Any:
+    """A channel in confirm mode on the replica at ``port``, once it knows ``queue``."""
+    connection = connect(port)
+    wait_known(connection, queue)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def _wait_recorded(fleet: Fleet, deliveries: int) -> None:
+    """Until the replicas' delivery records in ZooKeeper hold ``deliveries`` in all."""
+    wait_until(
+        lambda: sum(fleet.recorded_deliveries().values()) == deliveries,
+        timeout=30,
+        what=lambda: f"records: {fleet.recorded_deliveries()}",
+    )
+
+
 def _kill_a_replica_holding_unacked_messages(
     fleet: Fleet, signum: int = signal.SIGKILL
 ) -> Consumer:
@@ -157,10 +175,7 @@ def _kill_a_replica_holding_unacked_messages(
     try:
         holder.start()
         holder.wait_consuming()
-        on_2 = connect(r2.port)
-        wait_known(on_2, "jobs")
-        publisher = on_2.channel()
-        publisher.confirm_delivery()
+        publisher = _confirming_publisher(r2.port, "jobs")
         sent = [f"job-{i}".encode() for i in range(10)]
         for body in sent:
             publisher.basic_publish("", "jobs", body, mandatory=True)
@@ -173,11 +188,7 @@ def _kill_a_replica_holding_unacked_messages(
             # A killed replica's deliveries are known to the others once its record in
             # ZooKeeper holds them: within two record intervals of the delivery
             # (docs/reliability.md, section 4); a replica that stops writes it as it stops.
-            wait_until(
-                lambda: sum(fleet.recorded_deliveries().values()) == len(sent),
-                timeout=30,
-                what=lambda: f"records: {fleet.recorded_deliveries()}",
-            )
+            _wait_recorded(fleet, len(sent))
         survivor.start()
         survivor.wait_consuming()
         assert survivor.received() == []  # all ten are held, unacknowledged, by replica 1
@@ -235,10 +246,7 @@ def test_only_messages_delivered_before_are_flagged_redelivered_across_replicas(
         for consumer in (holder, worker):
             consumer.start()
             consumer.wait_consuming()
-        on_2 = connect(r2.port)
-        wait_known(on_2, "work")
-        publisher = on_2.channel()
-        publisher.confirm_delivery()
+        publisher = _confirming_publisher(r2.port, "work")
         sent = [f"m-{i}".encode() for i in range(80)]
         for body in sent[:40]:
             publisher.basic_publish("", "work", body, mandatory=True)
@@ -247,11 +255,7 @@ def test_only_messages_delivered_before_are_flagged_redelivered_across_replicas(
             timeout=60,
             what=lambda: f"the holder got {len(holder.received())} of 5",
         )
-        wait_until(
-            lambda: sum(fleet.recorded_deliveries().values()) == 5,
-            timeout=30,
-            what=lambda: f"records: {fleet.recorded_deliveries()}",
-        )
+        _wait_recorded(fleet, 5)
         for body in sent[40:]:
             publisher.basic_publish("", "work", body, mandatory=True)
         holder.stop()
