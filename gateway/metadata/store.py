@@ -273,6 +273,33 @@ class MetadataStore(Protocol):
         """The ``replica_id`` of the current leader of ``namespace`` (None: nobody stands)."""
         ...
 
+    async def record_deliveries(self, namespace: str, record: bytes | None) -> None:
+        """Replace this replica's delivery record in ``namespace`` (None: remove it): what it
+        delivered and has not seen settled, for the other replicas to mark ``redelivered``
+        (backend/pulsar/delivery_records.py). Unlike the owner and consumer records it
+        outlives the replica: a replica that dies is exactly when the others need it."""
+        ...
+
+    async def follow_deliveries(
+        self, namespace: str, update: Callable[[Mapping[str, bytes]], None]
+    ) -> None:
+        """Call ``update`` with every other replica's delivery record in ``namespace``
+        (replica id -> record) once they are read, and again whenever one changes; through
+        lost connections, until cancelled or the store closes."""
+        ...
+
+    async def delivery_recorders(self, namespace: str) -> set[str]:
+        """The replicas with a delivery record in ``namespace``, as the store has them now."""
+        ...
+
+    async def drop_deliveries(self, namespace: str, replica: str) -> None:
+        """Remove ``replica``'s delivery record (the leader's cleanup of dead replicas')."""
+        ...
+
+    async def live_replicas(self, namespace: str) -> set[str]:
+        """The replicas that have ``namespace`` open now (its candidates for leader)."""
+        ...
+
     async def aclose(self) -> None:
         """Close; this replica's session ends (its owner and consumer records go)."""
         ...

@@ -390,13 +390,14 @@ class TrioConsumer:
         self._waker.wake()
         return True
 
-    def stop_receiving(self) -> int:
+    def stop_receiving(self, given_back: Callable[[ReceivedMessage], None] | None = None) -> int:
         """Stop taking new messages and hand the buffered ones back; returns how many.
 
         For AMQP basic.cancel: deliveries already made can still be acknowledged on this
         consumer, so it stays open; buffered messages are negatively acknowledged so that they
-        go to other consumers. (Messages already in the C++ receiver queues stay there until
-        :meth:`aclose`, which makes the broker redeliver them.)
+        go to other consumers (each is passed to ``given_back``: Pulsar will count a
+        redelivery of a message nobody saw). (Messages already in the C++ receiver queues stay
+        there until :meth:`aclose`, which makes the broker redeliver them.)
         """
         if self._closed or self._stopped:
             return 0
@@ -412,6 +413,8 @@ class TrioConsumer:
             # the ones acknowledged by then, where the broker tracks batch indexes) when the
             # consumer closes.
             if int(native.message_id().batch_index()) < 0:
+                if given_back is not None:
+                    given_back(ReceivedMessage(native, native_consumer, self))
                 native_consumer.negative_acknowledge(native)
         return len(returned)
 

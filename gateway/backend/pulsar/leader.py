@@ -21,6 +21,8 @@ an ephemeral sequential znode per candidate, the lowest leads). The leader of a 
 - the **TTL sweep** of expired messages no consumer reads (ttl_sweep.py);
 - the **drop-head trim** of queues over their ``x-max-length`` (length_trim.py);
 - **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py);
+- the **delivery record pruner**: removes the delivery records of replicas gone for a day
+  (delivery_record_pruner.py);
 - the **stream feed**: appends messages routed to streams through exchanges to their logs
   (stream_feed.py).
 
@@ -44,6 +46,7 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.delivery_record_pruner import DeliveryRecordPruner
 from gateway.backend.pulsar.key_sweeper import DefaultKeySweeper
 from gateway.backend.pulsar.length_trim import LengthTrimmer
 from gateway.backend.pulsar.queue_expiry import QueueExpirer
@@ -154,6 +157,7 @@ class NamespaceLeader:
         self.length_trim = LengthTrimmer(vhost, namespace)
         self.queue_expiry = QueueExpirer(vhost, admin, namespace)
         self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
+        self.record_pruner = DeliveryRecordPruner(store, namespace)
         self.stream_feed = StreamFeeder(vhost, namespace)
         # Candidates of the previous tick, with when each became one: acted on when still
         # candidates in this one and for ``grace`` seconds.
@@ -176,6 +180,7 @@ class NamespaceLeader:
                 nursery.start_soon(self.length_trim.run)
                 nursery.start_soon(self.queue_expiry.run)
                 nursery.start_soon(self.key_sweeper.run, self._drain_interval)
+                nursery.start_soon(self.record_pruner.run)
                 nursery.start_soon(self.stream_feed.run)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)

@@ -56,6 +56,7 @@ from gateway.backend.pulsar.delivery import (
     PulsarQueueSubscription,
     exchange_and_key,
 )
+from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
@@ -137,6 +138,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._subscribe_topic
         )
         self._redeliveries = Redeliveries()
+        # The fleet's delivery records (AMQP's redelivered across replicas), once started.
+        self.records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
         # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
         # that consumers had prefetched before the purge are dropped when they come through.
         self._purged: dict[tuple[str, str], Position] = {}
@@ -617,6 +620,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
+        await self.records.ready()  # the other replicas' deliveries, before any of ours
         options = ConsumerOptions(
             receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
         )
@@ -638,6 +642,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
+            returned=self.records.returned,
             fill=None if ordering is None else to_read(self._r),
         )
 
