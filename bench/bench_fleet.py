@@ -104,6 +104,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import struct
 import subprocess
@@ -151,7 +152,9 @@ DOC_SIZES = (1_000, 7_000)
 ROW_ORDER = [
     "ops1-eager",
     "ops1-lazy",
+    "cpu1-lazy",
     "ops3-lazy",
+    "cpu3-lazy",
     "churn",
     "churn-left",
     *(f"ops-store-{size}" for size in DOC_SIZES),
@@ -163,6 +166,7 @@ ROW_ORDER = [
     "load-logged",
     "load-store",
     "rss",
+    "zookeeper-size",
     "capacity",
 ]
 
@@ -319,6 +323,7 @@ def start_private_zookeeper(run: Run) -> None:
         f"-Xmx{run.args.zookeeper_heap}",
         "-Dzookeeper.admin.enableServer=false",  # its HTTP admin server would take port 8080
         "-Dzookeeper.forceSync=no",  # as the stack's
+        "-Dzookeeper.4lw.commands.whitelist=srvr,mntr",  # node count, data size, requests
         "-cp",
         os.pathsep.join(jars),
         "org.apache.zookeeper.server.ZooKeeperServerMain",
@@ -346,6 +351,21 @@ def start_private_zookeeper(run: Run) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the private ZooKeeper did not listen within 60 s")
         time.sleep(0.1)  # polling the port, with a deadline
+
+
+def zookeeper_stats(run: Run) -> dict[str, str]:
+    """The private ZooKeeper's ``mntr`` figures (znode count, approximate data size, ...)."""
+    host, port = run.zookeeper_hosts.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(b"mntr")
+        data = b""
+        while chunk := connection.recv(65536):
+            data += chunk
+    stats: dict[str, str] = {}
+    for line in data.decode(errors="replace").splitlines():
+        key, _, value = line.partition("\t")
+        stats[key.strip()] = value.strip()
+    return stats
 
 
 def stop_private_zookeeper(run: Run) -> None:
@@ -585,6 +605,16 @@ def report_declare_bind(run: Run, result: DeclareBind) -> None:
         f"ops{result.replicas}-{result.mode}",
         label,
         f"{result.rate:,.0f} ops/s ({p50_p99(result.latencies)})",
+    )
+    used = result.meter.used
+    replicas_ms = sum(v for k, v in used.items() if k.startswith("replica")) / result.ops * 1e3
+    run.cell(
+        f"cpu{result.replicas}-{result.mode}",
+        f"CPU per declare+bind, {result.replicas} replica{'s' if result.replicas > 1 else ''} "
+        f"({result.mode}): the replicas (together) / the metadata ZooKeeper / the Pulsar JVM",
+        f"{replicas_ms:.2f} ms / "
+        f"{used.get('metadata zk', 0.0) / result.ops * 1e3:.2f} ms / "
+        f"{used.get('pulsar+zk', 0.0) / result.ops * 1e3:.2f} ms",
     )
     client_us = result.meter.used.get("client", 0.0) / max(1, result.ops) * 1e6
     pairs = zip(result.latencies, result.declares, strict=True)
@@ -1010,8 +1040,22 @@ def load_replica(run: Run, namespace: str, index: int) -> Load:
     )
 
 
+def empty_replica_rss(run: Run) -> float:
+    """The RSS of a replica whose only vhost is empty (what the loaded one is compared to)."""
+    namespace = create_namespace(run, "empty")
+    process = start_gateway(run, "empty", namespace)
+    try:
+        process.wait_for(r"gateway\.server: listening on", timeout=run.args.load_timeout)
+        return rss_mib(process.pid)
+    finally:
+        stop_gateway(run, process)
+        drop_namespace(run, namespace)
+
+
 def load_phase(run: Run) -> None:
     args = run.args
+    # Before seeding: every replica loads every vhost of its ZooKeeper, this one included.
+    empty = empty_replica_rss(run)
     namespace = create_namespace(run, "load")
     full = f"public/{namespace}"
     print(f"seeding {args.n:,} queues + bindings into {full} (bench_metadata.seed) ...", flush=True)
@@ -1019,6 +1063,16 @@ def load_phase(run: Run) -> None:
         args.phase_timeout * 5, bm.seed, run.zookeeper, "/starlight-rabbitmq", args.n, full
     )
     run.detail(f"seed {args.n:,} queues + bindings (bulk_create): {seconds:.1f} s")
+    stats = zookeeper_stats(run)
+    znodes = int(stats.get("zk_znode_count", "0"))
+    data_size = int(stats.get("zk_approximate_data_size", "0"))
+    run.cell(
+        "zookeeper-size",
+        f"ZooKeeper holding the {args.n:,}-queue vhost (and the fleet phases' leftovers): "
+        "znodes, approximate data size (mntr)",
+        f"{znodes:,} znodes, {data_size / 2**20:.0f} MiB of data+paths "
+        f"({data_size / max(1, args.n):.0f} B per queue + binding)",
+    )
 
     run.machine_load("load: store level")
     store_loads = []
@@ -1068,10 +1122,12 @@ def load_phase(run: Run) -> None:
         "largest vhost (queues + bindings) (bench_metadata.single_document)",
         f"no per-vhost limit from ZooKeeper's node size; {args.n:,} loaded here",
     )
+    rss = statistics.median(item.rss for item in loads)
     run.cell(
         "rss",
-        "replica's memory (RSS) once ready",
-        f"{statistics.median(item.rss for item in loads):.0f} MiB",
+        "replica's memory (RSS) once ready; per queue + binding, over an empty replica's",
+        f"{rss:.0f} MiB (empty: {empty:.0f} MiB); "
+        f"{(rss - empty) * 2**20 / args.n:,.0f} B per queue + binding",
     )
     run.detail(
         "new replica: CPU seconds until ready "
@@ -1331,6 +1387,8 @@ def eager_phase(run: Run) -> None:
     pids: dict[str, int] = {}
     if run.pulsar_pid:
         pids["pulsar+zk"] = run.pulsar_pid
+    if run.zookeeper_process is not None:
+        pids["metadata zk"] = run.zookeeper_process.pid
     replica = start_gateway(
         run, "replica-eager", namespace, extra="amqpLazySubscriptions=false\n"
     ).wait_ready()
@@ -1359,6 +1417,8 @@ def fleet_phases(run: Run) -> None:
     pids: dict[str, int] = {}
     if run.pulsar_pid:
         pids["pulsar+zk"] = run.pulsar_pid
+    if run.zookeeper_process is not None:
+        pids["metadata zk"] = run.zookeeper_process.pid
     replicas = [start_gateway(run, "replica-1", namespace).wait_ready()]
     pids["replica-1"] = replicas[0].pid
 

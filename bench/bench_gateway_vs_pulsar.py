@@ -518,14 +518,15 @@ class AmqpClient(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def message_frames(self, routing_key: str, payload: bytes) -> bytes:
-        """Basic.Publish to the default exchange + content header (persistent) + body frames."""
+    def message_frames(
+        self, routing_key: str, payload: bytes, priority: int | None = None
+    ) -> bytes:
+        """Basic.Publish to the default exchange + content header (persistent, and
+        ``priority`` if given) + body frames."""
+        properties = commands.Basic.Properties(delivery_mode=2, priority=priority)
         parts = [
             frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), CHANNEL),
-            frame.marshal(
-                header.ContentHeader(0, len(payload), commands.Basic.Properties(delivery_mode=2)),
-                CHANNEL,
-            ),
+            frame.marshal(header.ContentHeader(0, len(payload), properties), CHANNEL),
         ]
         step = self.frame_max - 8
         for at in range(0, len(payload), step):
@@ -541,11 +542,19 @@ class AmqpClient(asyncio.Protocol):
 
 
 async def amqp_publish_confirmed(
-    client: AmqpClient, queue: str, count: int, size: int, window: int, timeout: float
+    client: AmqpClient,
+    queue: str,
+    count: int,
+    size: int,
+    window: int,
+    timeout: float,
+    max_priority: int = 0,
 ) -> float:
     """Publish ``count`` messages with at most ``window`` unconfirmed; seconds until the last
-    confirm. The client must be in confirm mode with no earlier publishes on the channel."""
+    confirm. The client must be in confirm mode with no earlier publishes on the channel.
+    With ``max_priority``, the messages' priorities cycle through 0..max_priority."""
     blob = client.message_frames(queue, b"x" * size)
+    blobs = [client.message_frames(queue, b"x" * size, p) for p in range(max_priority + 1)]
     deadline = time.monotonic() + timeout
     started = time.perf_counter()
     sent = 0
@@ -556,7 +565,10 @@ async def amqp_publish_confirmed(
             await asyncio.wait_for(client.confirm_event.wait(), deadline - time.monotonic())
             continue
         chunk = min(room, count - sent, 64)
-        client.write(blob * chunk)
+        if max_priority:
+            client.write(b"".join(blobs[(sent + i) % len(blobs)] for i in range(chunk)))
+        else:
+            client.write(blob * chunk)
         sent += chunk
         if not client.can_write.is_set():
             await asyncio.wait_for(client.can_write.wait(), deadline - time.monotonic())
@@ -758,13 +770,21 @@ class AmqpRunner:
         args = self.args
         client = await AmqpClient.open(self.host, self.port)
         try:
+            arguments = {"x-max-priority": args.max_priority} if args.max_priority else None
             await client.call(
-                commands.Queue.Declare(queue=self.queue, durable=True), commands.Queue.DeclareOk
+                commands.Queue.Declare(queue=self.queue, durable=True, arguments=arguments),
+                commands.Queue.DeclareOk,
             )
             await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
             if args.warmup:
                 await amqp_publish_confirmed(
-                    client, self.queue, args.warmup, args.size, args.window, args.phase_timeout
+                    client,
+                    self.queue,
+                    args.warmup,
+                    args.size,
+                    args.window,
+                    args.phase_timeout,
+                    args.max_priority,
                 )
                 await amqp_consume(
                     client, self.queue, args.warmup, args.prefetch, args.phase_timeout
@@ -782,7 +802,13 @@ class AmqpRunner:
             await client.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
             with profile("publish"), CpuMeter(self.pids) as meter:
                 seconds = await amqp_publish_confirmed(
-                    client, queue, args.count, args.size, args.window, args.phase_timeout
+                    client,
+                    queue,
+                    args.count,
+                    args.size,
+                    args.window,
+                    args.phase_timeout,
+                    args.max_priority,
                 )
             rates.record("publish", args.count / seconds, meter)
             with profile("consume"), CpuMeter(self.pids) as meter:
@@ -1395,6 +1421,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--window", type=int, default=500, help="unconfirmed publishes in flight")
     parser.add_argument("--prefetch", type=int, default=500, help="basic.qos prefetch count")
+    parser.add_argument(
+        "--max-priority",
+        type=int,
+        default=0,
+        help="declare the AMQP queue with x-max-priority N and publish priorities 0..N in turn",
+    )
     parser.add_argument("--warmup", type=int, default=2000, help="unmeasured messages first")
     parser.add_argument(
         "--no-both", dest="both", action="store_false", help="skip publish+consume at once"

@@ -182,6 +182,7 @@ async def open_gateway(
                 nursery,
                 batch_index_acks=batching.broker_tracks_indexes,
                 lazy_subscriptions=config.amqpLazySubscriptions,
+                priority_read_ahead=config.amqpPriorityQueueReadAhead,
             )
             mapper = VhostMapper(
                 config.amqpDefaultTenant,

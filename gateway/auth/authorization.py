@@ -44,7 +44,9 @@ from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ConnectionException, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import (
+    NO_QOS,
     Backend,
+    ConsumerQos,
     Delivery,
     Message,
     Owner,
@@ -279,10 +281,15 @@ class AuthorizingVirtualHost:
         await self.inner.send_reply(message)
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
     ) -> QueueSubscription:
         await self._authorize(command, owner)
-        return await self.inner.consume(command, owner, prefetch=prefetch)
+        return await self.inner.consume(command, owner, prefetch=prefetch, qos=qos)
 
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
         await self._authorize(command, owner)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 from gateway.amqp import commands as cmd
@@ -61,7 +62,7 @@ class Catalog:
         self.vhost = vhost
         self.namespace = namespace
         self._store = store
-        self._routers: dict[str, tuple[frozenset[Binding], Exchange, Router]] = {}
+        self._routers: dict[str, tuple[AbstractSet[Binding], Exchange, Router]] = {}
         self._graph: tuple[tuple[object, ...], RoutingGraph] | None = None
 
     @property
@@ -362,7 +363,7 @@ class Catalog:
         """Delete it and its bindings; auto-delete exchanges left without any go too. False
         if it was not there; ``ConditionNotMet`` (the caller's to answer) if ``condition``
         does not hold. ``subscriptions``: see ``MetadataStore.delete_queue``."""
-        bound_to = {b.exchange for b in self.view.bindings if b.queue == name}
+        bound_to = {b.exchange for b in self.view.queue_bindings.get(name, ())}
         deleted = await self.write(
             self._store.delete_queue(
                 self.namespace, name, condition=condition, subscriptions=subscriptions

@@ -119,6 +119,19 @@ class PublishOutcome:
 
 
 @dataclass(frozen=True)
+class ConsumerQos:
+    """The channel's Basic.Qos when a consumer starts: ``consumer`` is the per-consumer
+    prefetch (``global=false``), ``channel`` the channel-wide one (``global=true``); 0 is
+    none. Stream queues refuse consumers by them (model/streams.py)."""
+
+    consumer: int = 0
+    channel: int = 0
+
+
+NO_QOS = ConsumerQos()
+
+
+@dataclass(frozen=True)
 class Owner:
     """The connection on whose behalf an operation runs (exclusive queues belong to one)."""
 
@@ -180,13 +193,19 @@ class VirtualHost(Protocol):
         ...
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
     ) -> QueueSubscription:
         """A new consumer on ``command.queue``; 403 if someone holds it exclusively, and vice
         versa; 406 for consumer ``arguments`` the backend does not implement (``x-priority``).
 
         ``prefetch`` is the most unacknowledged deliveries the client will take (0: no
-        limit); a backend may size what it reads ahead by it."""
+        limit); a backend may size what it reads ahead by it. ``qos`` is the channel's
+        Basic.Qos, which a stream queue's consumer must have set."""
         ...
 
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:

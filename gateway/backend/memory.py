@@ -8,7 +8,6 @@ same behavioural tests run against both backends. Nothing is durable.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -20,19 +19,32 @@ from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.dead_letters import letter_for
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
+    NO_QOS,
+    ConsumerQos,
     Message,
     Owner,
     PublishOutcome,
     QueueStatus,
     SubscriptionEnded,
 )
+from gateway.backend.memory_stream import MemoryStream, MemoryStreamSubscription
 from gateway.backend.overflow import RefusedStored
 from gateway.backend.replies import ReplyRegistry
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
+from gateway.model.arguments import is_stream
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
 from gateway.model.length_limit import LengthLimit, length_limit
+from gateway.model.priority import PriorityBuffer, effective_priority, max_priority
+from gateway.model.streams import (
+    check_stream_consume,
+    parse_offset,
+    refuse_get,
+    refuse_purge,
+    stream_filter,
+    stream_retention,
+)
 from gateway.model.ttl import effective_ttl, is_expired, queue_expires, queue_message_ttl
 from gateway.model.vhost import VhostMapper
 
@@ -50,6 +62,7 @@ class MemoryDelivery:
     message: Message
     redelivered: bool
     enqueued: int  # ms: a requeued message keeps its expiry (RabbitMQ's TTL)
+    place: int  # its place in the queue's line: a requeue puts it back there
     settled: bool = False
 
     async def ack(self) -> None:
@@ -60,7 +73,7 @@ class MemoryDelivery:
             return
         self.settled = True
         if requeue:
-            self.queue.requeue(self.message, self.enqueued)
+            self.queue.requeue(self.message, self.enqueued, self.place)
         else:
             self.queue.dead_letter(self.queue.name, self.message, "rejected")
 
@@ -72,8 +85,10 @@ class MemoryQueue:
     dead_letter: Callable[[str, Message, Reason], None]
     ttl: int | None = None  # x-message-ttl
     limit: LengthLimit | None = None  # x-max-length, x-overflow
-    # (message, redelivered, when it entered the queue in ms)
-    ready: deque[tuple[Message, bool, int]] = field(default_factory=deque)
+    maximum: int | None = None  # x-max-priority (None: every message counts as priority 0)
+    # (message, redelivered, when it entered the queue in ms), in delivery order: the highest
+    # priority first, first in first out within one (model/priority.py)
+    ready: PriorityBuffer[tuple[Message, bool, int]] = field(default_factory=PriorityBuffer)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
     deleted: bool = False
@@ -83,21 +98,27 @@ class MemoryQueue:
         self.changed.set()
         self.changed = trio.Event()
 
+    def _priority(self, message: Message) -> int:
+        if self.maximum is None:
+            return 0
+        return effective_priority(message.properties.priority, self.maximum)
+
     def push(self, message: Message) -> None:
-        self.ready.append((message, False, now_ms()))
+        self.ready.push((message, False, now_ms()), self._priority(message))
         self._signal()
 
-    def requeue(self, message: Message, enqueued: int) -> None:
+    def requeue(self, message: Message, enqueued: int, place: int) -> None:
         if not self.deleted:
-            # RabbitMQ puts a requeued message back near its original position: the front.
-            self.ready.appendleft((message, True, enqueued))
+            # RabbitMQ puts a requeued message back at its original position (in its own
+            # priority, in a priority queue): ahead of everything that came after it.
+            self.ready.restore((message, True, enqueued), self._priority(message), place)
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
         while self.ready:
-            message, redelivered, enqueued = self.ready.popleft()
+            place, (message, redelivered, enqueued) = self.ready.pop_entry()
             if not self._expired(message, enqueued):
-                return MemoryDelivery(self, message, redelivered, enqueued)
+                return MemoryDelivery(self, message, redelivered, enqueued, place)
             self.dead_letter(self.name, message, "expired")
         return None
 
@@ -109,14 +130,11 @@ class MemoryQueue:
 
     def count(self) -> int:
         """Messages ready, expired ones removed first (dead-lettered if so configured)."""
-        kept: deque[tuple[Message, bool, int]] = deque()
-        for entry in self.ready:
-            if self._expired(entry[0], entry[2]):
-                self.dead_letter(self.name, entry[0], "expired")
-            else:
-                kept.append(entry)
-        self.ready = kept
-        return len(kept)
+        for message, _redelivered, _enqueued in self.ready.keep(
+            lambda entry: not self._expired(entry[0], entry[2])
+        ):
+            self.dead_letter(self.name, message, "expired")
+        return len(self.ready)
 
     def delete(self) -> None:
         self.deleted = True
@@ -171,6 +189,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         self.catalog = Catalog(name, namespace, store)
         self.replies = ReplyRegistry()  # one process: no other replica to forward to
         self._queues: dict[str, MemoryQueue] = {}
+        self._streams: dict[str, MemoryStream] = {}
         self._last_used: dict[str, float] = {}  # x-expires: each queue's latest use
 
     def _messages(self, name: str) -> MemoryQueue:
@@ -184,14 +203,28 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 self._dead_letter,
                 queue_message_ttl(arguments),
                 length_limit(arguments),
+                max_priority(arguments),
             )
         return queue
+
+    def _stream(self, name: str) -> MemoryStream | None:
+        """The log of stream queue ``name`` (created on first use), None for another type."""
+        stream = self._streams.get(name)
+        if stream is None:
+            entity = self.catalog.view.queues.get(name)
+            if entity is None or not is_stream(entity.arguments):
+                return None
+            stream = self._streams[name] = MemoryStream(name, stream_retention(entity.arguments))
+        return stream
 
     # ------------------------------------------------------------------ entities
 
     async def declare_queue(self, command: cmd.QueueDeclare, owner: Owner) -> QueueStatus:
         await self._expire_queues()
         await self.catalog.declare_queue(command, owner)
+        stream = self._stream(command.queue)
+        if stream is not None:  # RabbitMQ's stat of a stream counts no consumers
+            return QueueStatus(command.queue, stream.count(), 0)
         queue = self._messages(command.queue)
         if not command.passive:
             self._used(command.queue)  # a redeclare renews an x-expires lease
@@ -204,6 +237,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if name not in view.queues:
             return 0  # idempotent, as in RabbitMQ
         self.catalog.queue(view, name, owner)
+        if self._stream(name) is not None:
+            # rabbit_stream_queue:delete ignores if-unused and if-empty and answers 0.
+            await self._drop_queue(name)
+            return 0
         queue = self._messages(name)
         where = resource("queue", name, self.name)
         if command.if_unused and queue.subscriptions:
@@ -219,9 +256,14 @@ class MemoryVirtualHost(CatalogVirtualHost):
         queue = self._queues.pop(name, None)
         if queue is not None:
             queue.delete()
+        stream = self._streams.pop(name, None)
+        if stream is not None:
+            stream.delete()
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         self.catalog.queue(self.catalog.view, command.queue, owner)
+        if self._stream(command.queue) is not None:
+            raise refuse_purge(resource("queue", command.queue, self.name))
         queue = self._messages(command.queue)
         count = queue.count()
         queue.ready.clear()
@@ -259,6 +301,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
 
     def _enqueue(self, name: str, message: Message) -> bool:
         """Put ``message`` in queue ``name`` within its length limit; False if refused."""
+        stream = self._stream(name)
+        if stream is not None:
+            stream.append(message)
+            return True
         queue = self._messages(name)
         limit = queue.limit
         if limit is not None and limit.rejects_publish and not limit.has_room(queue.count()):
@@ -267,8 +313,10 @@ class MemoryVirtualHost(CatalogVirtualHost):
             return False
         queue.push(message)
         if limit is not None and not limit.rejects_publish:
-            for _ in range(limit.excess(queue.count())):  # drop-head: the oldest go
-                oldest = queue.ready.popleft()[0]
+            # drop-head: the head goes, the oldest message of the highest priority in a
+            # priority queue (rabbit_priority_queue:drop), the oldest otherwise.
+            for _ in range(limit.excess(queue.count())):
+                oldest = queue.ready.pop()[0]
                 self._dead_letter(name, oldest, "maxlen")
         return True
 
@@ -292,12 +340,30 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 self._enqueue(name, letter.message)
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
-    ) -> MemorySubscription:
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
+    ) -> MemorySubscription | MemoryStreamSubscription:
         queue, exclusive = command.queue, command.exclusive
         await self._expire_queues()
         entity = self.catalog.queue(self.catalog.view, queue, owner)
         self.catalog.check_consume(entity, command)
+        stream = self._stream(queue)
+        if stream is not None:
+            where = resource("queue", queue, self.name)
+            check_stream_consume(
+                where,
+                no_ack=command.no_ack,
+                consumer_prefetch=qos.consumer,
+                channel_prefetch=qos.channel,
+            )
+            spec = parse_offset(where, command.arguments.get("x-stream-offset"), now_ms())
+            return MemoryStreamSubscription(
+                stream, stream.start(spec), stream_filter(command.arguments), self._reader_gone
+            )
         self._used(queue)
         target = self._messages(queue)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
@@ -309,6 +375,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         target.subscriptions.append(subscription)
         target.exclusive_consumer = exclusive
         return subscription
+
+    async def _reader_gone(self, _subscription: MemoryStreamSubscription) -> None:
+        """A stream's consumer went: nothing to give back (streams have no auto-delete)."""
 
     async def _consumer_gone(self, queue: MemoryQueue) -> None:
         # An auto-delete queue goes when its last consumer does (having had at least one).
@@ -345,6 +414,8 @@ class MemoryVirtualHost(CatalogVirtualHost):
         queue = command.queue
         await self._expire_queues()
         self.catalog.queue(self.catalog.view, queue, owner)
+        if self._stream(queue) is not None:
+            raise refuse_get(resource("queue", queue, self.name))
         self._used(queue)
         self._expire_all()
         delivery = self._messages(queue).take()

@@ -609,6 +609,21 @@ class GatewayConfig(DerivedValues):
             ours=True,
         )
     )
+    amqpPriorityQueueReadAhead: int = field(
+        metadata=_key(
+            Kind.INT,
+            "100",
+            """Messages a consumer (or the Basic.Get reader) of a priority queue
+            (`x-max-priority`) reads ahead from Pulsar and orders by priority, at least its
+            prefetch: the window within which the highest priority is delivered first
+            (docs/compatibility.md, "Priority queues"). Larger orders a longer backlog, but
+            each consumer then holds more messages that the queue's other consumers cannot
+            have until it delivers them.""",
+            _GW,
+            ours=True,
+            minimum=1,
+        )
+    )
     authorizationEnabled: bool = field(
         metadata=_key(
             Kind.BOOL,

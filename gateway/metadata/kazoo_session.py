@@ -26,6 +26,9 @@ from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
+from gateway.metadata.kazoo_handler import TrioHandler, direct
+from gateway.metadata.own_writes import OwnWrites
+from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
 from gateway.metadata.store import MetadataUnavailable
 
 __all__ = ["KazooSession"]
@@ -80,7 +83,12 @@ class KazooSession:
         self._on_closing = on_closing
         # Reconnect quickly and keep trying: the default backs off to an hour between tries.
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
-        self.client: Any = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
+        self.client: Any = KazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry=retry, handler=TrioHandler()
+        )
+        self._connection = watching_connection(self.client)
+        # What our transactions in flight create or change (events for them are held back).
+        self.own_writes = OwnWrites()
         self._token: trio.lowlevel.TrioToken | None = None
         self.started = False
         self.closed = False
@@ -178,7 +186,8 @@ class KazooSession:
         Must be called from the trio thread right after issuing the request: kazoo's
         completion thread runs callbacks in the order the server answered, and so then does
         trio (a FIFO), which is what keeps a store's view from going back in time."""
-        async_result.rawlink(lambda result: self.notify(self._apply, apply, result))
+        # Direct: handed to trio from the connection thread as it reads the answer, in order.
+        async_result.rawlink(direct(lambda result: self.notify(self._apply, apply, result)))
 
     @staticmethod
     def _apply(apply: Callable[[Any], None], result: Any) -> None:
@@ -202,6 +211,23 @@ class KazooSession:
             f"ZooKeeper at {self.hosts} did not answer within {self.request_timeout:g} s "
             f"while trying to {what}"
         )
+
+    def watch_tree(self, path: str, callback: EventCallback) -> Any:
+        """Ask for a persistent recursive watch on ``path``: ``callback(event type, path)``
+        runs on kazoo's connection thread for every node created, deleted or changed below it
+        (persistent_watch.py). Returns the kazoo result of the request (an UnimplementedError
+        from ZooKeeper before 3.6). The server forgets it with the connection: ask again after
+        every reconnect."""
+        root = (self.client.chroot or "") + path
+        self._connection.persistent[root] = callback
+        result = self.client.handler.async_result()
+        self.client._call(AddWatch(root), result)
+        return result
+
+    def unwatch_tree(self, path: str) -> None:
+        """Stop handing on the events under ``path`` (the server's watch stays until the
+        connection ends; nothing is written there any more once a namespace is deleted)."""
+        self._connection.persistent.pop((self.client.chroot or "") + path, None)
 
     def _state_listener(self, state: str) -> None:  # kazoo's connection thread
         self.notify(self._on_state, state)

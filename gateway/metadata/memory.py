@@ -74,6 +74,9 @@ class _Namespace:
     consumed: set[str] = field(default_factory=set)
     # (queue, topic) -> (record, version).
     drains: dict[tuple[str, str], tuple[DrainRecord, int]] = field(default_factory=dict)
+    # Replica -> its delivery record; set-and-replaced when one changes.
+    deliveries: dict[str, bytes] = field(default_factory=dict)
+    deliveries_changed: trio.Event = field(default_factory=trio.Event)
     # Sessions standing for leader, first = leader; set-and-replaced when it changes.
     candidates: list[str] = field(default_factory=list)
     election: trio.Event = field(default_factory=trio.Event)
@@ -496,6 +499,48 @@ class MemoryMetadataStore:
         await trio.lowlevel.checkpoint()
         candidates = self._namespace(namespace).candidates
         return candidates[0] if candidates else None
+
+    async def live_replicas(self, namespace: str) -> set[str]:
+        await trio.lowlevel.checkpoint()
+        return set(self._namespace(namespace).candidates)
+
+    # ------------------------------------------------------------------ delivery records
+
+    async def record_deliveries(self, namespace: str, record: bytes | None) -> None:
+        self._set_deliveries(await self._write(namespace), self._session, record)
+
+    @staticmethod
+    def _set_deliveries(state: _Namespace, replica: str, record: bytes | None) -> None:
+        if record is None:
+            if state.deliveries.pop(replica, None) is None:
+                return
+        else:
+            state.deliveries[replica] = record
+        state.deliveries_changed.set()
+        state.deliveries_changed = trio.Event()
+
+    async def follow_deliveries(
+        self, namespace: str, update: Callable[[Mapping[str, bytes]], None]
+    ) -> None:
+        state = self._namespace(namespace)
+        while not self._closed.is_set():
+            changed = state.deliveries_changed
+            update({r: d for r, d in state.deliveries.items() if r != self._session})
+            async with trio.open_nursery() as nursery:
+
+                async def wait(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(wait, changed)
+                nursery.start_soon(wait, self._closed)
+
+    async def delivery_recorders(self, namespace: str) -> set[str]:
+        await trio.lowlevel.checkpoint()
+        return set(self._namespace(namespace).deliveries)
+
+    async def drop_deliveries(self, namespace: str, replica: str) -> None:
+        self._set_deliveries(await self._write(namespace), replica, None)
 
     async def aclose(self) -> None:
         """End this replica's session: its owner and consumer records and its candidacies go,

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gateway.metadata.chunked import ChunkedDict
 from gateway.metadata.codec import (
     ConsumerKey,
     DrainKey,
@@ -74,6 +75,9 @@ def make_view(
         for binding in bindings
         if binding.queue in queue_map and binding.exchange in exchange_map
     )
+    by_queue: dict[str, set[Binding]] = {}
+    for binding in binding_set:
+        by_queue.setdefault(binding.queue, set()).add(binding)
     keys: dict[str, set[str]] = {}
     for key in topic_keys:
         keys.setdefault(key.exchange, set()).add(key.routing_key)
@@ -85,6 +89,7 @@ def make_view(
         exchanges=MappingProxyType(exchange_map),
         queues=MappingProxyType(queue_map),
         bindings=binding_set,
+        queue_bindings=MappingProxyType({q: frozenset(found) for q, found in by_queue.items()}),
         exchange_bindings=frozenset(
             binding
             for binding in exchange_bindings
@@ -137,7 +142,8 @@ class _Bucket:
     names: set[str] = field(default_factory=set)
     # The bucket's cversion in the last listing (None before the first).
     cversion: int | None = None
-    # Our own creates and deletes applied since the last listing.
+    # Creates and deletes applied since the last listing: our own, and those a persistent
+    # watch reported (each one added one to the bucket's cversion).
     own_changes: int = 0
     entities: dict[str, Entity] = field(default_factory=dict)
 
@@ -154,11 +160,16 @@ class _Index:
 
     def __init__(self) -> None:
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        # Chunked (chunked.py): a snapshot of a million of them costs microseconds.
+        self.queues: ChunkedDict[str, Queue] = ChunkedDict()
         self.bindings: dict[str, Binding] = {}
         self.by_queue: dict[str, set[str]] = {}
         self.by_exchange: dict[str, set[str]] = {}
-        self.visible: dict[Binding, int] = {}
+        self.visible: ChunkedDict[Binding, int] = ChunkedDict()
+        # Each queue's visible bindings (for the view's queue_bindings), and the queues whose
+        # set changed since the last view.
+        self.queue_bindings: ChunkedDict[str, frozenset[Binding]] = ChunkedDict()
+        self.stale_queues: set[str] = set()
         # Exchange bindings, likewise: by child, by either exchange, and visible ones.
         self.edges: dict[str, ExchangeBinding] = {}
         self.edges_by_exchange: dict[str, set[str]] = {}
@@ -198,11 +209,26 @@ class _Index:
 
     def _show(self, binding: Binding, delta: int) -> None:
         self.bindings_changed = True
+        self.stale_queues.add(binding.queue)
         count = self.visible.get(binding, 0) + delta
         if count:
             self.visible[binding] = count
         else:
             del self.visible[binding]
+
+    def _refresh_queue_bindings(self) -> None:
+        visible = self.visible
+        for queue in self.stale_queues:
+            found = frozenset(
+                binding
+                for child in self.by_queue.get(queue, ())
+                if (binding := self.bindings[child]) in visible
+            )
+            if found:
+                self.queue_bindings[queue] = found
+            else:
+                self.queue_bindings.pop(queue, None)
+        self.stale_queues.clear()
 
     def _is_visible(self, binding: Binding) -> bool:
         return binding.queue in self.queues and binding.exchange in self.exchanges
@@ -292,6 +318,8 @@ class _Index:
 
     def view(self, version: int) -> VhostView:
         last = self.last
+        if self.stale_queues:
+            self._refresh_queue_bindings()
         topic_keys = None if last is None or self.stale_keys else last.topic_keys
         for exchange in self.stale_keys:
             keys = self.keys.get(exchange)
@@ -307,13 +335,16 @@ class _Index:
                 if last is None or self.exchanges_changed
                 else last.exchanges
             ),
-            queues=(
-                MappingProxyType(dict(self.queues))
-                if last is None or self.queues_changed
-                else last.queues
-            ),
+            queues=(self.queues.frozen() if last is None or self.queues_changed else last.queues),
             bindings=(
-                frozenset(self.visible) if last is None or self.bindings_changed else last.bindings
+                self.visible.frozen_keys()
+                if last is None or self.bindings_changed
+                else last.bindings
+            ),
+            queue_bindings=(
+                self.queue_bindings.frozen()
+                if last is None or self.bindings_changed
+                else last.queue_bindings
             ),
             exchange_bindings=(
                 frozenset(self.visible_edges)
@@ -414,16 +445,73 @@ class NamespaceMirror:
             known = bucket.entities.get(child)
             if known is not None and not suspicious:
                 continue
-            try:
-                entity = name_only_entity(folder, child)
-            except ValueError:
-                log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
-                continue
-            if entity is None:
+            if self._enter_by_name(folder, bucket, child):
                 to_read.append(child)
-            else:
-                self._put(bucket, child, entity)
         return to_read
+
+    def _enter_by_name(self, folder: Folder, bucket: _Bucket, child: str) -> bool:
+        """Put ``child`` in the view if its name says everything; True if its data must be
+        read (False too for a name we do not write, which is ignored)."""
+        try:
+            entity = name_only_entity(folder, child)
+        except ValueError:
+            log.warning("metadata: ignoring znode %r in %s: not a name we write", child, folder)
+            return False
+        if entity is None:
+            return True
+        self._put(bucket, child, entity)
+        return False
+
+    # ------------------------------------------------------------------ persistent watch events
+
+    def event_created(self, folder: Folder, bucket_name: str, child: str) -> None:
+        """An event: ``child`` was created. Its name is known from now on (a later read of
+        it is applied, and the next listing accounts for it); the entity itself comes with
+        ``apply_created``, once the events that came with this one have been seen."""
+        bucket = self._bucket(folder, bucket_name)
+        bucket.names.add(child)
+        bucket.own_changes += 1
+
+    def event_deleted(self, folder: Folder, bucket_name: str, child: str) -> None:
+        """An event: ``child`` was deleted. It leaves the view with ``apply_deleted``, once
+        the events that came with this one have been seen: deleted and created again in one
+        transaction (both events seen), it is replaced rather than missing."""
+        bucket = self._folders[folder].get(bucket_name)
+        if bucket is not None and child in bucket.names:
+            bucket.names.discard(child)
+            bucket.own_changes += 1
+
+    def apply_deleted(self, folder: Folder, children: Iterable[str]) -> None:
+        """Children deleted (``event_deleted``) and not created again since: out of the
+        view."""
+        buckets = self._folders[folder]
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is not None and child not in bucket.names:
+                self._drop(bucket, child)
+
+    def apply_created(self, folder: Folder, children: Iterable[str]) -> set[str]:
+        """Children created (``event_created``) and still there: those whose name says
+        everything enter the view; returns those whose data must be read."""
+        to_read: set[str] = set()
+        buckets = self._folders[folder]
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is None or child not in bucket.names:
+                continue
+            if self._enter_by_name(folder, bucket, child):
+                to_read.add(child)
+        return to_read
+
+    def present(self, folder: Folder, children: Iterable[str]) -> set[str]:
+        """Those of ``children`` that exist as far as the events and listings tell."""
+        buckets = self._folders[folder]
+        found: set[str] = set()
+        for child in children:
+            bucket = buckets.get(bucket_for(folder, child))
+            if bucket is not None and child in bucket.names:
+                found.add(child)
+        return found
 
     def apply_missing_bucket(self, folder: Folder, bucket_name: str) -> None:
         """Listing the bucket found no such node."""
@@ -456,14 +544,16 @@ class NamespaceMirror:
 
     def own_created(self, folder: Folder, child: str, entity: Entity) -> None:
         bucket = self._bucket(folder, bucket_for(folder, child))
-        bucket.names.add(child)
-        bucket.own_changes += 1
+        if child not in bucket.names:  # else an event (held back or not) counted it
+            bucket.names.add(child)
+            bucket.own_changes += 1
         self._put(bucket, child, entity)
 
     def own_deleted(self, folder: Folder, child: str) -> None:
         bucket = self._bucket(folder, bucket_for(folder, child))
-        bucket.names.discard(child)
-        bucket.own_changes += 1
+        if child in bucket.names:  # else its deletion event counted it
+            bucket.names.discard(child)
+            bucket.own_changes += 1
         self._drop(bucket, child)
 
     def own_touched(self, folder: Folder, child: str, changes: int) -> None:

@@ -16,6 +16,7 @@ Layout (docs/metadata.md has the whole picture)::
     <prefix>/vhosts/<namespace>/consumers/<bb>/<queue>,!         EPHEMERAL: exclusive consumer
     <prefix>/vhosts/<namespace>/drains/<bb>/<queue>,<topic>      drain JSON
     <prefix>/vhosts/<namespace>/leader/c_<sequence>              EPHEMERAL: a candidate
+    <prefix>/vhosts/<namespace>/deliveries/<replica>             a replica's delivery record
 
 ``<bb>`` is a bucket: two hex digits of a CRC-32 of the child's name. Buckets keep every
 folder that a watch lists small: ZooKeeper watches are one-shot and only say "the children
@@ -98,6 +99,8 @@ class Folder(enum.StrEnum):
 _BY_QUEUE: Final = frozenset({Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS})
 # The folder of the namespace's leader election (not mirrored: only candidates read it).
 LEADER: Final = "leader"
+# The folder of the replicas' delivery records (not mirrored: followed on its own).
+DELIVERIES: Final = "deliveries"
 
 
 def encode_name(text: str) -> str:
@@ -270,6 +273,9 @@ class Layout:
     def leader(self, namespace: str) -> str:
         return f"{self.namespace(namespace)}/{LEADER}"
 
+    def deliveries(self, namespace: str) -> str:
+        return f"{self.namespace(namespace)}/{DELIVERIES}"
+
     def skeleton(self, namespace: str) -> list[str]:
         """Every folder a namespace needs, parents first (creating them in this order in one
         session is safe: ZooKeeper applies one session's requests in order)."""
@@ -282,4 +288,5 @@ class Layout:
             root,
             *(f"{root}/{folder.value}" for folder in Folder),
             f"{root}/{LEADER}",
+            f"{root}/{DELIVERIES}",
         ]

@@ -14,7 +14,7 @@ the store) then deletes what they kept alive (docs/metadata.md, "Lifetimes").
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
@@ -98,7 +98,12 @@ class VhostView:
     version: int = 0
     exchanges: Mapping[str, Exchange] = field(default_factory=_frozen_empty)
     queues: Mapping[str, Queue] = field(default_factory=lambda: MappingProxyType({}))
-    bindings: frozenset[Binding] = frozenset()
+    bindings: Set[Binding] = frozenset()
+    # The bindings of each queue (queues without any are absent): what a queue's topics,
+    # its delete and its statistics need, without a walk over every binding.
+    queue_bindings: Mapping[str, frozenset[Binding]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     # Exchange-to-exchange bindings (a binding is here while both its exchanges are).
     exchange_bindings: frozenset[ExchangeBinding] = frozenset()
     # For topic exchanges: the routing keys that have a topic (a key is registered before
@@ -280,8 +285,12 @@ class MetadataStore(Protocol):
         ...
 
     async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered now (after a
-        sync): one node, where ``sync_topic_keys`` lists the exchange's every key."""
+        """Whether ZooKeeper has ``routing_key`` of ``exchange`` registered as of this
+        replica's latest write (one node, where ``sync_topic_keys`` lists the exchange's every
+        key). Called right after a write of this replica's own (the binder's half of the
+        handshake, docs/fleet.md): ZooKeeper serves one session's read after that session's
+        earlier writes, on a server that has applied everything ordered before them, so the
+        read sees every write ordered before ours without a sync."""
         ...
 
     async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
@@ -322,6 +331,33 @@ class MetadataStore(Protocol):
 
     async def leader_of(self, namespace: str) -> str | None:
         """The ``replica_id`` of the current leader of ``namespace`` (None: nobody stands)."""
+        ...
+
+    async def record_deliveries(self, namespace: str, record: bytes | None) -> None:
+        """Replace this replica's delivery record in ``namespace`` (None: remove it): what it
+        delivered and has not seen settled, for the other replicas to mark ``redelivered``
+        (backend/pulsar/delivery_records.py). Unlike the owner and consumer records it
+        outlives the replica: a replica that dies is exactly when the others need it."""
+        ...
+
+    async def follow_deliveries(
+        self, namespace: str, update: Callable[[Mapping[str, bytes]], None]
+    ) -> None:
+        """Call ``update`` with every other replica's delivery record in ``namespace``
+        (replica id -> record) once they are read, and again whenever one changes; through
+        lost connections, until cancelled or the store closes."""
+        ...
+
+    async def delivery_recorders(self, namespace: str) -> set[str]:
+        """The replicas with a delivery record in ``namespace``, as the store has them now."""
+        ...
+
+    async def drop_deliveries(self, namespace: str, replica: str) -> None:
+        """Remove ``replica``'s delivery record (the leader's cleanup of dead replicas')."""
+        ...
+
+    async def live_replicas(self, namespace: str) -> set[str]:
+        """The replicas that have ``namespace`` open now (its candidates for leader)."""
         ...
 
     async def aclose(self) -> None:

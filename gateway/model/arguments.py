@@ -20,12 +20,12 @@ decisions is docs/compatibility.md.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
+from gateway.model.streams import max_age_ms
 from gateway.model.values import type_name
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "check_consume_arguments",
     "check_exchange_arguments",
     "check_queue_arguments",
+    "is_stream",
     "queue_type_named",
 ]
 
@@ -112,7 +113,7 @@ _TYPE_ALIASES: Final = {module: name for name, module in QUEUE_TYPE_MODULES.item
 # Accepted, and without effect: what they change in RabbitMQ cannot be seen over AMQP, or
 # RabbitMQ itself ignores them.
 ACCEPTED_WITHOUT_EFFECT: Final[Mapping[str, str]] = {
-    "x-queue-type": "classic and quorum queues are accepted; Pulsar replicates every topic",
+    "x-queue-type": "classic, quorum and stream queues; Pulsar replicates every topic",
     "x-queue-mode": "ignored by RabbitMQ since 3.12; Pulsar keeps messages on disk (lazy)",
     "x-queue-version": "a classic queue's storage format",
     "x-queue-master-locator": "replica placement (Pulsar places topics on brokers)",
@@ -122,6 +123,18 @@ ACCEPTED_WITHOUT_EFFECT: Final[Mapping[str, str]] = {
     "x-max-in-memory-length": "memory tuning, unused by RabbitMQ since 3.10",
     "x-max-in-memory-bytes": "memory tuning, unused by RabbitMQ since 3.10",
 }
+# A stream's own arguments (docs/compatibility.md, "Stream queues"): retention is
+# implemented on the stream's Pulsar topic; segment and Bloom filter sizes and the replica
+# count are accepted and validated, without effect (Pulsar stores and replicates the topic).
+STREAM_ARGUMENTS: Final = frozenset(
+    {
+        "x-max-length-bytes",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-stream-filter-size-bytes",
+        "x-initial-cluster-size",
+    }
+)
 # Known to RabbitMQ, changing what it does, and implemented here (docs/compatibility.md).
 IMPLEMENTED: Final = frozenset(
     {
@@ -131,13 +144,19 @@ IMPLEMENTED: Final = frozenset(
         "x-max-length",
         "x-overflow",
         "x-expires",
+        "x-max-priority",
     }
 )
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.
 NOT_IMPLEMENTED: Final = frozenset(
     set().union(*QUEUE_ARGUMENTS.values()) - set(ACCEPTED_WITHOUT_EFFECT) - IMPLEMENTED
 )
-_CONSUMER_NOT_IMPLEMENTED: Final = frozenset(set().union(*CONSUMER_ARGUMENTS.values()))
+_CONSUMER_NOT_IMPLEMENTED: Final = frozenset(
+    set().union(*CONSUMER_ARGUMENTS.values()) - CONSUMER_ARGUMENTS["stream"]
+)
+# rabbit_stream_queue's declare checks (?MAX_STREAM_MAX_SEGMENT_SIZE is 3 GB).
+_MAX_SEGMENT_SIZE: Final = 3_000_000_000
+_FILTER_SIZES: Final = range(16, 256)
 # Exchange arguments that name an exchange: checked for type when the exchange is created.
 _EXCHANGE_NAMES: Final = ("alternate-exchange",)
 
@@ -249,8 +268,7 @@ def _max_age(field: Field, args: Mapping[str, Field]) -> str | None:
     error = _string(field, args)
     if error is not None:
         return error
-    match = re.fullmatch(r"([0-9]+)(Y|M|D|h|m|s)", _text(field))
-    return None if match and int(match.group(1)) > 0 else "invalid_max_age"
+    return None if max_age_ms(_text(field)) is not None else "invalid_max_age"
 
 
 def _placement_tag(field: Field, args: Mapping[str, Field]) -> str | None:
@@ -293,6 +311,11 @@ _CONSUME_VALIDATORS: Final[tuple[tuple[str, Validator], ...]] = (
 
 def _invalid(key: str, where: str, reason: str) -> ChannelError:
     return ChannelError(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {where}: {reason}")
+
+
+def is_stream(arguments: Mapping[str, Field]) -> bool:
+    """Whether a queue declared with ``arguments`` is a stream."""
+    return "x-queue-type" in arguments and queue_type_named(arguments) == "stream"
 
 
 def queue_type_named(arguments: Mapping[str, Field]) -> str:
@@ -356,13 +379,13 @@ def check_queue_arguments(
         raise _invalid_type("x-dead-letter-exchange", where, dlx)
     queue_type = _check_queue_type(arguments, where)
     _check_known(arguments, where, queue_type, QUEUE_ARGUMENTS, _DECLARE_VALIDATORS)
-    if queue_type == "stream":
-        raise _invalid("x-queue-type", where, f"stream queues are {_NOT_OURS}")
+    implemented = STREAM_ARGUMENTS if queue_type == "stream" else frozenset()
     for key in arguments:
-        if key in NOT_IMPLEMENTED:
+        if key in NOT_IMPLEMENTED and key not in implemented:
             raise _invalid(key, where, _NOT_OURS)
-    if queue_type == "quorum":
-        # rabbit_quorum_queue:declare, via rabbit_queue_type_util, in this order.
+    if queue_type in ("quorum", "stream"):
+        # rabbit_quorum_queue:declare / rabbit_stream_queue:declare, via
+        # rabbit_queue_type_util, in this order.
         for refused, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner")):
             if refused:
                 raise ChannelError(
@@ -372,13 +395,32 @@ def check_queue_arguments(
             raise ChannelError(
                 ReplyCode.PRECONDITION_FAILED, f"invalid property 'non-durable' for {where}"
             )
+    if queue_type == "stream":
+        _check_stream_sizes(arguments)
+
+
+def _check_stream_sizes(arguments: Mapping[str, Field]) -> None:
+    """rabbit_stream_queue:declare's own checks, after the properties (its texts, the
+    double space included)."""
+    segment = arguments.get("x-stream-max-segment-size-bytes")
+    if segment is not None and segment.value > _MAX_SEGMENT_SIZE:
+        raise ChannelError(
+            ReplyCode.PRECONDITION_FAILED, "Exceeded max value for x-stream-max-segment-size-bytes"
+        )
+    bloom = arguments.get("x-stream-filter-size-bytes")
+    if bloom is not None and bloom.value not in _FILTER_SIZES:
+        raise ChannelError(
+            ReplyCode.PRECONDITION_FAILED, "Invalid value for  x-stream-filter-size-bytes"
+        )
 
 
 def check_consume_arguments(
     where: str, queue_arguments: Mapping[str, Field], arguments: Mapping[str, Field]
 ) -> None:
     """Basic.Consume on a queue declared with ``queue_arguments``: RabbitMQ's checks, then
-    406 for consumer arguments the gateway does not implement (``x-priority``)."""
+    406 for consumer arguments the gateway does not implement (``x-priority``). A stream's
+    own (``x-stream-offset``, ``x-stream-filter``, …) are checked where they are read
+    (model/streams.py)."""
     queue_type = queue_type_named(queue_arguments)
     if queue_type not in CONSUMER_ARGUMENTS:
         queue_type = "classic"

@@ -330,6 +330,22 @@ class PulsarAdmin:
         """
         return await self._delete(topic_rest_path(topic), {"force": str(force).lower()})
 
+    async def set_topic_policy(self, topic: str, policy: str, body: Any) -> None:
+        """Set one of a topic's policies (``retention``, ``inactiveTopicPolicies``, …): needs
+        ``topicLevelPoliciesEnabled`` (on by default since Pulsar 2.11); the broker applies it
+        through its system topic, a moment after answering."""
+        await self.request("POST", f"{topic_rest_path(topic)}/{policy}", body=body)
+
+    async def topic_policy(self, topic: str, policy: str) -> Any:
+        """A policy set on the topic itself (not the namespace's or broker's default)."""
+        return await self._get_json(f"{topic_rest_path(topic)}/{policy}", {"applied": "false"})
+
+    async def entries_in(self, topic: str) -> int:
+        """How many entries the topic's ledgers hold now (retention applied): one per
+        message unless producers batched."""
+        stats = await self._get_json(topic_rest_path(topic) + "/internalStats")
+        return int(stats.get("numberOfEntries") or 0)
+
     async def topic_stats(self, topic: str) -> TopicStats:
         return TopicStats.from_json(await self._get_json(topic_rest_path(topic) + "/stats"))
 

@@ -23,6 +23,11 @@ What bounds memory:
 
 So at most ``buffer_size + topics x receiver_queue_size`` messages sit in the gateway.
 
+With ``ConsumerOptions.priority_of`` the trio-side buffer is ordered instead of first in first
+out: ``receive()`` takes the highest priority it holds, the oldest first within one priority
+(an AMQP priority queue, gateway/model/priority.py). The priority is computed on the listener
+thread, as the message arrives; ``put_back`` returns a message to its place in line.
+
 Messages buffered but not acknowledged when the consumer closes are redelivered by Pulsar
 (to other consumers of a Shared subscription at once, to the subscription's next consumer
 otherwise). Pulsar does not count such redeliveries in ``redelivery_count``.
@@ -33,12 +38,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from gateway.model.priority import PriorityBuffer
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
@@ -70,6 +76,10 @@ class ConsumerOptions:
     # acknowledgmentAtBatchIndexLevelEnabled=true: any other broker takes such an ack for the
     # whole entry (backend/pulsar/batching.py).
     batch_index_ack: bool = False
+    # Orders the trio-side buffer: the priority of a native message (higher first, first in
+    # first out among equals). Called on the listener thread: it must be quick, and an
+    # exception counts as priority 0.
+    priority_of: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -112,12 +122,16 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
 class ReceivedMessage:
     """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
 
-    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer")
+    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer", "place")
 
-    def __init__(self, native: Any, native_consumer: Any, owner: TrioConsumer) -> None:
+    def __init__(
+        self, native: Any, native_consumer: Any, owner: TrioConsumer, place: int | None = None
+    ) -> None:
         self.native = native  # _pulsar.Message
         self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
         self._owner = owner
+        # Its place in line in a consumer ordered by priority (put_back returns it there).
+        self.place = place
         self._topic: str | None = None
         self._id: MessageId | None = None
         self._id_bytes: bytes | None = None
@@ -199,6 +213,10 @@ class TrioConsumer:
         # by the listener thread.
         self._natives: dict[str, Any] = {}
         self._buffer: deque[tuple[Any, Any]] = deque()  # (native consumer, native message)
+        # Instead of _buffer when the consumer orders by priority (priority_of).
+        self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
+            None if options.priority_of is None else PriorityBuffer()
+        )
         self._lock = threading.Lock()
         self._capacity = options.effective_buffer_size
         self._low_water = self._capacity // 2
@@ -217,19 +235,37 @@ class TrioConsumer:
             keep_thread_state()
             if self._closed:
                 return  # left unacknowledged: the broker redelivers it after the close
+            ordered = self._ordered
+            if ordered is not None:
+                priority = self._priority(native_msg)
+                with self._lock:
+                    ordered.push((native_consumer, native_msg), priority)
+                    if len(ordered) >= self._capacity:
+                        self._pause(native_consumer)
+                self._waker.wake()
+                return
             with self._lock:
                 self._buffer.append((native_consumer, native_msg))
                 if len(self._buffer) >= self._capacity:
-                    if not self._paused:
-                        self._paused = True
-                        for native in self._natives.values():
-                            native.pause_message_listener()
-                    # Also covers a consumer whose subscribe completed but that is not in
-                    # _natives yet.
-                    native_consumer.pause_message_listener()
+                    self._pause(native_consumer)
             self._waker.wake()
         except BaseException:
             pass
+
+    def _priority(self, native_msg: Any) -> int:
+        try:
+            return self.options.priority_of(native_msg)  # type: ignore[misc]
+        except Exception:
+            return 0
+
+    def _pause(self, native_consumer: Any) -> None:
+        """Under _lock: the buffer is full."""
+        if not self._paused:
+            self._paused = True
+            for native in self._natives.values():
+                native.pause_message_listener()
+        # Also covers a consumer whose subscribe completed but that is not in _natives yet.
+        native_consumer.pause_message_listener()
 
     # --- trio side ------------------------------------------------------------------------
 
@@ -249,7 +285,8 @@ class TrioConsumer:
     @property
     def buffered(self) -> int:
         """Messages received from Pulsar and waiting for ``receive()``."""
-        return len(self._buffer)
+        ordered = self._ordered
+        return len(self._buffer) if ordered is None else len(ordered)
 
     @property
     def paused(self) -> bool:
@@ -265,18 +302,25 @@ class TrioConsumer:
             raise ClosedError(f"consumer {self.subscription!r} closed")
 
     def _take(self) -> ReceivedMessage:
+        ordered = self._ordered
+        place = None
         with self._lock:
-            native_consumer, native = self._buffer.popleft()
-            if self._paused and not self._stopped and len(self._buffer) <= self._low_water:
+            if ordered is None:
+                native_consumer, native = self._buffer.popleft()
+                left = len(self._buffer)
+            else:
+                place, (native_consumer, native) = ordered.pop_entry()
+                left = len(ordered)
+            if self._paused and not self._stopped and left <= self._low_water:
                 self._paused = False
                 for each in self._natives.values():
                     each.resume_message_listener()
-        return ReceivedMessage(native, native_consumer, self)
+        return ReceivedMessage(native, native_consumer, self, place)
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
         self._check_open()
-        if not self._buffer:
+        if not (self._buffer or self._ordered):
             raise trio.WouldBlock
         return self._take()
 
@@ -291,7 +335,7 @@ class TrioConsumer:
         waited = False
         while True:
             self._check_open()
-            if self._buffer:
+            if self._buffer or self._ordered:
                 break
             waited = True
             await self._lot.park()
@@ -301,6 +345,12 @@ class TrioConsumer:
             # A schedule point that cannot raise Cancelled: the message is already ours.
             await trio.lowlevel.cancel_shielded_checkpoint()
         return message
+
+    async def wait_buffered(self, count: int) -> None:
+        """Until at least ``count`` messages are buffered (or the buffer is full, or the
+        consumer closed): messages known to be on their way have arrived."""
+        while self.buffered < count and not self._paused and not self._closed:
+            await self._lot.park()
 
     def __aiter__(self) -> TrioConsumer:
         return self
@@ -325,13 +375,29 @@ class TrioConsumer:
         self._check_open()
         message.native_consumer.negative_acknowledge(message.native)
 
-    def stop_receiving(self) -> int:
+    def put_back(self, message: ReceivedMessage) -> bool:
+        """Return a message taken by ``receive()`` (and not acknowledged) to its place in line
+        in its priority, for a later ``receive()``: a requeue that keeps it here. Only for a
+        consumer ordered by priority that still receives; False (nothing done) otherwise."""
+        ordered = self._ordered
+        if ordered is None or self._closed or self._stopped or message.place is None:
+            return False
+        if message.topic not in self._natives:
+            return False  # its topic was removed meanwhile: Pulsar redelivers it
+        priority = self._priority(message.native)
+        with self._lock:
+            ordered.restore((message.native_consumer, message.native), priority, message.place)
+        self._waker.wake()
+        return True
+
+    def stop_receiving(self, given_back: Callable[[ReceivedMessage], None] | None = None) -> int:
         """Stop taking new messages and hand the buffered ones back; returns how many.
 
         For AMQP basic.cancel: deliveries already made can still be acknowledged on this
         consumer, so it stays open; buffered messages are negatively acknowledged so that they
-        go to other consumers. (Messages already in the C++ receiver queues stay there until
-        :meth:`aclose`, which makes the broker redeliver them.)
+        go to other consumers (each is passed to ``given_back``: Pulsar will count a
+        redelivery of a message nobody saw). (Messages already in the C++ receiver queues stay
+        there until :meth:`aclose`, which makes the broker redeliver them.)
         """
         if self._closed or self._stopped:
             return 0
@@ -340,16 +406,28 @@ class TrioConsumer:
             self._paused = True
             for native in self._natives.values():
                 native.pause_message_listener()
-            returned = list(self._buffer)
-            self._buffer.clear()
+            returned = self._take_all()
         for native_consumer, native in returned:
             # A negative acknowledgement sends the whole entry back, and the other messages
             # of a batch may be delivered and unacknowledged: those stay, and go back (without
             # the ones acknowledged by then, where the broker tracks batch indexes) when the
             # consumer closes.
             if int(native.message_id().batch_index()) < 0:
+                if given_back is not None:
+                    given_back(ReceivedMessage(native, native_consumer, self))
                 native_consumer.negative_acknowledge(native)
         return len(returned)
+
+    def _take_all(self) -> list[tuple[Any, Any]]:
+        """Under _lock: empty the buffer; its items in the order receive() would take them."""
+        ordered = self._ordered
+        if ordered is None:
+            items = list(self._buffer)
+            self._buffer.clear()
+        else:
+            items = list(ordered)
+            ordered.clear()
+        return items
 
     async def add_topic(self, topic: str) -> None:
         """Also consume ``topic`` (same subscription name). No-op if already consumed."""
@@ -373,16 +451,19 @@ class TrioConsumer:
             native = self._natives.pop(topic, None)
             if native is None:
                 return 0
-            kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
-            dropped = len(self._buffer) - len(kept)
-            self._buffer = kept
+            if self._ordered is not None:
+                dropped = len(self._ordered.keep(lambda item: item[1].topic_name() != topic))
+            else:
+                kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
+                dropped = len(self._buffer) - len(kept)
+                self._buffer = kept
         await _finish(self._client, native, f"close consumer {self.subscription!r} on {topic}")
         return dropped
 
     def _mark_closed(self) -> list[Any]:
         self._closed = True
         with self._lock:
-            self._buffer.clear()
+            self._take_all()
             natives = list(self._natives.values())
             self._natives.clear()
         self._lot.unpark_all()  # waiting receive() calls raise ClosedError

@@ -26,6 +26,7 @@ from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.amqp.properties import encode_properties
 from gateway.backend.interface import (
+    ConsumerQos,
     Delivery,
     Message,
     Owner,
@@ -308,7 +309,15 @@ class AMQPSession:
         self._protocol.send_reply(state.number, command, cmd.QueuePurgeOk(count))
 
     async def _queue_delete(self, state: SessionChannel, command: cmd.QueueDelete) -> None:
-        count = await self._vhost.delete_queue(self._named(state, command), self._link.owner)
+        command = self._named(state, command)
+        count = await self._vhost.delete_queue(command, self._link.owner)
+        # This connection's consumers of the queue get their Basic.Cancel before Delete-Ok,
+        # not whenever their deliver loops notice: a client that closes its channel right after
+        # Delete-Ok (pika) fails on a Basic.Cancel that arrives while it closes.
+        for channel in list(self._channels.values()):
+            for consumer in [c for c in channel.consumers.values() if c.queue == command.queue]:
+                consumer.scope.cancel()
+                await self._consumer_ended(channel, consumer)
         self._protocol.send_reply(state.number, command, cmd.QueueDeleteOk(count))
 
     # ------------------------------------------------------------------ publishing
@@ -492,6 +501,7 @@ class AMQPSession:
             command,
             self._link.owner,
             prefetch=0 if command.no_ack else state.prefetch.window(),
+            qos=ConsumerQos(state.prefetch.consumer, state.prefetch.channel),
         )
         consumer = Consumer(
             tag, command.queue, command.no_ack, state.prefetch.consumer, subscription
@@ -574,8 +584,10 @@ class AMQPSession:
         if state.consumers.pop(consumer.tag, None) is None:
             return
         self._counts.consumers -= 1
-        await self._forget_consumer(state, consumer)
+        # Queued at once, before anything this task awaits: a Delete-Ok the session sends
+        # meanwhile must not overtake it (see _queue_delete).
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
+        await self._forget_consumer(state, consumer)
         await self._link.flush()
 
     async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:

@@ -111,6 +111,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "rollupSubscription": ("starlight-rollup", "starlight-rollup"),
     "authorizationEnabled": ("false", False),
     "amqpLazySubscriptions": ("true", True),
+    "amqpPriorityQueueReadAhead": ("100", 100),
     "superUserRoles": ("", ()),
     "amqpHandshakeTimeoutMs": ("10000", 10000),
     "amqpProxyProtocolTrustedNetworks": ("", ()),

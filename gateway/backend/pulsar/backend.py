@@ -45,6 +45,7 @@ class PulsarBackend:
         opened = self._vhosts.get(key)
         if opened is None:
             opened = self._vhosts[key] = PulsarVirtualHost(vhost, namespace, self._resources)
+            opened.records.start(self._resources.nursery)
             self._resources.nursery.start_soon(opened.follow)
             log.info("vhost %s opened on namespace %s", vhost, key)
         return opened

@@ -63,6 +63,7 @@ class BasicGetConsumers:
                 self._sweeping = True
                 self._start_soon(self._sweep)
         self.used[queue] = trio.current_time()
+        await getter.filled()  # a priority queue's getter reads the queue first
         delivery = getter.receive_nowait()
         if delivery is None:
             try:

@@ -17,7 +17,6 @@ place (RabbitMQ puts it back where it was when it can).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -39,9 +38,19 @@ log = logging.getLogger("gateway.pulsar.delivery")
 # topic among all their bindings, and an unbound topic still draining carries later messages
 # that are not the queue's (the filter is applied on delivery).
 Admits = Callable[[Message, ReceivedMessage], bool]
+# Before a consumer that gave messages back closes: until they are in the fleet's delivery
+# record and Pulsar has the negative acknowledgements (delivery_records.py); the float is
+# when the last one was made (trio time).
+Returned = Callable[[float], Awaitable[None]]
 # Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
 # The int is when the original entered the queue (ms): the copy keeps its expiry.
 RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
+# How many messages a new consumer of a priority queue should find to read (the queue's
+# messages Pulsar has not dispatched to its other consumers, on any replica: priority_reads.py).
+Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
+# The longest a new consumer of a priority queue waits to have read them before its first
+# delivery (another consumer may take some meanwhile: the count is a moment's).
+FILL_WAIT = 1.0
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -111,6 +120,13 @@ class PulsarDelivery:
     async def reject(self, requeue: bool) -> None:
         if self._settled:
             return
+        if requeue and self._subscription.prioritized and self._consumer.put_back(self._received):
+            # A priority queue's consumer keeps it, at its place in line in its priority:
+            # delivered again before anything of lower priority and anything of its own that
+            # came after it (RabbitMQ requeues into the message's own priority queue, at its
+            # position), marked redelivered (it stays in ``redeliveries``).
+            self._settle(requeued=True)
+            return
         if requeue and self._received.in_batch:
             await self._requeue_copy()
             return
@@ -118,10 +134,7 @@ class PulsarDelivery:
         if not requeue:
             await self.drop("rejected")
             return
-        try:
-            self._consumer.negative_acknowledge(self._received)
-        except (ClosedError, PulsarClientError):
-            log.debug("reject after consumer close on %s", self._received.topic)
+        self._subscription.negative_acknowledge(self._received)
 
     async def drop(self, reason: Reason) -> None:
         """The message leaves the queue for ``reason``: dead-lettered first if the queue
@@ -136,8 +149,7 @@ class PulsarDelivery:
                 subscription.queue,
                 error,
             )
-            with contextlib.suppress(ClosedError, PulsarClientError):
-                self._consumer.negative_acknowledge(self._received)
+            subscription.negative_acknowledge(self._received)
             return
         self._acknowledge()
 
@@ -169,8 +181,7 @@ class PulsarDelivery:
                 self._subscription.queue,
                 error,
             )
-            with contextlib.suppress(ClosedError, PulsarClientError):
-                self._consumer.negative_acknowledge(self._received)
+            self._subscription.negative_acknowledge(self._received)
             return
         self._acknowledge()
 
@@ -190,8 +201,13 @@ class PulsarQueueSubscription:
         *,
         exclusive: bool = False,
         expiry: QueueExpiry | None = None,
+        returned: Returned | None = None,
+        fill: Fill | None = None,
     ) -> None:
         self.queue = queue
+        self._returned = returned
+        # When this consumer last gave a message back (trio time), if it did.
+        self._last_nack: float | None = None
         self.expiry = expiry
         self.requeue_copy = requeue_copy
         self.dead_letter = dead_letter
@@ -208,10 +224,34 @@ class PulsarQueueSubscription:
         self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self.ended = False
         self.closed = False
+        # A priority queue's consumer orders what it reads ahead (priority.py); before its
+        # first delivery it reads the queue's backlog, up to its window.
+        self.prioritized = consumer.options.priority_of is not None
+        self._fill = fill
+
+    async def filled(self) -> None:
+        """Once, before the first delivery of a priority queue's consumer: wait until it has
+        read the messages ready in the queue (up to its window), or ``FILL_WAIT``, so that
+        the first delivery is the highest priority of them all, as on RabbitMQ, and not
+        whichever message Pulsar sent first."""
+        fill, self._fill = self._fill, None
+        if fill is None:
+            return
+        with trio.move_on_after(FILL_WAIT):
+            try:
+                target = await fill(self)
+            except Exception as error:  # the order of a first few deliveries is at stake only
+                log.warning("counting what '%s' has to read failed: %s", self.queue, error)
+                return
+            await self.consumer.wait_buffered(
+                min(target, self.consumer.options.effective_buffer_size)
+            )
 
     async def receive(
         self, before_wait: Callable[[], Awaitable[None]] | None = None
     ) -> PulsarDelivery:
+        if self._fill is not None:
+            await self.filled()
         while True:
             if self.ended:
                 raise SubscriptionEnded(self.queue)
@@ -252,6 +292,18 @@ class PulsarQueueSubscription:
             return None
         return PulsarDelivery(self, received, message, REQUEUED in properties)
 
+    def _given_back(self, received: ReceivedMessage) -> None:
+        self.redeliveries.given_back(self.queue, received)
+
+    def negative_acknowledge(self, received: ReceivedMessage) -> None:
+        """Give ``received`` back to the queue (Pulsar redelivers it, counted, after the
+        consumer's negative-ack delay)."""
+        self._last_nack = trio.current_time()
+        try:
+            self.consumer.negative_acknowledge(received)
+        except (ClosedError, PulsarClientError):
+            log.debug("reject after consumer close on %s", received.topic)
+
     def delivery_made(self, topic: str) -> None:
         self.outstanding += 1
         self._outstanding_from[topic] = self._outstanding_from.get(topic, 0) + 1
@@ -277,7 +329,7 @@ class PulsarQueueSubscription:
             return
         self._retired = spawn
         if not self.closed:
-            self.consumer.stop_receiving()
+            self.consumer.stop_receiving(self._given_back)
         if self.outstanding == 0:
             spawn(self.close)
             return
@@ -316,4 +368,8 @@ class PulsarQueueSubscription:
         self._on_closed(self)
         if self.expiry is not None:
             await self.expiry.idle()
+        if self._returned is not None and self._last_nack is not None:
+            # Closing drops negative acknowledgements pulsar-client has not sent yet, and
+            # Pulsar does not count what a closed consumer held (delivery_records.py).
+            await self._returned(self._last_nack)
         await self.consumer.aclose()

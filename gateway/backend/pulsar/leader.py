@@ -20,7 +20,11 @@ an ephemeral sequential znode per candidate, the lowest leads). The leader of a 
 - the **key sweeper** of keys left by deleted queues (key_sweeper.py);
 - the **TTL sweep** of expired messages no consumer reads (ttl_sweep.py);
 - the **drop-head trim** of queues over their ``x-max-length`` (length_trim.py);
-- **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py).
+- **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py);
+- the **delivery record pruner**: removes the delivery records of replicas gone for a day
+  (delivery_record_pruner.py);
+- the **stream feed**: appends messages routed to streams through exchanges to their logs
+  (stream_feed.py).
 
 Leadership moves when the leader dies (its candidate node goes with its session) or loses
 ZooKeeper (it stops leading at once, and stands again when it is back). A new leader starts
@@ -42,11 +46,13 @@ from gateway.backend.pulsar.cleaner import (
     SubscriptionReconciler,
     repeat_rounds,
 )
+from gateway.backend.pulsar.delivery_record_pruner import DeliveryRecordPruner
 from gateway.backend.pulsar.key_sweeper import DefaultKeySweeper
 from gateway.backend.pulsar.length_trim import LengthTrimmer
 from gateway.backend.pulsar.queue_expiry import QueueExpirer
 from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.stream_feed import StreamFeeder
 from gateway.backend.pulsar.ttl_sweep import ExpirySweeper
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.errors import ConditionNotMet
@@ -151,6 +157,8 @@ class NamespaceLeader:
         self.length_trim = LengthTrimmer(vhost, namespace)
         self.queue_expiry = QueueExpirer(vhost, admin, namespace)
         self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
+        self.record_pruner = DeliveryRecordPruner(store, namespace)
+        self.stream_feed = StreamFeeder(vhost, namespace)
         # Candidates of the previous tick, with when each became one: acted on when still
         # candidates in this one and for ``grace`` seconds.
         self._orphaned: dict[str, float] = {}
@@ -172,6 +180,8 @@ class NamespaceLeader:
                 nursery.start_soon(self.length_trim.run)
                 nursery.start_soon(self.queue_expiry.run)
                 nursery.start_soon(self.key_sweeper.run, self._drain_interval)
+                nursery.start_soon(self.record_pruner.run)
+                nursery.start_soon(self.stream_feed.run)
         finally:
             log.info("leader: stopped leading namespace %s", self._namespace)
 

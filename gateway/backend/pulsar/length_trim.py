@@ -42,8 +42,11 @@ class LengthTrimmer:
                 log.info("trimming queue '%s' in %s failed: %s", queue, self._namespace, error)
 
     async def _drop_oldest(self, queue: str, count: int) -> None:
-        subscription = await self._vhost.sweeper(queue, count)
+        # A priority queue's head is its highest priority (RabbitMQ drops from there): the
+        # sweeper orders what it reads (up to its window), and reads the queue first.
+        subscription = await self._vhost.sweeper(queue, count, ordered=True)
         try:
+            await subscription.filled()
             for _ in range(count):
                 delivery = None
                 with trio.move_on_after(TRIM_WAIT):

@@ -19,6 +19,7 @@ from gateway.backend.interface import Message
 from gateway.backend.pulsar.activation import lazy_exchange
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
+from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
@@ -138,7 +139,12 @@ class PublishRoutes:
         topic = topic_for(self.namespace, exchange.name, key)
         routed: list[str] = []
         if exchange.name == DEFAULT_EXCHANGE:
-            if await self.catalog.write(store.sync_queue(namespace, key)) is not None:
+            found = await self.catalog.write(store.sync_queue(namespace, key))
+            if found is not None and is_stream(found.arguments):
+                # The topic is the stream's log itself: it needs no subscription.
+                self.prepared_keys.add((exchange.name, key))
+                return True
+            if found is not None:
                 routed.append(key)
         else:
             # Where bindings lead with this key, as ZooKeeper has them: one read of the

@@ -8,7 +8,7 @@ unacknowledged (vhost.py ``_message_count``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.model.naming import subscription_for
@@ -33,9 +33,14 @@ async def flush_writes(resources: PulsarResources, topics: Iterable[str]) -> Non
                 log.debug("flush before counting %s: %s", topic, error)
 
 
-async def broker_ready_count(resources: PulsarResources, topics: set[str], queue: str) -> int:
+async def broker_ready_count(
+    resources: PulsarResources, topics: Collection[str], queue: str, *, reader: str | None = None
+) -> int:
     """The messages of ``queue``'s subscription on ``topics`` not yet acknowledged, after
-    this replica's writes in flight are stored."""
+    this replica's writes in flight are stored. With ``reader`` (a consumer's name): less
+    those Pulsar dispatched to the subscription's other consumers, on any replica, which
+    that reader cannot expect to read (a new reader of a priority queue reads the rest
+    before its first delivery: delivery.py ``filled``)."""
     total = 0
     subscription = subscription_for(queue)
     admin = resources.admin
@@ -45,8 +50,11 @@ async def broker_ready_count(resources: PulsarResources, topics: set[str], queue
         found = stats.subscriptions.get(subscription)
         if found is None or found.msg_backlog == 0:
             continue
+        claimed = 0
+        if reader is not None:
+            claimed = sum(c.unacked_messages for c in found.consumers if c.name != reader)
         analysis = await amqp_errors(
             admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
         )
-        total += analysis.messages_in(found.msg_backlog)
+        total += max(0, analysis.messages_in(found.msg_backlog) - claimed)
     return total

@@ -1,6 +1,7 @@
 """Which topics a queue reads, from a vhost's view of the metadata (no I/O).
 
-A queue reads the default exchange's topic named after it, the topics its bindings cover
+A queue reads the default exchange's topic named after it (not a stream: that topic is the
+stream's log, read by readers, streams.py), the topics its bindings cover
 (routing.py's ``binding_topics``; a lazy topic only once somebody published to its key,
 activation.py), the topics of the exchanges from which exchange bindings lead to the
 exchanges it is bound to (the graph *flattened*: model/graph.py), and topics it was unbound
@@ -12,12 +13,13 @@ needed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from types import MappingProxyType
 
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation, activation_for, default_activation
 from gateway.metadata.store import VhostView
+from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding, Exchange, ExchangeBinding
 from gateway.model.graph import RoutingGraph
 from gateway.model.naming import topic_for
@@ -41,11 +43,47 @@ def changed_view(
     edges = view.exchange_bindings - gone | {b for b in new if isinstance(b, ExchangeBinding)}
     if deleted_exchange is not None:
         exchanges = MappingProxyType({n: e for n, e in exchanges.items() if n != deleted_exchange})
+        gone |= {b for b in bindings if b.exchange == deleted_exchange}
         bindings = frozenset(b for b in bindings if b.exchange != deleted_exchange)
         edges = frozenset(e for e in edges if deleted_exchange not in (e.source, e.destination))
+    changed = {b.queue for b in (*gone, *new) if isinstance(b, Binding)}
+    overrides = {q: frozenset(b for b in bindings if b.queue == q) for q in changed}
     return dataclasses.replace(
-        view, version=-1, exchanges=exchanges, bindings=bindings, exchange_bindings=edges
+        view,
+        version=-1,
+        exchanges=exchanges,
+        bindings=bindings,
+        queue_bindings=_Overlay(view.queue_bindings, overrides),
+        exchange_bindings=edges,
     )
+
+
+class _Overlay(Mapping[str, frozenset[Binding]]):
+    """A queue -> bindings map with some queues' sets replaced (empty: none), without a copy
+    of the rest."""
+
+    def __init__(
+        self, base: Mapping[str, frozenset[Binding]], overrides: Mapping[str, frozenset[Binding]]
+    ) -> None:
+        self._base = base
+        self._overrides = overrides
+
+    def __getitem__(self, queue: str) -> frozenset[Binding]:
+        found = self._overrides[queue] if queue in self._overrides else self._base[queue]
+        if not found:
+            raise KeyError(queue)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        for queue in self._base:
+            if self._overrides.get(queue, True):
+                yield queue
+        for queue, found in self._overrides.items():
+            if found and queue not in self._base:
+                yield queue
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def source_topics(
@@ -71,11 +109,6 @@ class QueueTopics:
         self._lazy_subscriptions = lazy_subscriptions
         #: ``persistent://tenant/namespace/``: records name topics without it.
         self.prefix = f"persistent://{namespace.tenant}/{namespace.namespace}/"
-        # The bindings of each queue, for the view's set of bindings it was built from.
-        self._binding_index: tuple[frozenset[Binding], Mapping[str, tuple[Binding, ...]]] = (
-            frozenset(),
-            {},
-        )
         # The flattened topics of each queue (and liveness), for the view's parts they were
         # computed from (compared by identity: the view keeps a part's object until it
         # changes).
@@ -116,7 +149,10 @@ class QueueTopics:
         subscription (activation.py); otherwise also the lazy ones nobody published to."""
         leaving = set(without)
         topics: set[str] = set()
-        if not live or self.active(view, default_activation(queue)):
+        entity = view.queues.get(queue)
+        if (entity is None or not is_stream(entity.arguments)) and (
+            not live or self.active(view, default_activation(queue))
+        ):
             topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
         covered = self.live_of_binding if live else self.of_binding
         for binding in self.bindings_of(view, queue):
@@ -179,17 +215,10 @@ class QueueTopics:
                 queues |= graph.reach(exchange, None)
         return queues
 
-    def bindings_of(self, view: VhostView, queue: str) -> tuple[Binding, ...]:
-        """``queue``'s bindings in ``view``, from an index built once per set of bindings
-        (not a scan of every binding per call: the queue statistics ask for every queue)."""
-        indexed, index = self._binding_index
-        if indexed is not view.bindings:
-            grouped: dict[str, list[Binding]] = {}
-            for binding in view.bindings:
-                grouped.setdefault(binding.queue, []).append(binding)
-            index = {name: tuple(found) for name, found in grouped.items()}
-            self._binding_index = (view.bindings, index)
-        return index.get(queue, ())
+    def bindings_of(self, view: VhostView, queue: str) -> Collection[Binding]:
+        """``queue``'s bindings in ``view`` (the view keeps them by queue: no scan of every
+        binding per call, the queue statistics ask for every queue)."""
+        return view.queue_bindings.get(queue, ())
 
     def draining(self, view: VhostView, queue: str) -> set[str]:
         return {

@@ -45,3 +45,6 @@ class PulsarResources:
     # Subscriptions on per-key topics only once a message is published there (activation.py;
     # ``amqpLazySubscriptions``).
     lazy_subscriptions: bool = True
+    # What a consumer of a priority queue reads ahead and orders (at least its prefetch;
+    # ``amqpPriorityQueueReadAhead``).
+    priority_read_ahead: int = 100

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
+    NO_QOS,
+    ConsumerQos,
     Message,
     Owner,
     PublishOutcome,
@@ -52,20 +55,25 @@ from gateway.backend.pulsar.binding_subscriptions import (
 )
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
+from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
+from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import DrainRecord, QueueCondition, VhostView
+from gateway.model.arguments import is_stream
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     Binding,
@@ -74,6 +82,7 @@ from gateway.model.entities import (
 )
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.routing import binding_topics
+from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
@@ -87,28 +96,6 @@ SUBSCRIBE_ATTEMPTS = 5
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
 # milliseconds; without ZooKeeper the record goes with the session anyway).
 GONE_WAIT = 10.0
-
-
-class RegisteredSubscription:
-    """What ``consume`` returns: the queue's Pulsar subscription, whose ``close`` also waits
-    until the consumer is unregistered from the metadata store (and an auto-delete queue it
-    left without consumers anywhere is deleted). Cancel-Ok therefore comes after both: a
-    client that cancels and then deletes if-unused, consumes exclusively or declares finds
-    the consumer gone, as with RabbitMQ."""
-
-    __slots__ = ("_settled", "receive", "subscription")
-
-    def __init__(
-        self, subscription: PulsarQueueSubscription, settled: Callable[[], Awaitable[None]]
-    ) -> None:
-        self.subscription = subscription
-        # The delivery path calls the subscription's own method: no extra call per message.
-        self.receive = subscription.receive
-        self._settled = settled
-
-    async def close(self) -> None:
-        await self.subscription.close()
-        await self._settled()
 
 
 class PulsarVirtualHost(CatalogVirtualHost):
@@ -133,6 +120,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._subscribe_topic
         )
         self._redeliveries = Redeliveries()
+        # The fleet's delivery records (AMQP's redelivered across replicas), once started.
+        self.records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
         self._admission = Admission(self.catalog, self._topics, self._drains, self._redeliveries)
         self._binding_subscriptions = BindingSubscriptions(
             self.catalog, self._topics, resources, self._subscribe_topic
@@ -159,6 +148,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._publish_routes, self._limits
         )
         self._queue_use = QueueUse(namespace, resources.admin)
+        self.streams = StreamQueues(name, resources, self._topics)
 
     # ------------------------------------------------------------------ helpers
 
@@ -294,9 +284,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
         async def subscribe_default() -> None:
             # A publisher of this replica that knows the key and sees the queue writes at
-            # once: its subscription exists before anyone can see the queue.
+            # once: its subscription exists before anyone can see the queue. A stream's
+            # topic is its log (streams.py): made now, and nobody subscribes to it.
             nonlocal subscribed
-            if self._topics.active(self._view, activation):
+            if is_stream(command.arguments):
+                await self.streams.create(name, command.arguments)
+                subscribed = True
+            elif self._topics.active(self._view, activation):
                 await self._subscribe_topic(topic, name)
                 subscribed = True
 
@@ -340,6 +334,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
+        if stream_of(view, queue) is not None:  # rabbit_stream_queue:stat counts no consumers
+            feeding = await broker_ready_count(self._r, self.streams.feeders(view, queue), queue)
+            return QueueStatus(queue, await self.streams.count(queue) + feeding, 0)
         # Consumers on every replica (registered in the metadata store while they run).
         consumers = view.consumers.get(queue, 0)
         return QueueStatus(queue, await self._message_count(view, queue), consumers)
@@ -385,7 +382,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
         if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
-        await self.catalog.find_queue(name, owner)
+        entity = await self.catalog.find_queue(name, owner)
+        if is_stream(entity.arguments):  # rabbit_stream_queue:delete ignores if-unused/-empty
+            await self.drop_queue(name)
+            return 0
         view = self._view
         if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
             raise self.catalog.in_use("queue", name)
@@ -421,6 +421,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._basic_gets.close(name)
         self._admission.forget(name)
+        if stream_of(view, name) is not None:
+            await self.streams.drop(name)
         if deleted:
             COUNTERS.queues_deleted += 1
         if deleted and alone:
@@ -454,7 +456,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         name = command.queue
-        await self.catalog.find_queue(name, owner)
+        if is_stream((await self.catalog.find_queue(name, owner)).arguments):
+            raise refuse_purge(resource("queue", name, self.name))
         view = self._view
         count = await self._message_count(view, name)
         await self._basic_gets.close(name)
@@ -575,23 +578,33 @@ class PulsarVirtualHost(CatalogVirtualHost):
     # ------------------------------------------------------------------ consuming
 
     async def _subscription(
-        self, queue: str, *, exclusive: bool, prefetch: int = 0, read_ahead: int | None = None
+        self,
+        queue: str,
+        *,
+        exclusive: bool,
+        prefetch: int = 0,
+        read_ahead: int | None = None,
+        ordered: bool = True,
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
-        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic."""
+        ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
+        queue (unless not ``ordered``), it holds up to its window of messages and delivers
+        the highest priority of them first (docs/compatibility.md, "Priority queues")."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
+        await self.records.ready()  # the other replicas' deliveries, before any of ours
+        options = ConsumerOptions(
+            receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+        )
+        entity = view.queues.get(queue)
+        ordering = None
+        if ordered and entity is not None:
+            ordering = priority_options(self._r, options, entity.arguments, prefetch=prefetch)
         consumer = await amqp_errors(
-            self._r.client.subscribe(
-                topics,
-                subscription_for(queue),
-                ConsumerOptions(
-                    receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
-                ),
-            ),
+            self._r.client.subscribe(topics, subscription_for(queue), ordering or options),
             f"consuming from '{queue}'",
         )
         return PulsarQueueSubscription(
@@ -604,6 +617,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
+            returned=self.records.returned,
+            fill=None if ordering is None else to_read(self._r),
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -612,9 +627,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ttl = None if entity is None else queue_message_ttl(entity.arguments)
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
 
-    async def sweeper(self, queue: str, read_ahead: int) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep of ``queue`` (ttl_sweep.py)."""
-        return await self._subscription(queue, exclusive=False, read_ahead=read_ahead)
+    async def sweeper(
+        self, queue: str, read_ahead: int, *, ordered: bool = False
+    ) -> PulsarQueueSubscription:
+        """A consumer for the leader's TTL sweep (ttl_sweep.py) or drop-head trim
+        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) of
+        ``queue``."""
+        return await self._subscription(
+            queue, exclusive=False, read_ahead=read_ahead, ordered=ordered
+        )
 
     async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
         """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
@@ -657,6 +678,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 )
 
     async def _reconcile(self, view: VhostView) -> None:
+        await self.streams.reconcile(view)
         for queue, subscriptions in list(self._consumers.items()):
             if queue not in view.queues:
                 for subscription in list(subscriptions):
@@ -680,11 +702,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.remove_topic(topic)
 
     async def consume(
-        self, command: cmd.BasicConsume, owner: Owner, *, prefetch: int = 0
-    ) -> RegisteredSubscription:
+        self,
+        command: cmd.BasicConsume,
+        owner: Owner,
+        *,
+        prefetch: int = 0,
+        qos: ConsumerQos = NO_QOS,
+    ) -> RegisteredSubscription | PulsarStreamSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)
+        if is_stream(entity.arguments):
+            return await self.streams.consume(entity, command, qos, int(time.time() * 1000))
         await self._queue_use.used(queue, entity.arguments)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
@@ -764,6 +793,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
         entity = await self.catalog.find_queue(queue, owner)
+        if is_stream(entity.arguments):
+            raise refuse_get(resource("queue", queue, self.name))
         await self._queue_use.used(queue, entity.arguments)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 
@@ -779,3 +810,4 @@ class PulsarVirtualHost(CatalogVirtualHost):
             for subscription in list(subscriptions):
                 await subscription.close()
         await self._basic_gets.aclose()
+        await self.streams.aclose()

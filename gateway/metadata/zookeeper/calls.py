@@ -255,20 +255,31 @@ class KazooCalls:
             else:
                 transaction.check(op.path, op.version)
 
-        def apply(result: Any) -> Failure | None:
-            for index, item in enumerate(value(result, what)):
-                # The other operations of a failed transaction report "rolled back".
-                if isinstance(item, Exception) and not isinstance(
-                    item, RolledBackError | RuntimeInconsistency
-                ):
-                    if on_failure is not None:
-                        on_failure(index, item)
-                    return index, item
-            if on_success is not None:
-                on_success()
-            return None
+        # Watch events for what it creates or changes are held until it is answered.
+        own = self.session.own_writes
+        written = [op.path for op in ops if isinstance(op, Create | SetData)]
 
-        return self.submit(what, transaction.commit_async, apply)
+        def apply(result: Any) -> Failure | None:
+            failed = True
+            try:
+                for index, item in enumerate(value(result, what)):
+                    # The other operations of a failed transaction report "rolled back".
+                    if isinstance(item, Exception) and not isinstance(
+                        item, RolledBackError | RuntimeInconsistency
+                    ):
+                        if on_failure is not None:
+                            on_failure(index, item)
+                        return index, item
+                failed = False
+                if on_success is not None:
+                    on_success()
+                return None
+            finally:
+                own.end(written, failed=failed)
+
+        reply: Reply[Failure | None] = self.submit(what, transaction.commit_async, apply)
+        own.begin(written)
+        return reply
 
     # ------------------------------------------------------------------ small requests
 

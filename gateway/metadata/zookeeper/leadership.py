@@ -83,6 +83,20 @@ class Leadership:
                 return str(replica) if replica is not None else None
         return None
 
+    async def replicas(self, namespace: str) -> set[str]:
+        """The replica ids of every candidate: the replicas that have the namespace open."""
+        what = f"list the replicas of {namespace!r}"
+        await self._calls.prepare(what)
+        path = self._calls.layout.leader(namespace)
+        replicas = set()
+        for candidate in await self._candidates(path, what):
+            document = await self._calls.read_data(f"{path}/{candidate}", what)
+            if document is not None:
+                replica = json.loads(document[0]).get("replica")
+                if replica is not None:
+                    replicas.add(str(replica))
+        return replicas
+
     async def _candidates(self, path: str, what: str) -> list[str]:
         """The candidates in the order they lead (ZooKeeper's sequence numbers have a fixed
         width, so names sort as the numbers do)."""

@@ -45,6 +45,7 @@ from gateway.metadata.watch_lag import WatchLag
 from gateway.metadata.zookeeper.admin import NamespaceAdmin
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.deletes import EntityDeletes
+from gateway.metadata.zookeeper.deliveries import DeliveryRecords
 from gateway.metadata.zookeeper.exchange_bindings import ExchangeBindingWrites
 from gateway.metadata.zookeeper.leadership import Leadership
 from gateway.metadata.zookeeper.reclaim import EphemeralRecords
@@ -100,6 +101,7 @@ class ZooKeeperMetadataStore:
         self._deletes = EntityDeletes(self._calls, self._watcher, self._ephemerals)
         self._exchange_bindings = ExchangeBindingWrites(self._calls, self._transactions)
         self._leadership = Leadership(self._session, self._calls, self._replica_id)
+        self._deliveries = DeliveryRecords(self._session, self._calls, self._replica_id)
         self._admin = NamespaceAdmin(self._calls, self._watcher, self._transactions)
         self._open_locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
         self._opened: list[str] = []
@@ -418,6 +420,25 @@ class ZooKeeperMetadataStore:
 
     async def leader_of(self, namespace: str) -> str | None:
         return await self._leadership.leader_of(namespace)
+
+    async def live_replicas(self, namespace: str) -> set[str]:
+        return await self._leadership.replicas(namespace)
+
+    # ================================================================== deliveries.py
+
+    async def record_deliveries(self, namespace: str, record: bytes | None) -> None:
+        await self._deliveries.write(namespace, record)
+
+    async def follow_deliveries(
+        self, namespace: str, update: Callable[[Mapping[str, bytes]], None]
+    ) -> None:
+        await self._deliveries.follow(namespace, update)
+
+    async def delivery_recorders(self, namespace: str) -> set[str]:
+        return await self._deliveries.recorders(namespace)
+
+    async def drop_deliveries(self, namespace: str, replica: str) -> None:
+        await self._deliveries.drop(namespace, replica)
 
     # ================================================================== admin.py
 

@@ -584,7 +584,9 @@ class EntityTransactions:
         path = self._layout.node(
             namespace, Folder.TOPIC_KEYS, topic_key_child(exchange, routing_key)
         )
-        self._calls.client.sync_async(path)  # answered before the read below (same session)
+        # No sync: callers read right after a write of their own (the binder's half of the
+        # handshake), and ZooKeeper serves a session's read after its earlier writes, on a
+        # server that has applied everything ordered before them: all a sync would give.
         return await self._calls.exists(path, what)
 
     async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:

@@ -1,20 +1,41 @@
-"""The watch-driven listing that keeps each open namespace's mirror (mirror.py) current.
+"""The watches that keep each open namespace's mirror (mirror.py) current.
 
-One-shot children watches on each folder (to learn new buckets) and each bucket. A watch event
-re-lists that bucket (one listing in flight per path; events meanwhile mark it dirty), the
-mirror diffs the listing, and the new children's data is read with a multiRead. Once a
-namespace is loaded, those reads also keep each node's Stat mtime: an entity that enters the
-view reports the time since its write to ``watch_lag`` (watch_lag.py); the first load's reads
-do not (100,000 queues read at start-up are not lag).
+**Persistent watch** (ZooKeeper 3.6+, persistent_watch.py). Opening a namespace first asks for
+a persistent recursive watch on its node, then lists every folder and bucket once (no watch)
+and reads the data of what the names do not say. From then on every node created, deleted or
+changed below the namespace is one event, in server order with the answers: a deleted child
+leaves the view at once; a created child whose name says everything (a binding without
+arguments, a topic key, a consumer) enters it, and one whose data is needed (an exchange, a
+queue, a drain) is read; a changed one is read again. Events that arrive together are applied
+together: creations and reads are collected and handled in one go once the events queued on
+the trio thread have run (``_flush``), in a multiRead per folder: a child created and deleted
+in one transaction (a sentinel, an "absent" check) costs nothing, and one deleted and created
+again is replaced in the view (when both events were queued before the flush ran; otherwise
+it is missing from the view until the read of the new one is answered). Refs (children of
+entity nodes), bucket and folder nodes and the leader election's nodes are not entities and
+are skipped. Events for what this replica's own transactions in flight create or change are
+held back (own_writes.py): the answers apply those. A new folder needs nothing here: every
+``Folder`` is watched, listed and read alike.
+
+**One-shot watches** (a ZooKeeper without ``addWatch``): children watches on each folder (to
+learn new buckets) and each bucket. A watch event re-lists that bucket (one listing in flight
+per path; events meanwhile mark it dirty), the mirror diffs the listing, and the new children's
+data is read with a multiRead.
+
+Once a namespace is loaded, the reads also keep each node's Stat mtime: an entity that enters
+the view reports the time since its write to ``watch_lag`` (watch_lag.py); the first load's
+reads do not (100,000 queues read at start-up are not lag), nor do entities whose name says
+everything (there is nothing to read).
 
 **Faults.** On SUSPENDED or LOST the views stay as they are, and answers to reads issued
 before are ignored (an epoch counter): they may never come, or come from a server that is no
-longer ours. On CONNECTED after either, every open namespace is re-listed (after a ``sync``,
-so a server that lags behind cannot show an older state), which re-registers the watches
-(kazoo drops them all when a connection drops) and repairs the mirror from the diff.
+longer ours. On CONNECTED after either, the persistent watch is asked for again (the server
+forgets a connection's watches; kazoo re-registers none) and every open namespace is re-listed
+(after a ``sync``, so a server that lags behind cannot show an older state), which repairs the
+mirror from the diff.
 
 Own writes and reads reach the mirror through ``own``, applied in the same answer order as the
-listings (calls.py), so neither can put an older state over a newer one.
+listings and events (calls.py), so neither can put an older state over a newer one.
 """
 
 from __future__ import annotations
@@ -29,10 +50,12 @@ import trio
 from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
 from kazoo.protocol.states import EventType
 
+from gateway.metadata.kazoo_handler import direct
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, MultiRead
 from gateway.metadata.paths import Folder, Layout
+from gateway.metadata.persistent_watch import CREATED, DATA_CHANGED, DELETED
 from gateway.metadata.watch_lag import WatchLag, lag_seconds
 from gateway.metadata.zookeeper.calls import CONNECTION_ERRORS
 
@@ -64,6 +87,12 @@ class WatchedNamespace:
     watched: set[str] = field(default_factory=set)
     # When the resync after a reconnect started (None when not resyncing).
     resync_started: float | None = None
+    # Persistent watch events waiting for the next _flush: children created (name-only ones
+    # are put then, the others read) and children changed (read again), per folder.
+    created: dict[Folder, set[str]] = field(default_factory=dict)
+    changed: dict[Folder, set[str]] = field(default_factory=dict)
+    deleted: dict[Folder, set[str]] = field(default_factory=dict)
+    flush_scheduled: bool = False
 
 
 class NamespaceWatcher:
@@ -81,6 +110,10 @@ class NamespaceWatcher:
         self._epoch = 0
         # False once the server said it has no multiRead (ZooKeeper before 3.6).
         self._multiread = True
+        # False once the server said it has no addWatch (before 3.6): one-shot watches then.
+        self._persistent = True
+        # Folder by its node name, for events.
+        self._folders = {folder.value: folder for folder in Folder}
 
     # ------------------------------------------------------------------ namespaces
 
@@ -96,6 +129,7 @@ class NamespaceWatcher:
         state = WatchedNamespace(namespace, NamespaceMirror(namespace))
         state.load_started = time.perf_counter()
         self._namespaces[namespace] = state
+        self._watch_tree(state)
         for folder in Folder:
             self._list_folder(state, folder, every_bucket=True)
         return state
@@ -105,6 +139,8 @@ class NamespaceWatcher:
         wake up and find it gone."""
         closing = self._namespaces.pop(namespace, None)
         if closing is not None:
+            if self._persistent:
+                self._session.unwatch_tree(self._layout.namespace(namespace))
             closing.event.set()
             self._watched = {p: e for p, e in self._watched.items() if e[0] is not closing}
 
@@ -142,6 +178,7 @@ class NamespaceWatcher:
     def disconnected(self) -> None:
         """Answers to reads issued so far may never come: forget them."""
         self._epoch += 1
+        self._session.own_writes.clear()
 
     def resync_all(self) -> None:
         """Connected again: list every open namespace again (see the module docstring)."""
@@ -158,15 +195,111 @@ class NamespaceWatcher:
         state.inflight.clear()
         state.dirty.clear()
         state.watched.clear()
+        state.created.clear()
+        state.changed.clear()
+        state.deleted.clear()
         state.outstanding = 0
+        self._watch_tree(state)
         # A server that lags behind the one we used before must catch up before we read.
         self._session.client.sync_async(self._layout.namespace(state.name))
         for folder in Folder:
             self._list_folder(state, folder, every_bucket=True)
 
+    # ------------------------------------------------------------------ persistent watch
+
+    def _watch_tree(self, state: WatchedNamespace) -> None:
+        """Ask for the namespace's persistent watch (again, after a reconnect)."""
+        if not self._persistent:
+            return
+        root = self._layout.namespace(state.name)
+        epoch = self._epoch
+
+        @direct
+        def on_event(event_type: int, path: str) -> None:  # kazoo's connection thread
+            self._session.notify(self._on_event, state, epoch, event_type, path)
+
+        def apply(result: Any) -> None:
+            try:
+                result.get_nowait()
+            except UnimplementedError:
+                if self._persistent:
+                    log.warning(
+                        "metadata: ZooKeeper has no persistent watches (before 3.6); "
+                        "following changes with one-shot watches"
+                    )
+                    self._persistent = False
+                    self._session.unwatch_tree(root)
+                    if epoch == self._epoch and self.live(state):
+                        self._resync(state)
+            except (KazooException, OSError):
+                pass  # the connection went: the resync asks again
+
+        self._session.link(self._session.watch_tree(root, on_event), apply)
+
+    def _on_event(self, state: WatchedNamespace, epoch: int, event_type: int, path: str) -> None:
+        """One persistent watch event, on the trio thread, in server order."""
+        if epoch != self._epoch or not self.live(state):
+            return
+        # <namespace>/<folder>/<bucket>/<child>: anything deeper (refs) or shallower (folders,
+        # buckets being created) or in another folder (the leader election) is no entity.
+        parts = path[len(self._layout.namespace(state.name)) + 1 :].split("/")
+        folder = self._folders.get(parts[0])
+        if folder is None:
+            return
+        if len(parts) == 3:
+            if event_type != DELETED and self._session.own_writes.hold(
+                path, lambda: self._on_event(state, epoch, event_type, path)
+            ):
+                return
+            self._child_event(state, folder, parts[1], parts[2], event_type)
+        elif len(parts) == 2 and event_type == DELETED:
+            state.mirror.apply_missing_bucket(folder, parts[1])
+            self.wake(state)
+
+    def _child_event(
+        self, state: WatchedNamespace, folder: Folder, bucket: str, child: str, event_type: int
+    ) -> None:
+        mirror = state.mirror
+        if event_type == CREATED:
+            mirror.event_created(folder, bucket, child)
+            state.created.setdefault(folder, set()).add(child)
+        elif event_type == DELETED:
+            mirror.event_deleted(folder, bucket, child)
+            state.deleted.setdefault(folder, set()).add(child)
+            for pending in (state.created, state.changed):
+                children = pending.get(folder)
+                if children is not None:
+                    children.discard(child)
+        elif event_type == DATA_CHANGED:
+            state.changed.setdefault(folder, set()).add(child)
+        else:
+            return
+        if not state.flush_scheduled:
+            # After every event queued on the trio thread so far: they are applied together.
+            state.flush_scheduled = True
+            self._session.notify(self._flush, state, self._epoch)
+
+    def _flush(self, state: WatchedNamespace, epoch: int) -> None:
+        state.flush_scheduled = False
+        if epoch != self._epoch or not self.live(state):
+            return
+        created, state.created = state.created, {}
+        changed, state.changed = state.changed, {}
+        deleted, state.deleted = state.deleted, {}
+        for folder in Folder:
+            state.mirror.apply_deleted(folder, deleted.get(folder, ()))
+            to_read = state.mirror.apply_created(folder, created.get(folder, ()))
+            again = changed.get(folder)
+            if again:
+                to_read.update(state.mirror.present(folder, again))
+            if to_read:
+                self._read(state, folder, sorted(to_read))
+        self.wake(state)
+
     # ------------------------------------------------------------------ listings
 
-    def _watch_listener(self, event: Any) -> None:  # kazoo's watch thread
+    @direct
+    def _watch_listener(self, event: Any) -> None:  # kazoo's connection thread
         self._session.notify(self._on_watch, event.path, event.type)
 
     def _on_watch(self, path: str | None, event_type: str) -> None:
@@ -215,7 +348,7 @@ class NamespaceWatcher:
 
         self._session.link(
             self._session.client.get_children_async(
-                path, watch=self._watch_listener, include_data=True
+                path, watch=None if self._persistent else self._watch_listener, include_data=True
             ),
             apply,
         )
@@ -253,7 +386,7 @@ class NamespaceWatcher:
 
         self._session.link(
             self._session.client.get_children_async(
-                path, watch=self._watch_listener, include_data=True
+                path, watch=None if self._persistent else self._watch_listener, include_data=True
             ),
             apply,
         )

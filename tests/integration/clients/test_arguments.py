@@ -25,7 +25,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
     "arguments",
     [
         {"x-max-length-bytes": 1024},
-        {"x-max-priority": 10},
         {"x-single-active-consumer": True},
     ],
     ids=lambda arguments: "+".join(arguments),
@@ -57,7 +56,7 @@ def test_unimplemented_queue_arguments_are_refused(
             "routing_key_but_no_dlx_defined",
         ),
         ({"x-queue-type": "fifo"}, "x-queue-type", "\"unsupported queue type 'fifo'\""),
-        ({"x-queue-type": "stream"}, "x-queue-type", f"stream queues are {NOT_OURS}"),
+        ({"x-queue-type": "stream", "x-max-age": "1W"}, "x-max-age", "invalid_max_age"),
     ],
 )
 def test_invalid_values_get_rabbitmqs_reasons(

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from gateway.backend.pulsar.delivery_records import decode_record
+from gateway.metadata.paths import Layout
 from tests.integration.fleet.clients import wait_subscription_consumers
 from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
@@ -87,6 +89,18 @@ class Fleet:
     def wait_consumers(self, binding: tuple[str, str | None], queue: str, count: int) -> None:
         """Until Pulsar sees ``count`` consumers of ``queue`` on ``binding``'s topic."""
         wait_subscription_consumers(self._stack.web_url, self.namespace, binding, queue, count)
+
+    def recorded_deliveries(self) -> dict[str, int]:
+        """Replica id -> how many deliveries its record in ZooKeeper holds (the fleet's
+        memory of what each replica delivered and has not seen settled)."""
+        folder = Layout().deliveries(f"public/{self.namespace}")
+        with kazoo_client(self.zookeeper) as client:
+            if not client.exists(folder):
+                return {}
+            return {
+                child: len(decode_record(client.get(f"{folder}/{child}")[0]))
+                for child in client.get_children(folder)
+            }
 
     def close(self) -> None:
         for process in self.processes:

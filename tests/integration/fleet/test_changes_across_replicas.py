@@ -3,6 +3,7 @@ on the other (each replica has its own ZooKeeper session and its own view)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -186,7 +187,7 @@ def test_alternate_exchange_across_replicas(
 
 
 # Lazy subscriptions (docs/fleet.md): rounds per case of the race below.
-LAZY_ROUNDS = 30
+LAZY_ROUNDS = int(os.environ.get("FLEET_RACE_ROUNDS", "30"))
 
 
 @pytest.mark.parametrize("published_before", [True, False], ids=["key-known", "key-new"])

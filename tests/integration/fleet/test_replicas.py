@@ -143,9 +143,30 @@ def test_equivalent_declares_on_two_replicas_at_once_both_succeed(fleet: Fleet) 
                 connection.close()
 
 
-def _kill_a_replica_holding_unacked_messages(fleet: Fleet) -> Consumer:
+def _confirming_publisher(port: int, queue: str) -> Any:
+    """A channel in confirm mode on the replica at ``port``, once it knows ``queue``."""
+    connection = connect(port)
+    wait_known(connection, queue)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def _wait_recorded(fleet: Fleet, deliveries: int) -> None:
+    """Until the replicas' delivery records in ZooKeeper hold ``deliveries`` in all."""
+    wait_until(
+        lambda: sum(fleet.recorded_deliveries().values()) == deliveries,
+        timeout=30,
+        what=lambda: f"records: {fleet.recorded_deliveries()}",
+    )
+
+
+def _kill_a_replica_holding_unacked_messages(
+    fleet: Fleet, signum: int = signal.SIGKILL
+) -> Consumer:
     """Replica 1's consumer holds ten messages unacknowledged when replica 1 is killed with
-    SIGKILL; returns replica 2's consumer once it has received all ten."""
+    SIGKILL (or stopped with ``signum``); returns replica 2's consumer once it has received
+    all ten."""
     r1, r2 = fleet.replicas(2)
     connect(r1.port).channel().queue_declare("jobs", durable=True)
 
@@ -154,10 +175,7 @@ def _kill_a_replica_holding_unacked_messages(fleet: Fleet) -> Consumer:
     try:
         holder.start()
         holder.wait_consuming()
-        on_2 = connect(r2.port)
-        wait_known(on_2, "jobs")
-        publisher = on_2.channel()
-        publisher.confirm_delivery()
+        publisher = _confirming_publisher(r2.port, "jobs")
         sent = [f"job-{i}".encode() for i in range(10)]
         for body in sent:
             publisher.basic_publish("", "jobs", body, mandatory=True)
@@ -166,12 +184,17 @@ def _kill_a_replica_holding_unacked_messages(fleet: Fleet) -> Consumer:
             timeout=30,
             what=lambda: f"holder got {len(holder.received())} of {len(sent)}",
         )
+        if signum == signal.SIGKILL:
+            # A killed replica's deliveries are known to the others once its record in
+            # ZooKeeper holds them: within two record intervals of the delivery
+            # (docs/reliability.md, section 4); a replica that stops writes it as it stops.
+            _wait_recorded(fleet, len(sent))
         survivor.start()
         survivor.wait_consuming()
         assert survivor.received() == []  # all ten are held, unacknowledged, by replica 1
 
-        r1.signal(signal.SIGKILL)
-        assert r1.wait_exit() == -signal.SIGKILL
+        r1.signal(signum)
+        assert r1.wait_exit() == (-signal.SIGKILL if signum == signal.SIGKILL else 0)
 
         wait_until(
             lambda: sorted(survivor.received()) == sorted(sent),
@@ -182,6 +205,7 @@ def _kill_a_replica_holding_unacked_messages(fleet: Fleet) -> Consumer:
     finally:
         holder.stop()
         survivor.stop()
+    assert holder.redelivered == [False] * len(sent)
     return survivor
 
 
@@ -192,18 +216,64 @@ def test_unacked_messages_of_a_killed_replica_go_to_a_consumer_on_another(
     assert len(survivor.received()) == 10  # each once
 
 
-@pytest.mark.xfail(
-    reason="RabbitMQ sets redelivered on messages requeued when their consumer's connection "
-    "died. Pulsar 4.0.8 redelivers a closed consumer's unacked messages without raising their "
-    "redelivery count, and what the gateway remembers of its own deliveries "
-    "(gateway/backend/pulsar/redeliveries.py) is per replica and died with it: marking these "
-    "needs fleet-wide delivery records (e.g. the redelivery count kept by the broker, or "
-    "delivered positions in ZooKeeper)",
-    strict=True,
-)
 def test_messages_of_a_killed_replica_come_back_flagged_redelivered(fleet: Fleet) -> None:
+    # RabbitMQ sets redelivered on messages requeued when their consumer's connection died;
+    # the killed replica's record in ZooKeeper tells the survivor (delivery_records.py).
     survivor = _kill_a_replica_holding_unacked_messages(fleet)
     assert all(survivor.redelivered), survivor.redelivered
+
+
+def test_messages_of_a_stopped_replica_come_back_flagged_redelivered(fleet: Fleet) -> None:
+    # SIGTERM: the replica closes its clients' connections (320), gives their messages back
+    # and writes its record before its Pulsar consumers close.
+    survivor = _kill_a_replica_holding_unacked_messages(fleet, signal.SIGTERM)
+    assert len(survivor.received()) == 10
+    assert all(survivor.redelivered), survivor.redelivered
+
+
+def test_only_messages_delivered_before_are_flagged_redelivered_across_replicas(
+    fleet: Fleet,
+) -> None:
+    """Replica 1's client holds five messages unacknowledged (so replica 1's record lists
+    them) while replica 2's consumer takes and acks the rest; then replica 1's client goes.
+    Replica 2 marks exactly those five redelivered: not the others, nor the messages replica
+    1 had read ahead from Pulsar without delivering them."""
+    r1, r2 = fleet.replicas(2)
+    connect(r1.port).channel().queue_declare("work", durable=True)
+    holder = Consumer("holder", r1.port, "work", prefetch=5, ack=False)
+    worker = Consumer("worker", r2.port, "work", prefetch=5)
+    try:
+        for consumer in (holder, worker):
+            consumer.start()
+            consumer.wait_consuming()
+        publisher = _confirming_publisher(r2.port, "work")
+        sent = [f"m-{i}".encode() for i in range(80)]
+        for body in sent[:40]:
+            publisher.basic_publish("", "work", body, mandatory=True)
+        wait_until(
+            lambda: len(holder.received()) == 5,
+            timeout=60,
+            what=lambda: f"the holder got {len(holder.received())} of 5",
+        )
+        _wait_recorded(fleet, 5)
+        for body in sent[40:]:
+            publisher.basic_publish("", "work", body, mandatory=True)
+        holder.stop()
+        wait_until(
+            lambda: set(worker.received()) == set(sent),
+            timeout=60,
+            what=lambda: f"the worker got {len(set(worker.received()))} of {len(sent)}",
+        )
+        observe_window(1.0)  # a message delivered twice would show now
+        assert worker.error is None, repr(worker.error)
+    finally:
+        holder.stop()
+        worker.stop()
+    held = set(holder.received())
+    assert len(held) == 5 and holder.redelivered == [False] * 5
+    flags = dict(zip(worker.received(), worker.redelivered, strict=True))
+    assert len(worker.received()) == len(sent), "delivered more than once"
+    assert {body for body, flag in flags.items() if flag} == held
 
 
 def test_a_late_replica_loads_every_vhost_before_it_listens(fleet: Fleet) -> None:

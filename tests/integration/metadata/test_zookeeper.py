@@ -48,6 +48,7 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
     assert sorted(raw.get_children(root)) == [
         "bindings",
         "consumers",
+        "deliveries",
         "drains",
         "exchange-bindings",
         "exchanges",

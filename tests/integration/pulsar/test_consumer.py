@@ -179,6 +179,50 @@ async def test_buffering_is_bounded_by_buffer_and_receiver_queue(
     assert len({m.message_id for m in got}) == 100
 
 
+def _priority(native: object) -> int:
+    return int(native.properties().get("p", "0"))  # type: ignore[attr-defined]
+
+
+async def test_an_ordered_consumer_takes_the_highest_priority_it_holds(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    name = topic("ordered")
+    producer = await client.create_producer(name, ProducerOptions(batching_enabled=False))
+    await admin.create_subscription(name, "q", "earliest")
+    priorities = [0, 3, 1, 3, 2, 0, 5, 1, 2, 2, 9, 0, 4, 4, 3, 1, 0, 7, 5, 6]
+    for i, priority in enumerate(priorities):
+        await producer.send(f"{priority}-{i}".encode(), {"p": str(priority)})
+    # The bound applies as before: 8 in the trio-side buffer, the rest waits in Pulsar.
+    options = ConsumerOptions(receiver_queue_size=2, buffer_size=8, priority_of=_priority)
+    consumer = await client.subscribe(name, "q", options)
+    with trio.fail_after(20):
+        await consumer.wait_buffered(8)
+    assert consumer.buffered == 8 and consumer.paused
+    first_eight = sorted(enumerate(priorities[:8]), key=lambda item: (-item[1], item[0]))
+    got = [(await receive_n(consumer, 1, ack=False))[0] for _ in range(2)]
+    assert [m.payload for m in got] == [f"{p}-{i}".encode() for i, p in first_eight[:2]]
+    # A message put back goes to the front of its priority.
+    assert consumer.put_back(got[0])
+    again = (await receive_n(consumer, 1))[0]
+    assert again.payload == got[0].payload
+    consumer.acknowledge(got[1])
+    rest = await receive_n(consumer, len(priorities) - 2)
+    bodies = [got[1].payload, again.payload, *(m.payload for m in rest)]
+    assert sorted(bodies) == sorted(f"{p}-{i}".encode() for i, p in enumerate(priorities))
+    # Once closed, nothing goes back into it.
+    await consumer.aclose()
+    assert not consumer.put_back(got[1])
+
+
+async def test_an_unordered_consumer_refuses_put_back(client: PulsarClient, topic: Topic) -> None:
+    name = topic("unordered")
+    consumer = await client.subscribe(name, "q")
+    producer = await client.create_producer(name)
+    await publish(producer, 1)
+    message = (await receive_n(consumer, 1))[0]
+    assert not consumer.put_back(message)
+
+
 async def test_multi_topic_consumer_one_subscription_acks_route_to_each_topic(
     client: PulsarClient, admin: PulsarAdmin, topic: Topic
 ) -> None:

@@ -236,3 +236,73 @@ def test_the_incremental_view_matches_a_rebuild(steps: list[tuple[Entity, str]])
             exchange_bindings=[e for e in everything if isinstance(e, ExchangeBinding)],
         )
         assert mirror.snapshot() == expected
+
+
+def test_persistent_watch_events_put_name_only_children_and_ask_for_the_others() -> None:
+    mirror = NamespaceMirror("t/n")
+    binding = Binding("q", "x", "k")
+    b_child = binding_id(binding)
+    q_child, q_bucket, q_data = _q("q")
+    mirror.event_created(Folder.BINDINGS, bucket_of(b_child), b_child)
+    mirror.event_created(Q, q_bucket, q_child)
+    # Nothing is applied until the events that came together have all been seen.
+    assert mirror.counts()[Folder.BINDINGS.value] == 0
+    assert mirror.apply_created(Folder.BINDINGS, [b_child]) == set()
+    assert mirror.counts()[Folder.BINDINGS.value] == 1
+    assert mirror.apply_created(Q, [q_child]) == {q_child}
+    assert mirror.apply_data(Q, q_child, q_data)
+    assert "q" in mirror.snapshot().queues
+    # A data change is read again only for a child that exists.
+    assert mirror.present(Q, [q_child, "gone"]) == {q_child}
+    mirror.event_deleted(Q, q_bucket, q_child)
+    mirror.apply_deleted(Q, [q_child])
+    assert "q" not in mirror.snapshot().queues
+    assert mirror.present(Q, [q_child]) == set()
+    # A read answered after the deletion event changes nothing.
+    assert not mirror.apply_data(Q, q_child, q_data)
+
+
+def test_a_child_created_and_deleted_before_it_was_applied_costs_nothing() -> None:
+    mirror = NamespaceMirror("t/n")
+    sentinel = "q,"  # created and deleted in one transaction (transactions.sentinel)
+    bucket = bucket_of("q")
+    mirror.event_created(Folder.DRAINS, bucket, sentinel)
+    mirror.event_deleted(Folder.DRAINS, bucket, sentinel)
+    version = mirror.version
+    mirror.apply_deleted(Folder.DRAINS, [sentinel])
+    assert mirror.apply_created(Folder.DRAINS, [sentinel]) == set()
+    assert mirror.version == version
+
+
+def test_a_child_deleted_and_created_again_is_replaced_never_missing() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a", owner="c1")
+    mirror.event_created(Q, bucket, child)
+    mirror.apply_created(Q, [child])
+    mirror.apply_data(Q, child, data)
+    mirror.event_deleted(Q, bucket, child)
+    mirror.event_created(Q, bucket, child)
+    mirror.apply_deleted(Q, [child])
+    assert mirror.apply_created(Q, [child]) == {child}
+    assert mirror.snapshot().queues["a"].owner == "c1"  # until the read answers
+    mirror.apply_data(Q, child, _q("a", owner="c2")[2])
+    assert mirror.snapshot().queues["a"].owner == "c2"
+
+
+def test_events_are_accounted_for_by_the_next_listing() -> None:
+    mirror = NamespaceMirror("t/n")
+    child, bucket, data = _q("a")
+    mirror.apply_bucket_listing(Q, bucket, [], cversion=0)
+    mirror.event_created(Q, bucket, child)
+    mirror.apply_created(Q, [child])
+    mirror.apply_data(Q, child, data)
+    # Our own create whose event was held back: counted once, by the answer.
+    mine, mine_bucket, _ = _q("b")
+    mirror.apply_bucket_listing(Q, mine_bucket, [], cversion=0)
+    mirror.own_created(Q, mine, Queue("b"))
+    assert mirror.apply_bucket_listing(Q, bucket, [child], cversion=1) == []
+    assert mirror.apply_bucket_listing(Q, mine_bucket, [mine], cversion=1) == []
+    # Our own delete, whose event came first: counted once too.
+    mirror.event_deleted(Q, mine_bucket, mine)
+    mirror.own_deleted(Q, mine)
+    assert mirror.apply_bucket_listing(Q, mine_bucket, [], cversion=2) == []

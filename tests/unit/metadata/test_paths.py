@@ -162,7 +162,9 @@ def test_layout() -> None:
         "/a/b/vhosts/t%2Fn/consumers",
         "/a/b/vhosts/t%2Fn/drains",
         "/a/b/vhosts/t%2Fn/leader",
+        "/a/b/vhosts/t%2Fn/deliveries",
     ]
+    assert layout.deliveries("t/n") == "/starlight-rabbitmq/vhosts/t%2Fn/deliveries"
     # Records about a queue share the queue's bucket, whatever follows its name.
     for folder in (Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS):
         assert layout.node("t/n", folder, "q,anything") == (

@@ -45,12 +45,13 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
-        ({"x-max-priority": Field("I", 10)}, NOT_OURS),
+        ({"x-max-priority": Field("I", -1)}, "{value_negative,-1}"),
+        ({"x-max-priority": Field("S", "10")}, '"expected integer, got longstr"'),
+        ({"x-max-priority": Field("d", 10.0)}, '"expected integer, got double"'),
         ({"x-message-ttl": Field("l", -5)}, "{value_negative,-5}"),
         ({"x-message-ttl": Field("l", 315_360_000_001)}, "{value_too_large,315360000001}"),
         ({"x-message-ttl": Field("d", 1.0)}, '"expected integer, got double"'),
         ({"x-expires": Field("b", 0)}, "{value_zero,0}"),
-        ({"x-max-priority": Field("B", 255)}, NOT_OURS),
         ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
         ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
         ({"x-max-length-bytes": Field("I", 1024)}, NOT_OURS),
@@ -63,6 +64,15 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
 )
 def test_reasons(arguments: dict[str, Field], reason: str) -> None:
     assert refusal(arguments) == f"invalid arg '{next(iter(arguments))}' for {WHERE}: {reason}"
+
+
+@pytest.mark.parametrize("kind", ["b", "B", "s", "u", "I", "i", "l"])
+@pytest.mark.parametrize("value", [0, 1, 10, 127])
+def test_max_priority_is_implemented_for_classic_queues(kind: str, value: int) -> None:
+    # rabbit_amqqueue:check_max_priority_arg: a non-negative integer of any of its integer
+    # types up to 255 (0 too: one priority, as RabbitMQ allows).
+    assert refusal({"x-max-priority": Field(kind, value)}) is None
+    assert refusal({"x-max-priority": Field("B", 255)}) is None
 
 
 def test_implemented_arguments_are_accepted() -> None:
@@ -143,3 +153,70 @@ def test_exchange_arguments() -> None:
     assert refused.value.reply_text == (
         f"PRECONDITION_FAILED - invalid type 'binary' for arg 'alternate-exchange' in {where}"
     )
+
+
+STREAM = {"x-queue-type": Field("S", "stream")}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "flags", "reason"),
+    [
+        ({}, {"auto_delete": True}, f"invalid property 'auto-delete' for {WHERE}"),
+        ({}, {"exclusive": True}, f"invalid property 'exclusive-owner' for {WHERE}"),
+        ({}, {"durable": False}, f"invalid property 'non-durable' for {WHERE}"),
+        (
+            {"x-max-age": Field("S", "7W")},
+            {},
+            f"invalid arg 'x-max-age' for {WHERE}: invalid_max_age",
+        ),
+        (
+            {"x-max-age": Field("l", 7)},
+            {},
+            f"invalid arg 'x-max-age' for {WHERE}: {{unacceptable_type,long}}",
+        ),
+        (
+            {"x-max-length": Field("l", 7)},
+            {},
+            f"invalid arg 'x-max-length' for {WHERE} of queue type rabbit_stream_queue",
+        ),
+        (
+            {"x-stream-max-segment-size-bytes": Field("l", 3_000_000_001)},
+            {},
+            "Exceeded max value for x-stream-max-segment-size-bytes",
+        ),
+        (
+            {"x-stream-filter-size-bytes": Field("I", 15)},
+            {},
+            "Invalid value for  x-stream-filter-size-bytes",
+        ),
+        # The properties come first, then the sizes (rabbit_stream_queue:declare).
+        (
+            {"x-stream-filter-size-bytes": Field("I", 300)},
+            {"durable": False},
+            f"invalid property 'non-durable' for {WHERE}",
+        ),
+    ],
+)
+def test_stream_declare_rules(
+    arguments: dict[str, Field], flags: dict[str, bool], reason: str
+) -> None:
+    assert refusal({**STREAM, **arguments}, **flags) == reason
+
+
+def test_a_stream_accepts_its_own_arguments() -> None:
+    arguments = {
+        **STREAM,
+        "x-max-age": Field("S", "12h"),
+        "x-max-length-bytes": Field("l", 20_000_000_000),
+        "x-stream-max-segment-size-bytes": Field("l", 3_000_000_000),
+        "x-stream-filter-size-bytes": Field("I", 255),
+        "x-initial-cluster-size": Field("I", 3),
+        "x-queue-leader-locator": Field("S", "client-local"),
+    }
+    assert refusal(arguments) is None
+
+
+def test_stream_consumer_arguments_are_left_to_the_stream() -> None:
+    check_consume_arguments(WHERE, STREAM, {"x-stream-offset": Field("S", "first")})
+    with pytest.raises(ChannelError, match="of queue type rabbit_classic_queue"):
+        check_consume_arguments(WHERE, {}, {"x-stream-offset": Field("S", "first")})

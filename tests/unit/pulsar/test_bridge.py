@@ -18,7 +18,7 @@ import trio.testing
 
 from gateway.pulsar.bridge import NativeCall, TrioWaker
 from gateway.pulsar.client import PulsarClient
-from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
+from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.producer import ProducerOptions, SendHandle, TrioProducer
 
@@ -382,9 +382,12 @@ async def test_stop_receiving_keeps_batched_messages_unacknowledged() -> None:
     consumer, native = make_consumer(buffer_size=10)
     consumer._on_message(native, FakeMessage(0))
     consumer._on_message(native, FakeMessage(1, batch_index=3))
-    assert consumer.stop_receiving() == 2
+    given_back: list[ReceivedMessage] = []
+    assert consumer.stop_receiving(given_back.append) == 2
     assert [m.n for m in native.nacked] == [0]
     assert native.acked == []
+    # Told which messages go back undelivered (Pulsar will count their redelivery).
+    assert [cast(Any, received.native).n for received in given_back] == [0]
 
 
 def test_keep_thread_state_takes_one_reference_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:

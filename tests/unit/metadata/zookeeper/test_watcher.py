@@ -10,11 +10,18 @@ import pytest
 import trio
 from kazoo.client import KazooClient
 
-from gateway.metadata.codec import encode_queue
+from gateway.metadata.codec import (
+    binding_id,
+    drain_child,
+    encode_binding,
+    encode_drain,
+    encode_exchange,
+    encode_queue,
+)
 from gateway.metadata.paths import Folder, encode_name
-from gateway.metadata.store import VhostView
+from gateway.metadata.store import DrainRecord, VhostView
 from gateway.metadata.zookeeper.watcher import WatchedNamespace
-from gateway.model.entities import Queue
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from tests.unit.metadata.conftest import Parts, make_parts
 
 pytestmark = pytest.mark.integration
@@ -99,3 +106,45 @@ async def test_a_closed_namespace_is_no_longer_followed(parts: Parts, namespace:
     assert event.is_set()  # waiters wake up and find it gone
     assert not parts.watcher.live(state)
     assert parts.watcher.get(namespace) is None and parts.watcher.mirror(namespace) is None
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent-watch", "one-shot"])
+async def test_changes_of_every_kind_reach_the_view(
+    parts: Parts, raw: KazooClient, namespace: str, persistent: bool
+) -> None:
+    """Through the persistent watch, and through one-shot watches (a ZooKeeper before 3.6):
+    a queue (read), a binding (its name says everything), a replacement, a data change and a
+    created-and-deleted sentinel."""
+    parts.watcher._persistent = persistent
+    state = await _open(parts, namespace)
+    _write_queue(raw, parts, namespace, Queue("q", exclusive=True, owner="c1"))
+    exchange = parts.layout.node(namespace, Folder.EXCHANGES, "x")
+    raw.create(exchange, encode_exchange(Exchange("x", ExchangeType.DIRECT)), makepath=True)
+    binding = Binding("q", "x", "k")
+    raw.create(
+        parts.layout.node(namespace, Folder.BINDINGS, binding_id(binding)),
+        encode_binding(binding),
+        makepath=True,
+    )
+    await _until(state, lambda view: binding in view.bindings)
+    # Replaced: deleted and created again with another owner, in one transaction.
+    queue_path = parts.layout.node(namespace, Folder.QUEUES, "q")
+    transaction = raw.transaction()
+    transaction.delete(queue_path)
+    transaction.create(queue_path, encode_queue(Queue("q", exclusive=True, owner="c2")))
+    transaction.commit()
+    await _until(state, lambda view: getattr(view.queues.get("q"), "owner", None) == "c2")
+    # A drain record replaced in place (set_data), with the sentinel other writers add.
+    drain = parts.layout.node(namespace, Folder.DRAINS, drain_child("q", "t"))
+    raw.create(drain, encode_drain(DrainRecord((1, 1))), makepath=True)
+    await _until(state, lambda view: view.drains.get(("q", "t")) == DrainRecord((1, 1)))
+    transaction = raw.transaction()
+    transaction.set_data(drain, encode_drain(DrainRecord((2, 2))))
+    sentinel_path = parts.layout.node(namespace, Folder.DRAINS, "q,")
+    transaction.create(sentinel_path)
+    transaction.delete(sentinel_path)
+    transaction.commit()
+    await _until(state, lambda view: view.drains.get(("q", "t")) == DrainRecord((2, 2)))
+    raw.delete(queue_path, recursive=True)
+    await _until(state, lambda view: "q" not in view.queues and not view.bindings)
+    assert parts.watcher._persistent is persistent

@@ -88,6 +88,8 @@ public final class Scenarios {
       case "settle_on_close" -> scenarios.settleOnClose();
       case "transactions" -> scenarios.transactions();
       case "exchange_bindings" -> scenarios.exchangeBindings();
+      case "streams" -> scenarios.streams();
+      case "priority_queue" -> scenarios.priorityQueue();
       default -> throw new IllegalArgumentException("no scenario " + args[0]);
     }
     System.out.flush();
@@ -815,6 +817,128 @@ public final class Scenarios {
       }
       fact("empty_get_is_null", channel.basicGet(queue, true) == null);
       channel.queueDelete(queue);
+    }
+  }
+
+  /**
+   * A stream queue as RabbitMQ's streams page shows it: basicQos, then basicConsume with
+   * x-stream-offset ("first", a Long offset, a Date); each delivery carries its offset as a
+   * Long header; acks remove nothing; auto-ack is refused with 540.
+   */
+  private void streams() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel channel = connection.createChannel();
+      String stream = unique("jc.stream");
+      channel.queueDeclare(stream, true, false, false, Map.of("x-queue-type", "stream"));
+      channel.confirmSelect();
+      for (int i = 1; i <= 5; i++) {
+        channel.basicPublish("", stream, null, bytes("m" + i));
+      }
+      channel.waitForConfirmsOrDie(DEADLINE_MS);
+      List<String> first = readStream(connection, stream, "first", 5);
+      fact("first", first);
+      fact("offset_class", lastOffsetClass.get());
+      long third = Long.parseLong(first.get(2).split("@")[1]);
+      fact("resumed", readStream(connection, stream, third + 1, 2));
+      java.util.Date hourAgo = new java.util.Date(System.currentTimeMillis() - 3_600_000L);
+      fact("since_an_hour_ago", readStream(connection, stream, hourAgo, 5).size());
+      fact("again_after_acks", readStream(connection, stream, "first", 5).equals(first));
+    }
+    Connection refused = factory().newConnection();
+    Channel autoAck = refused.createChannel();
+    autoAck.basicQos(10);
+    String stream = unique("jc.stream");
+    autoAck.queueDeclare(stream, true, false, false, Map.of("x-queue-type", "stream"));
+    try {
+      autoAck.basicConsume(stream, true, new DefaultConsumer(autoAck));
+      fact("auto_ack.code", "accepted");
+    } catch (IOException | ShutdownSignalException error) {
+      closeFacts("auto_ack", error);
+    }
+    if (refused.isOpen()) {
+      refused.close();
+    }
+  }
+
+  private final AtomicReference<String> lastOffsetClass = new AtomicReference<>("");
+
+  /** ``count`` deliveries from ``offset``, as "body@offset", each acknowledged. */
+  private List<String> readStream(Connection connection, String stream, Object offset, int count)
+      throws Exception {
+    Channel channel = connection.createChannel();
+    channel.basicQos(2);
+    List<String> got = new CopyOnWriteArrayList<>();
+    String tag =
+        channel.basicConsume(
+            stream,
+            false,
+            Map.of("x-stream-offset", offset),
+            new DefaultConsumer(channel) {
+              @Override
+              public void handleDelivery(
+                  String consumerTag,
+                  Envelope envelope,
+                  AMQP.BasicProperties properties,
+                  byte[] body)
+                  throws IOException {
+                Object at = properties.getHeaders().get("x-stream-offset");
+                lastOffsetClass.set(at.getClass().getSimpleName());
+                got.add(text(body) + "@" + at);
+                channel.basicAck(envelope.getDeliveryTag(), false);
+              }
+            });
+    mustWaitUntil("stream deliveries", () -> got.size() >= count);
+    channel.basicCancel(tag);
+    channel.close();
+    return new ArrayList<>(got.subList(0, count));
+  }
+
+  /**
+   * A priority queue as Spring AMQP declares one (QueueBuilder.maxPriority: an Integer
+   * argument): a backlog with priorities set through BasicProperties.Builder.priority (some
+   * left null) comes back highest first with basicQos(1), basicGet takes the highest, a
+   * redeclare with a Long of the same value is equivalent and one with another value is 406.
+   */
+  private void priorityQueue() throws Exception {
+    try (Connection connection = factory().newConnection()) {
+      Channel channel = connection.createChannel();
+      String queue = unique("jc.priority");
+      fact("queue", queue);
+      Map<String, Object> arguments = new HashMap<>();
+      arguments.put("x-max-priority", 10);
+      channel.queueDeclare(queue, true, false, false, arguments);
+      channel.confirmSelect();
+      Integer[] priorities = {null, 1, 5, 10, 5, null, 3, 10, 1, 0, 7, 3};
+      for (int i = 0; i < priorities.length; i++) {
+        AMQP.BasicProperties properties =
+            new AMQP.BasicProperties.Builder().priority(priorities[i]).build();
+        channel.basicPublish("", queue, properties, bytes("m" + i));
+      }
+      channel.waitForConfirmsOrDie(DEADLINE_MS);
+      fact("top_by_get", text(getWithin(channel, queue, true).getBody()));
+      channel.basicQos(1);
+      Recorder recorder = new Recorder(channel);
+      String tag = channel.basicConsume(queue, false, recorder);
+      for (int i = 0; i < priorities.length - 1; i++) { // one at a time: each ack, the next
+        int delivered = i + 1;
+        mustWaitUntil("delivery " + delivered, () -> recorder.count() == delivered);
+        channel.basicAck(recorder.envelopes.get(i).getDeliveryTag(), false);
+      }
+      channel.basicCancel(tag);
+      fact("consumed", String.join(",", recorder.bodies));
+      Map<String, Object> asLong = new HashMap<>();
+      asLong.put("x-max-priority", 10L);
+      channel.queueDeclare(queue, true, false, false, asLong);
+      fact("long_redeclare", "equivalent");
+      Map<String, Object> other = new HashMap<>();
+      other.put("x-max-priority", 5);
+      try {
+        channel.queueDeclare(queue, true, false, false, other);
+        fact("other_redeclare", "declared");
+      } catch (IOException error) {
+        closeFacts("other_redeclare", error);
+      }
+      connection.createChannel().queueDelete(queue);
     }
   }
 

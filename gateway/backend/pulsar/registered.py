@@ -1,0 +1,32 @@
+"""What ``PulsarVirtualHost.consume`` returns for a classic or quorum queue: the queue's
+Pulsar subscription, registered in the metadata store while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from gateway.backend.pulsar.delivery import PulsarQueueSubscription
+
+__all__ = ["RegisteredSubscription"]
+
+
+class RegisteredSubscription:
+    """What ``consume`` returns: the queue's Pulsar subscription, whose ``close`` also waits
+    until the consumer is unregistered from the metadata store (and an auto-delete queue it
+    left without consumers anywhere is deleted). Cancel-Ok therefore comes after both: a
+    client that cancels and then deletes if-unused, consumes exclusively or declares finds
+    the consumer gone, as with RabbitMQ."""
+
+    __slots__ = ("_settled", "receive", "subscription")
+
+    def __init__(
+        self, subscription: PulsarQueueSubscription, settled: Callable[[], Awaitable[None]]
+    ) -> None:
+        self.subscription = subscription
+        # The delivery path calls the subscription's own method: no extra call per message.
+        self.receive = subscription.receive
+        self._settled = settled
+
+    async def close(self) -> None:
+        await self.subscription.close()
+        await self._settled()

@@ -1,0 +1,49 @@
+"""ChunkedDict: a dict whose snapshots stay as they were while the live map changes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.metadata.chunked import ChunkedDict
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["set", "del", "snap"]), st.integers(0, 3000), st.integers()),
+    max_size=200,
+)
+
+
+@given(_OPS)
+def test_behaves_as_a_dict_and_snapshots_never_change(ops: list[tuple[str, int, int]]) -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    model: dict[str, int] = {}
+    snapshots = []
+    for op, key_number, value in ops:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+            model[key] = value
+        elif op == "del":
+            assert live.pop(key, None) == model.pop(key, None)
+        else:
+            snapshots.append((live.frozen(), live.frozen_keys(), dict(model)))
+        assert len(live) == len(model)
+        assert (key in live) == (key in model)
+    for frozen, keys, expected in snapshots:
+        assert dict(frozen) == expected
+        assert len(frozen) == len(expected) and len(keys) == len(expected)
+        assert set(keys) == set(expected) and keys == frozenset(expected)
+        for key, value in expected.items():
+            assert frozen[key] == value and frozen.get(key) == value and key in keys
+        assert frozen.get("absent") is None and "absent" not in frozen
+
+
+def test_set_operations_on_frozen_keys_give_frozensets() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    live["a"] = 1
+    live["b"] = 2
+    keys = live.frozen_keys()
+    assert keys - {"a"} == frozenset({"b"})
+    assert isinstance(keys | {"c"}, frozenset)
+    del live["a"]
+    assert "a" in keys and "a" not in live
