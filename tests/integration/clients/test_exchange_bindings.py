@@ -384,3 +384,32 @@ def test_kombu_bind_to(running: Running) -> None:
         with pytest.raises(simple.Empty):
             simple.get(block=True, timeout=1)
         simple.close()
+
+
+def test_a_stream_and_a_priority_queue_at_the_end_of_a_path(channel: BlockingChannel) -> None:
+    """A fanout exchange bound to a direct exchange: a stream's feed and a priority queue's
+    consumers read the fanout exchange's topic and judge its messages by key."""
+    source, destination = declare(channel, "fanout"), declare(channel, "direct")
+    stream = unique("stream")
+    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    priority = channel.queue_declare(unique("prio"), arguments={"x-max-priority": 5}).method.queue
+    channel.queue_bind(stream, destination, "k")
+    channel.queue_bind(priority, destination, "k")
+    channel.exchange_bind(destination, source)
+    assert not publish(channel, source, "other", b"not for them")
+    assert publish(channel, source, "k", b"one")
+    assert publish(channel, source, "k", b"two")
+    only(channel, priority, [b"one", b"two"])
+    got: list[bytes] = []
+    channel.basic_qos(prefetch_count=10)
+    tag = channel.basic_consume(
+        stream,
+        lambda ch, method, _p, body: (got.append(body), ch.basic_ack(method.delivery_tag)),
+        arguments={"x-stream-offset": "first"},
+    )
+    deadline = time.monotonic() + 30
+    while len(got) < 2:
+        assert time.monotonic() < deadline, got
+        channel.connection.process_data_events(time_limit=0.1)
+    channel.basic_cancel(tag)
+    assert got == [b"one", b"two"]
