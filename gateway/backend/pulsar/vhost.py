@@ -58,7 +58,7 @@ from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscript
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
-from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
+from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
 from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
@@ -103,7 +103,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.name = name
         self.namespace = namespace
         self._r = resources
-        self.catalog = Catalog(name, str(namespace), resources.store)
+        self.catalog = Catalog(name, str(namespace), resources.store, REFUSED_ARGUMENTS)
         self.replies = ReplyForwarding(
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
         ).registry
