@@ -24,7 +24,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-max-length-bytes": 1024},
         {"x-single-active-consumer": True},
     ],
     ids=lambda arguments: "+".join(arguments),
