@@ -1,7 +1,7 @@
 """What each RabbitMQ feature costs on the publish and consume paths, measured in one run.
 
     .venv/bin/python bench/bench_features.py              # needs the local stack up
-    .venv/bin/python bench/bench_features.py -n 3000 -r 3 --only ttl,priority
+    .venv/bin/python bench/bench_features.py -n 3000 -r 3 --only message-ttl,priority
 
 One gateway (a subprocess, as in bench_gateway_vs_pulsar.py, whose minimal AMQP client this
 reuses) on a fresh Pulsar namespace. Each round measures a plain durable classic queue, fed
