@@ -16,11 +16,8 @@ quorum queues (406 naming it, nothing created): no replica knows the fleet's rea
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import aio_pika
-import aiormq
 import pika
 import pika.exceptions
 import pytest
@@ -30,8 +27,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import PULSAR_ONLY, Running
 from tests.integration.clients.test_dead_lettering import get
-from tests.integration.clients.test_length_limits import confirmed, drain
-from tests.support.clients import amqp_url, channel_closed, unique
+from tests.integration.clients.test_length_limits import aio_pika_outcomes, confirmed, drain
+from tests.support.clients import channel_closed, unique
 
 MEMORY = pytest.mark.parametrize("running", ["memory"], indirect=True)
 
@@ -57,19 +54,23 @@ def dead_lettered(channel: BlockingChannel, dead: str, n: int) -> list[bytes]:
     return [body for _, _, body in letters]
 
 
+def dead_lettering(channel: BlockingChannel, **arguments: Any) -> tuple[str, str]:
+    """A queue with ``arguments`` (``x_max_length_bytes=10`` for ``x-max-length-bytes``)
+    dead-lettering into a new queue: their names."""
+    queue, dead = unique("q"), unique("dead")
+    channel.queue_declare(dead)
+    limits = {"x-" + key.replace("_", "-"): value for key, value in arguments.items()}
+    channel.queue_declare(
+        queue,
+        arguments={**limits, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead},
+    )
+    return queue, dead
+
+
 @MEMORY
 def test_drop_head_keeps_the_newest_bodies_that_fit(running: Running) -> None:
     channel = confirmed(running)
-    queue, dead = unique("q"), unique("dead")
-    channel.queue_declare(dead)
-    channel.queue_declare(
-        queue,
-        arguments={
-            "x-max-length-bytes": 10,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": dead,
-        },
-    )
+    queue, dead = dead_lettering(channel, max_length_bytes=10)
     for n in range(4):
         assert published(channel, queue, f"m{n}xx".encode())  # 4 bytes each
     assert count(channel, queue) == 2
@@ -81,16 +82,7 @@ def test_drop_head_keeps_the_newest_bodies_that_fit(running: Running) -> None:
 @MEMORY
 def test_a_body_over_the_limit_pushes_everything_out_itself_included(running: Running) -> None:
     channel = confirmed(running)
-    queue, dead = unique("q"), unique("dead")
-    channel.queue_declare(dead)
-    channel.queue_declare(
-        queue,
-        arguments={
-            "x-max-length-bytes": 5,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": dead,
-        },
-    )
+    queue, dead = dead_lettering(channel, max_length_bytes=5)
     assert published(channel, queue, b"ab")
     assert published(channel, queue, b"abcdefgh")  # confirmed: drop-head never nacks
     assert count(channel, queue) == 0
@@ -98,13 +90,19 @@ def test_a_body_over_the_limit_pushes_everything_out_itself_included(running: Ru
     channel.connection.close()
 
 
-@MEMORY
-def test_reject_publish_nacks_what_does_not_fit_in_bytes(running: Running) -> None:
+def rejecting(running: Running, max_bytes: int) -> tuple[BlockingChannel, str]:
+    """A confirming channel and a new queue of ``max_bytes`` that rejects publishes."""
     channel = confirmed(running)
     queue = unique("q")
     channel.queue_declare(
-        queue, arguments={"x-max-length-bytes": 10, "x-overflow": "reject-publish"}
+        queue, arguments={"x-max-length-bytes": max_bytes, "x-overflow": "reject-publish"}
     )
+    return channel, queue
+
+
+@MEMORY
+def test_reject_publish_nacks_what_does_not_fit_in_bytes(running: Running) -> None:
+    channel, queue = rejecting(running, 10)
     assert published(channel, queue, b"123456")
     assert not published(channel, queue, b"12345")  # 11 bytes
     assert published(channel, queue, b"1234")  # exactly 10
@@ -122,11 +120,7 @@ def test_reject_publish_nacks_what_does_not_fit_in_bytes(running: Running) -> No
 
 @MEMORY
 def test_headers_and_properties_do_not_count(running: Running) -> None:
-    channel = confirmed(running)
-    queue = unique("q")
-    channel.queue_declare(
-        queue, arguments={"x-max-length-bytes": 0, "x-overflow": "reject-publish"}
-    )
+    channel, queue = rejecting(running, 0)
     assert published(channel, queue, b"", headers={"big": "h" * 1000}, correlation_id="c" * 200)
     assert published(channel, queue, b"")
     assert not published(channel, queue, b"1")
@@ -137,17 +131,7 @@ def test_headers_and_properties_do_not_count(running: Running) -> None:
 @MEMORY
 def test_reject_publish_dlx_dead_letters_what_does_not_fit(running: Running) -> None:
     channel = confirmed(running)
-    queue, dead = unique("q"), unique("dead")
-    channel.queue_declare(dead)
-    channel.queue_declare(
-        queue,
-        arguments={
-            "x-max-length-bytes": 4,
-            "x-overflow": "reject-publish-dlx",
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": dead,
-        },
-    )
+    queue, dead = dead_lettering(channel, max_length_bytes=4, overflow="reject-publish-dlx")
     assert published(channel, queue, b"kept")
     assert not published(channel, queue, b"refused")
     assert dead_lettered(channel, dead, 1) == [b"refused"]
@@ -183,16 +167,7 @@ def test_a_requeue_over_the_limit_drops_the_head(running: Running) -> None:
     """rabbit_amqqueue_process:requeue_and_run drops the head after putting messages back:
     the requeued message goes back to the head, and is the one to go."""
     channel = confirmed(running)
-    queue, dead = unique("q"), unique("dead")
-    channel.queue_declare(dead)
-    channel.queue_declare(
-        queue,
-        arguments={
-            "x-max-length-bytes": 10,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": dead,
-        },
-    )
+    queue, dead = dead_lettering(channel, max_length_bytes=10)
     assert published(channel, queue, b"first!")
     method, _, _ = get(channel, queue, auto_ack=False)
     assert published(channel, queue, b"second")  # fits: the first is not ready
@@ -204,40 +179,24 @@ def test_a_requeue_over_the_limit_drops_the_head(running: Running) -> None:
 
 @MEMORY
 def test_aio_pika_publish_over_the_byte_limit_is_nacked(running: Running) -> None:
-    queue = unique("q")
-
-    async def scenario() -> list[str]:
-        outcomes = []
-        connection = await aio_pika.connect(amqp_url(running.port))
-        async with connection:
-            channel = await connection.channel()  # confirms on, as aio-pika's default
-            await channel.declare_queue(
-                queue, arguments={"x-max-length-bytes": 8, "x-overflow": "reject-publish"}
-            )
-            for body in (b"fits", b"fits", b"!"):
-                try:
-                    await channel.default_exchange.publish(aio_pika.Message(body), queue)
-                    outcomes.append("ack")
-                except aiormq.exceptions.DeliveryError:
-                    outcomes.append("nack")
-        return outcomes
-
-    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == ["ack", "ack", "nack"]
+    arguments: dict[str, int | str] = {"x-max-length-bytes": 8, "x-overflow": "reject-publish"}
+    outcomes = aio_pika_outcomes(running.port, arguments, [b"fits", b"fits", b"!"])
+    assert outcomes == ["ack", "ack", "nack"]
 
 
 # One step: publish a body of this size, or take (and acknowledge) the head.
-STEPS = st.lists(st.one_of(st.integers(0, 12), st.just(-1)), min_size=1, max_size=25)
+STEPS = st.lists(st.one_of(st.integers(0, 6), st.just(-1)), min_size=1, max_size=25)
 
 
 @MEMORY
 @settings(
-    max_examples=25,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     steps=STEPS,
-    max_bytes=st.integers(0, 24),
+    max_bytes=st.integers(0, 12),
     max_length=st.one_of(st.none(), st.integers(0, 4)),
     overflow=st.sampled_from(["drop-head", "reject-publish"]),
 )
