@@ -133,13 +133,8 @@ class LengthLimits:
         topic of the queue), so publishes on several replicas one after another are exact."""
         now = trio.current_time()
         known = self._counts.get(queue)
-        maximum = limit.max_length
-        if (
-            known is not None
-            and now - known[1] < COUNT_FRESH
-            and maximum
-            and known[0] * 2 < maximum
-        ):
+        maximum = limit.max_length or 0  # set: Pulsar refuses x-max-length-bytes alone
+        if known is not None and now - known[1] < COUNT_FRESH and known[0] * 2 < maximum:
             return known
         counted = (await self._count_ready(queue), now)
         self._counts[queue] = counted
