@@ -150,14 +150,26 @@ class MemoryQueue:
         after each publish and each requeue (rabbit_amqqueue_process:maybe_drop_head); a body
         larger than the byte limit pushes everything out, itself included."""
         limit = self.limit
-        if limit is None or limit.rejects_publish:
-            return
+        if (
+            limit is None
+            or limit.rejects_publish
+            or not limit.over(len(self.ready), self.ready_bytes)
+        ):
+            return  # (expired messages only make a queue smaller: no need to look for them)
         ready = self.count()  # expired messages leave first (and do not count)
         while ready and limit.over(ready, self.ready_bytes):
             message = self.ready.pop()[0]
             self.ready_bytes -= len(message.body)
             ready -= 1
             self.dead_letter(self.name, message, "maxlen")
+
+    def has_room(self, limit: LengthLimit, message: Message) -> bool:
+        """Whether ``message`` fits within ``limit`` (reject-publish), expired messages left
+        out (looked for only when the queue would be full with them)."""
+        size = len(message.body)
+        if limit.has_room(len(self.ready), self.ready_bytes, size):
+            return True
+        return limit.has_room(self.count(), self.ready_bytes, size)
 
     def clear(self) -> None:
         self.ready.clear()
@@ -334,11 +346,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
             return True
         queue = self._messages(name)
         limit = queue.limit
-        if (
-            limit is not None
-            and limit.rejects_publish
-            and not limit.has_room(queue.count(), queue.ready_bytes, len(message.body))
-        ):
+        if limit is not None and limit.rejects_publish and not queue.has_room(limit, message):
             if limit.dead_letters_rejected:
                 self._dead_letter(name, message, "maxlen")
             return False

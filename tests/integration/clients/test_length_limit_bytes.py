@@ -16,6 +16,7 @@ quorum queues (406 naming it, nothing created): no replica knows the fleet's rea
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pika
@@ -28,6 +29,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from tests.integration.clients.conftest import PULSAR_ONLY, Running
 from tests.integration.clients.test_dead_lettering import get
 from tests.integration.clients.test_length_limits import aio_pika_outcomes, confirmed, drain
+from tests.integration.clients.test_ttl import COUNT_DEADLINE
 from tests.support.clients import channel_closed, unique
 
 MEMORY = pytest.mark.parametrize("running", ["memory"], indirect=True)
@@ -125,6 +127,17 @@ def test_headers_and_properties_do_not_count(running: Running) -> None:
     assert published(channel, queue, b"")
     assert not published(channel, queue, b"1")
     assert count(channel, queue) == 2
+    channel.connection.close()
+
+
+@MEMORY
+def test_expired_messages_do_not_count(running: Running) -> None:
+    channel, queue = rejecting(running, 5)
+    assert published(channel, queue, b"12345", expiration="1")
+    deadline = time.monotonic() + COUNT_DEADLINE
+    while not published(channel, queue, b"abcde"):  # refused until the first one expired
+        assert time.monotonic() < deadline
+    assert drain(channel, queue) == [b"abcde"]
     channel.connection.close()
 
 
