@@ -34,6 +34,7 @@ from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.stream_copies import DEDUPLICATION, LogCopier
 from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
 from gateway.metadata.store import VhostView
 from gateway.model.arguments import is_stream
@@ -169,6 +170,9 @@ class StreamQueues:
             await admin.set_topic_policy(
                 topic, "retention", retention_policy(stream_retention(arguments))
             )
+            # The leader's copies of messages routed through exchanges are named after their
+            # originals: the broker drops a copy the log already holds (stream_copies.py).
+            await admin.set_topic_policy(topic, DEDUPLICATION, True)
             # Without subscriptions the broker would delete the log after a minute idle.
             await admin.set_topic_policy(
                 topic,
@@ -193,6 +197,12 @@ class StreamQueues:
         """The topics through which messages reach the stream's log: its bindings' (and,
         after an unbind, those still draining), never the log itself."""
         return self._topics.read_by(view, queue)
+
+    def copier(self, queue: str, in_flight: int) -> LogCopier:
+        """What the leader's feed appends the stream's copies with (stream_copies.py)."""
+        return LogCopier(
+            self._r, self.log_topic(queue), lambda message: self.append(queue, message), in_flight
+        )
 
     async def append(self, queue: str, message: Message) -> Stored:
         """Write ``message`` to the end of the stream's log (its exchange and routing key
