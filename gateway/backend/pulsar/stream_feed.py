@@ -27,6 +27,7 @@ message through a new binding is read as soon as its topic is known here.
 from __future__ import annotations
 
 import logging
+import time
 
 import trio
 
@@ -44,10 +45,20 @@ __all__ = ["StreamFeeder"]
 # Without a change of the view, the leader still looks this often (a feed whose new topic
 # could not be subscribed to tries again).
 RECHECK_INTERVAL = 1.0
-# A round over a large vhost takes time (it looks at every queue when the queues changed):
-# the next one waits at least this many times as long, so the feed takes at most about a
-# third of the replica's time however fast the view changes.
+# A look at every queue of a large vhost takes time (when the queues changed): the next round
+# waits this many times as long, so that the feed takes at most about a third of the
+# replica's time however fast the view changes.
 ROUND_SPACING = 2.0
+# A routing key's first publisher makes the subscriptions on its topic with Pulsar's admin API
+# (activation.py), which resets a subscription that a consumer created meanwhile and
+# disconnects that consumer (pulsar-client comes back 100 ms later: measured, the feed's first
+# message through a new binding then took 150 ms). So the feed reads a newly bound topic only
+# once its subscription is there, looking again this often, for at most ``DEFER_LIMIT`` (then
+# it subscribes anyway: its first publisher is gone, and the next one makes the subscription
+# before writing).
+SUBSCRIPTION_POLL = 0.02
+DEFER_LIMIT = 2.0
+LOOKUPS = 8
 # Messages appended and not yet stored per stream (the pipeline's depth).
 IN_FLIGHT = 256
 # After a failure, the stream's feed starts again this much later.
@@ -76,11 +87,15 @@ class StreamFeeder:
         # a change of bindings or routing keys only does not look at every queue again).
         self._queues: object = None
         self._streams: tuple[str, ...] = ()
+        self._scanned_in = 0.0  # how long the last look at every queue took (seconds)
+        # At most this many of those looks at once (a new leader looks at every topic).
+        self._lookups = trio.CapacityLimiter(LOOKUPS)
+        # (stream, topic) not read yet for want of its subscription -> since when.
+        self._deferred: dict[tuple[str, str], float] = {}
 
     async def run(self, recheck: float = RECHECK_INTERVAL) -> None:
         async with trio.open_nursery() as nursery:
             while True:
-                started = trio.current_time()
                 view = self._vhost.catalog.view
                 try:
                     await self.round(nursery, view)
@@ -90,17 +105,21 @@ class StreamFeeder:
                     log.warning(
                         "stream feed of %s failed; next round", self._namespace, exc_info=True
                     )
-                await trio.sleep(ROUND_SPACING * (trio.current_time() - started))
-                with trio.move_on_after(recheck):
+                await trio.sleep(ROUND_SPACING * self._scanned_in)
+                with trio.move_on_after(SUBSCRIPTION_POLL if self._deferred else recheck):
                     try:
                         await self._store.changed(self._namespace, view.version)
                     except MetadataUnavailable:
                         await trio.sleep(recheck)
 
     def streams(self, view: VhostView) -> tuple[str, ...]:
+        """The streams of ``view`` (looked for among its queues only when those changed)."""
+        self._scanned_in = 0.0
         if view.queues is not self._queues:
+            started = time.perf_counter()
             self._streams = tuple(n for n, q in view.queues.items() if is_stream(q.arguments))
             self._queues = view.queues
+            self._scanned_in = time.perf_counter() - started
         return self._streams
 
     async def round(self, nursery: trio.Nursery, view: VhostView | None = None) -> None:
@@ -111,21 +130,44 @@ class StreamFeeder:
             subscription = running.subscription
             if subscription is not None and (gone is None or not is_stream(gone.arguments)):
                 await subscription.end()  # deleted: its feed stops (_append returns)
+        deferred, self._deferred = self._deferred, {}
         for name in self.streams(view):
             wanted = streams.feeders(view, name)
             found = self._feeds.get(name)
             if found is None:
-                if wanted:
+                if wanted and await self._subscribed(name, wanted, deferred) == wanted:
                     self._feeds[name] = _Feed()
                     nursery.start_soon(self._feed, name)
                 continue
             subscription = found.subscription
             if subscription is not None and not subscription.closed:
                 current = set(subscription.consumer.topics)
-                for topic in wanted - current:
+                for topic in await self._subscribed(name, wanted - current, deferred):
                     await subscription.add_topic(topic)
                 for topic in current - wanted:
                     await subscription.remove_topic(topic)
+
+    async def _subscribed(
+        self, stream: str, topics: set[str], deferred: dict[tuple[str, str], float]
+    ) -> set[str]:
+        """Those of ``topics`` whose subscription for ``stream`` is there (or that waited
+        ``DEFER_LIMIT``); the others are looked at again (``SUBSCRIPTION_POLL``)."""
+        now = trio.current_time()
+        ready: set[str] = set()
+
+        async def look(topic: str) -> None:
+            since = deferred.get((stream, topic), now)
+            async with self._lookups:
+                there = await self._vhost.streams.subscribed(topic, stream)
+            if there or now - since >= DEFER_LIMIT:
+                ready.add(topic)
+            else:
+                self._deferred[(stream, topic)] = since
+
+        async with trio.open_nursery() as nursery:
+            for topic in topics:
+                nursery.start_soon(look, topic)
+        return ready
 
     async def _feed(self, stream: str) -> None:
         """Append what the stream's subscriptions receive to its log, until it is gone."""

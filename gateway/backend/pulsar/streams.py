@@ -41,6 +41,7 @@ from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
 from gateway.metadata.store import VhostView
 from gateway.model.arguments import is_stream
 from gateway.model.entities import Queue, resource
+from gateway.model.naming import subscription_for
 from gateway.model.streams import (
     FIRST,
     LAST,
@@ -210,6 +211,16 @@ class StreamQueues:
         return LogCopier(
             self._r, self.log_topic(queue), lambda message: self.append(queue, message), in_flight
         )
+
+    async def subscribed(self, topic: str, queue: str) -> bool:
+        """Whether ``queue``'s subscription on ``topic`` exists (False if Pulsar cannot say)."""
+        try:
+            return subscription_for(queue) in await self._r.admin.list_subscriptions(topic)
+        except NotFound:
+            return False
+        except AdminError as error:
+            log.info("subscriptions of %s: %s", topic, error)
+            return False
 
     async def append(self, queue: str, message: Message) -> Stored:
         """Write ``message`` to the end of the stream's log (its exchange and routing key
