@@ -1,6 +1,7 @@
 """Stream queues on Pulsar: publish-to-delivery latency and a consume rate.
 
-    .venv/bin/python bench/bench_streams.py [--messages 300] [--backlog 20000]
+    .venv/bin/python bench/bench_streams.py [--messages 300] [--bind-rounds 50] [--fed 20000]
+        [--backlog 20000]
 
 Needs the local stack up (``python3 scripts/stack.py up``); it is used as found, never stopped.
 One gateway process (``python -m gateway.cli``) on a fresh namespace, its metadata in a
@@ -17,6 +18,9 @@ streams); the pika clients run in this process.
 1b. **First message through a new binding**, ``--bind-rounds`` times: Bind-Ok of a fresh
    routing key to the arrival of one message published with it (the publisher registers the
    key and makes its topic's subscriptions, the leader's feed starts reading the topic).
+1c. **Feed rate**: ``--fed`` messages of 100 bytes published through a direct exchange without
+   confirms, as fast as one pika channel goes, to a stream read from ``next`` (prefetch 500):
+   the rate at which they arrive (every one appended to the log by the leader's feed).
 2. **Consume rate**: ``--backlog`` messages of 100 bytes published (confirmed), then read from
    ``first`` with prefetch 500, acknowledging each with ``multiple`` every 100: messages/s.
 """
@@ -176,11 +180,53 @@ def consume_rate(port: int, backlog: int) -> tuple[float, float]:
     return published, rate
 
 
+def feed_rate(port: int, count: int) -> tuple[float, float]:
+    """``count`` messages of 100 bytes published through a direct exchange without confirms,
+    as fast as one pika channel goes, to a stream read from ``next``: the publish rate, and
+    the rate at which they reach the stream's consumer (the leader's feed appends each)."""
+    consumer = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)).channel()
+    publisher = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)).channel()
+    stream = f"feed-{time.monotonic_ns()}"
+    consumer.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    consumer.exchange_declare("bench-feed", "direct")
+    consumer.queue_bind(stream, "bench-feed", stream)
+    got = 0
+
+    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+        nonlocal got
+        got += 1
+        if got % 100 == 0:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+
+    consumer.basic_qos(prefetch_count=500)
+    consumer.basic_consume(stream, on_message, arguments={"x-stream-offset": "next"})
+    publisher.basic_publish("bench-feed", stream, b"first")  # the key's topic, subscribed
+    deadline = time.monotonic() + 30
+    while got < 1:
+        consumer.connection.process_data_events(time_limit=0.05)
+        if time.monotonic() > deadline:
+            raise SystemExit("the first message through the exchange did not arrive")
+    body = b"x" * 100
+    started = time.monotonic()
+    for _ in range(count):
+        publisher.basic_publish("bench-feed", stream, body)
+    published = count / (time.monotonic() - started)
+    while got < count + 1:
+        consumer.connection.process_data_events(time_limit=0.05)
+        if time.monotonic() - started > 300:
+            raise SystemExit(f"fed {got - 1} of {count}")
+    fed = count / (time.monotonic() - started)
+    consumer.connection.close()
+    publisher.connection.close()
+    return published, fed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--bind-rounds", type=int, default=50)
+    parser.add_argument("--fed", type=int, default=20_000)
     args = parser.parse_args()
     with (
         httpx.Client(base_url=WEB, timeout=30) as admin,
@@ -210,6 +256,11 @@ def main() -> None:
                 f"first message through a new binding, Bind-Ok->deliver: {len(samples)} rounds, "
                 f"p50 {statistics.median(samples):.1f} ms, "
                 f"p99 {percentile(samples, 0.99):.1f} ms, max {max(samples):.1f} ms"
+            )
+            published, fed = feed_rate(port, args.fed)
+            print(
+                f"through a direct exchange, {args.fed} x 100 B without confirms: published "
+                f"{published:,.0f} msg/s, delivered from the stream at {fed:,.0f} msg/s"
             )
             published, rate = consume_rate(port, args.backlog)
             print(
