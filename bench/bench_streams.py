@@ -150,6 +150,18 @@ def first_after_bind(port: int, rounds: int) -> list[float]:
     return samples
 
 
+class Tally:
+    """Counts deliveries, acknowledging them with ``multiple`` every 100."""
+
+    def __init__(self) -> None:
+        self.got = 0
+
+    def on_message(self, ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+        self.got += 1
+        if self.got % 100 == 0:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+
+
 def consume_rate(port: int, backlog: int) -> tuple[float, float]:
     channel = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)).channel()
     stream = f"rate-{time.monotonic_ns()}"
@@ -160,21 +172,15 @@ def consume_rate(port: int, backlog: int) -> tuple[float, float]:
     for _ in range(backlog):
         channel.basic_publish("", stream, body)
     published = backlog / (time.monotonic() - started)
-    got = 0
-
-    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
-        nonlocal got
-        got += 1
-        if got % 100 == 0:
-            ch.basic_ack(method.delivery_tag, multiple=True)
+    tally = Tally()
 
     channel.basic_qos(prefetch_count=500)
     started = time.monotonic()
-    channel.basic_consume(stream, on_message, arguments={"x-stream-offset": "first"})
-    while got < backlog:
+    channel.basic_consume(stream, tally.on_message, arguments={"x-stream-offset": "first"})
+    while tally.got < backlog:
         channel.connection.process_data_events(time_limit=0.05)
         if time.monotonic() - started > 300:
-            raise SystemExit(f"read {got} of {backlog}")
+            raise SystemExit(f"read {tally.got} of {backlog}")
     rate = backlog / (time.monotonic() - started)
     channel.connection.close()
     return published, rate
@@ -190,19 +196,13 @@ def feed_rate(port: int, count: int) -> tuple[float, float]:
     consumer.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     consumer.exchange_declare("bench-feed", "direct")
     consumer.queue_bind(stream, "bench-feed", stream)
-    got = 0
-
-    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
-        nonlocal got
-        got += 1
-        if got % 100 == 0:
-            ch.basic_ack(method.delivery_tag, multiple=True)
+    tally = Tally()
 
     consumer.basic_qos(prefetch_count=500)
-    consumer.basic_consume(stream, on_message, arguments={"x-stream-offset": "next"})
+    consumer.basic_consume(stream, tally.on_message, arguments={"x-stream-offset": "next"})
     publisher.basic_publish("bench-feed", stream, b"first")  # the key's topic, subscribed
     deadline = time.monotonic() + 30
-    while got < 1:
+    while tally.got < 1:
         consumer.connection.process_data_events(time_limit=0.05)
         if time.monotonic() > deadline:
             raise SystemExit("the first message through the exchange did not arrive")
@@ -211,10 +211,10 @@ def feed_rate(port: int, count: int) -> tuple[float, float]:
     for _ in range(count):
         publisher.basic_publish("bench-feed", stream, body)
     published = count / (time.monotonic() - started)
-    while got < count + 1:
+    while tally.got < count + 1:
         consumer.connection.process_data_events(time_limit=0.05)
         if time.monotonic() - started > 300:
-            raise SystemExit(f"fed {got - 1} of {count}")
+            raise SystemExit(f"fed {tally.got - 1} of {count}")
     fed = count / (time.monotonic() - started)
     consumer.connection.close()
     publisher.connection.close()

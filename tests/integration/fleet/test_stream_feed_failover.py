@@ -19,7 +19,13 @@ import pytest
 
 from gateway.model.naming import encode_local_name, subscription_for
 from tests.integration.fleet.clients import wait_until
-from tests.integration.fleet.test_lifetimes import REAPED_WITHIN, fleet, leader_of, process_of
+from tests.integration.fleet.test_lifetimes import (
+    REAPED_WITHIN,
+    fleet,
+    leader_of,
+    process_of,
+    two_replicas_and_their_leader,
+)
 from tests.support.clients import connect
 
 pytestmark = pytest.mark.integration
@@ -111,16 +117,7 @@ def read_log(port: int, stream: str, count: int) -> list[bytes]:
 def test_a_leader_killed_mid_feed_leaves_each_message_in_the_log_once(
     fleet: Any, pulsar_stack: Any
 ) -> None:
-    replicas = fleet.replicas(2)
-    connections = {replica.name: connect(replica.port) for replica in replicas}  # both stand
-    wait_until(
-        lambda: process_of(replicas, leader_of(fleet)) is not None,
-        timeout=30,
-        what="a leader among the replicas",
-    )
-    leader = process_of(replicas, leader_of(fleet))
-    assert leader is not None
-    [survivor] = [replica for replica in replicas if replica is not leader]
+    replicas, connections, leader, survivor = two_replicas_and_their_leader(fleet)
     channel = connections[survivor.name].channel()
     channel.queue_declare("events", durable=True, arguments=STREAM)
     channel.exchange_declare("orders", "direct")
