@@ -86,7 +86,7 @@ from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
-from gateway.pulsar.consumer import ConsumerOptions
+from gateway.pulsar.consumer import ConsumerOptions, SubscriptionType
 from gateway.pulsar.errors import PreconditionFailed, amqp_errors, to_amqp_error
 
 log = logging.getLogger("gateway.pulsar.vhost")
@@ -585,6 +585,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         prefetch: int = 0,
         read_ahead: int | None = None,
         ordered: bool = True,
+        subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
@@ -597,7 +598,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         await self.records.ready()  # the other replicas' deliveries, before any of ours
         options = ConsumerOptions(
-            receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+            subscription_type=subscription_type,
+            receiver_queue_size=read_ahead,
+            batch_index_ack=self._r.batch_index_acks,
         )
         entity = view.queues.get(queue)
         ordering = None
@@ -628,13 +631,22 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
 
     async def sweeper(
-        self, queue: str, read_ahead: int, *, ordered: bool = False
+        self,
+        queue: str,
+        read_ahead: int,
+        *,
+        ordered: bool = False,
+        subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep (ttl_sweep.py) or drop-head trim
-        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) of
-        ``queue``."""
+        """A consumer for the leader's TTL sweep (ttl_sweep.py), drop-head trim
+        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) or
+        stream feed (stream_feed.py, an ``exclusive`` one) of ``queue``."""
         return await self._subscription(
-            queue, exclusive=False, read_ahead=read_ahead, ordered=ordered
+            queue,
+            exclusive=False,
+            read_ahead=read_ahead,
+            ordered=ordered,
+            subscription_type=subscription_type,
         )
 
     async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
