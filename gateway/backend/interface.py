@@ -57,6 +57,12 @@ class Delivery(Protocol):
         """The message is done with: remove it from the queue."""
         ...
 
+    def ack_now(self) -> None:
+        """``ack``, as a plain call: no backend waits to acknowledge (Pulsar groups its
+        acknowledgements itself), and a read's acks are settled in one pass without a
+        coroutine each."""
+        ...
+
     async def reject(self, requeue: bool) -> None:
         """Give the message back to the queue (``requeue``) or drop it."""
         ...

@@ -66,6 +66,9 @@ class MemoryDelivery:
     settled: bool = False
 
     async def ack(self) -> None:
+        self.ack_now()
+
+    def ack_now(self) -> None:
         self.settled = True
 
     async def reject(self, requeue: bool) -> None:

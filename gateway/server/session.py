@@ -58,6 +58,9 @@ CLEANUP_TIMEOUT = 10.0
 # A publish that waits this long for the backend (Pulsar's in-flight limit reached) tells the
 # client, if it listens, with Connection.Blocked; Unblocked follows when the publish goes on.
 BLOCKED_AFTER = 1.0
+# At most this many buffered messages are delivered in one pass of a consumer's loop before it
+# comes back to a schedule point (other consumers and connections get their turn).
+BURST = 128
 
 
 # The commands whose empty queue name means "the last queue declared on the channel".
@@ -502,7 +505,10 @@ class AMQPSession:
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
     async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
-        counts = self._counts
+        # A subscription that can hand over what it holds without waiting (Pulsar's can).
+        take_now: Callable[[], Delivery | None] | None = getattr(
+            consumer.subscription, "receive_nowait", None
+        )
         with consumer.scope:
             try:
                 while True:
@@ -522,37 +528,63 @@ class AMQPSession:
                         with trio.CancelScope(shield=True):
                             await delivery.reject(requeue=True)
                         return
-                    tag = state.tags.next()
-                    if not consumer.no_ack:
-                        state.tags.unsettled[tag] = Unacked(delivery, consumer)
-                        consumer.unacked += 1
-                    message = delivery.message
-                    size = len(message.body)
-                    counts.delivered_bytes += size
                     if consumer.no_ack:
-                        counts.delivered_consume_auto_ack += 1
-                        counts.acknowledged_bytes += size
-                    else:
-                        counts.delivered_consume_manual_ack += 1
-                    if delivery.redelivered:
-                        counts.redelivered += 1
-                    self._protocol.send_deliver(
-                        state.number,
-                        consumer.tag,
-                        tag,
-                        delivery.redelivered,
-                        message.exchange,
-                        message.routing_key,
-                        message.header,
-                        message.body,
-                    )
-                    if consumer.no_ack:
-                        await delivery.ack()
+                        if self._deliver(state, consumer, delivery):
+                            await delivery.ack()
+                        else:
+                            # The channel is closing: never sent, so not settled by sending
+                            # (a no-ack consumer's messages are; this one goes back).
+                            with trio.CancelScope(shield=True):
+                                await delivery.reject(requeue=True)
+                        continue
+                    # Manual acks: the messages already here go out in one pass while the
+                    # consumer has credit, without a coroutine or a wait per message (the
+                    # credit is looked at before each, with nothing awaited in between, so
+                    # consumers sharing the channel's credit cannot overshoot it).
+                    self._deliver(state, consumer, delivery)
+                    if take_now is not None:
+                        for _ in range(BURST):
+                            if not state.has_credit(consumer):
+                                break
+                            more = take_now()
+                            if more is None:
+                                break
+                            self._deliver(state, consumer, more)
 
             except SubscriptionEnded:
                 await self._consumer_ended(state, consumer)
             except AMQPError as error:
                 await self._link.fail(state.number, error)
+
+    def _deliver(self, state: SessionChannel, consumer: Consumer, delivery: Delivery) -> bool:
+        """Basic.Deliver ``delivery`` to ``consumer`` (queued, sent at the next flush); False
+        when the channel is closing and nothing was sent (an ack-mode delivery then stays
+        with the channel's unacknowledged ones, which its close gives back)."""
+        counts = self._counts
+        tag = state.tags.next()
+        message = delivery.message
+        size = len(message.body)
+        counts.delivered_bytes += size
+        if consumer.no_ack:
+            counts.delivered_consume_auto_ack += 1
+            counts.acknowledged_bytes += size
+        else:
+            state.tags.unsettled[tag] = Unacked(delivery, consumer)
+            consumer.unacked += 1
+            counts.delivered_consume_manual_ack += 1
+        redelivered = delivery.redelivered
+        if redelivered:
+            counts.redelivered += 1
+        return self._protocol.send_deliver(
+            state.number,
+            consumer.tag,
+            tag,
+            redelivered,
+            message.exchange,
+            message.routing_key,
+            message.header,
+            message.body,
+        )
 
     async def _hold_until_credit(
         self, state: SessionChannel, consumer: Consumer, delivery: Delivery
@@ -666,15 +698,23 @@ class AMQPSession:
         self, state: SessionChannel, entries: list[Unacked], requeue: bool | None
     ) -> None:
         counts = self._counts
-        for entry in entries:
-            # A consumer's count may have been reset meanwhile (Basic.Recover during a tx).
-            if entry.consumer is not None and entry.consumer.unacked > 0:
-                entry.consumer.unacked -= 1
-            if requeue is None:
-                counts.acknowledged += 1
-                counts.acknowledged_bytes += len(entry.delivery.message.body)
-                await entry.delivery.ack()
-            else:
+        if requeue is None:
+            # Acks, the hot path: plain calls, no coroutine per message (Delivery.ack_now).
+            size = 0
+            for entry in entries:
+                # A consumer's count may have been reset meanwhile (Basic.Recover in a tx).
+                consumer = entry.consumer
+                if consumer is not None and consumer.unacked > 0:
+                    consumer.unacked -= 1
+                delivery = entry.delivery
+                size += len(delivery.message.body)
+                delivery.ack_now()
+            counts.acknowledged += len(entries)
+            counts.acknowledged_bytes += size
+        else:
+            for entry in entries:
+                if entry.consumer is not None and entry.consumer.unacked > 0:
+                    entry.consumer.unacked -= 1
                 await entry.delivery.reject(requeue)
         if entries:
             state.signal_credit()
