@@ -1,5 +1,5 @@
 """Connection.Start advertises exactly what the gateway implements, and what it leaves out is
-refused when a client asks for it anyway."""
+refused when a client asks for it anyway (consumer priorities)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ IMPLEMENTED = {
     "per_consumer_qos",  # Basic.Qos global=false is per consumer
     "authentication_failure_close",  # Connection.Close 403 on a refused login
     "direct_reply_to",  # amq.rabbitmq.reply-to (test_direct_reply_to.py)
+    "exchange_exchange_bindings",  # Exchange.Bind/Unbind (test_exchange_bindings.py)
 }
 
 
@@ -38,16 +39,6 @@ def test_exactly_the_implemented_capabilities(connection: pika.BlockingConnectio
     advertised = connection._impl.server_capabilities
     assert advertised == dict.fromkeys(IMPLEMENTED, True)
     assert dict.fromkeys(IMPLEMENTED, True) == SERVER_CAPABILITIES
-
-
-def test_exchange_to_exchange_bindings_are_refused(connection: pika.BlockingConnection) -> None:
-    channel = connection.channel()
-    channel.exchange_declare("e1", "direct")
-    channel.exchange_declare("e2", "direct")
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
-        channel.exchange_bind("e1", "e2", "k")
-    assert refused.value.reply_code == 540
-    assert "exchange.bind" in refused.value.reply_text
 
 
 def test_consumer_priorities_are_refused() -> None:
