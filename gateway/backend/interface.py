@@ -193,6 +193,12 @@ class VirtualHost(Protocol):
         """
         ...
 
+    def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
+        """``publish``, when it can be done without waiting (the common case: a known
+        exchange that routes the message, room to write it); None, with nothing done,
+        when it cannot, and ``publish`` must be awaited. Raises what ``publish`` would."""
+        ...
+
     async def send_reply(self, message: Message) -> None:
         """A direct reply (default exchange, routing key ``amq.rabbitmq.reply-to.*``): to its
         requester through ``replies``, wherever it is; dropped if it is gone."""

@@ -293,6 +293,13 @@ class MemoryVirtualHost(CatalogVirtualHost):
     # ------------------------------------------------------------------ messages
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
+        return self._publish(message, mandatory)
+
+    def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
+        # In memory a publish never waits.
+        return self._publish(message, mandatory)
+
+    def _publish(self, message: Message, mandatory: bool) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
         check_expiration(message)

@@ -355,6 +355,23 @@ class TrioProducer:
         if self._closed:
             self._slots.release()
             self._check_open()
+        return self._add_to_group(payload, properties)
+
+    def submit_grouped_nowait(
+        self, payload: bytes, properties: Mapping[str, str] | None = None
+    ) -> SendHandle | None:
+        """``submit_grouped`` when it need not wait: None (nothing done) when the producer is
+        closed, has no free in-flight slot, or the message is not one to group."""
+        if self._closed or len(payload) > GROUP_MAX_BYTES or self.options.chunking_enabled:
+            return None
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            return None
+        return self._add_to_group(payload, properties)
+
+    def _add_to_group(self, payload: bytes, properties: Mapping[str, str] | None) -> SendHandle:
+        """With a slot taken: the message joins the group being collected."""
         try:
             message = _build(payload, properties, None, None, None, None)
         except BaseException:

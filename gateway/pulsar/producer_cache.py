@@ -121,6 +121,17 @@ class ProducerCache:
                 self._discard(topic, producer)
         raise AssertionError("unreachable")
 
+    def submit_now(
+        self, topic: str, payload: bytes, properties: Mapping[str, str] | None = None
+    ) -> SendHandle | None:
+        """``submit`` when it need not wait (the topic's producer is open and has a free
+        slot): the message joins its group; None, with nothing done, otherwise."""
+        entry = self._entries.get(topic)
+        if type(entry) is TrioProducer and not entry.closed:
+            entry.last_used = trio.current_time()
+            return entry.submit_grouped_nowait(payload, properties)
+        return None
+
     def _discard(self, topic: str, producer: TrioProducer) -> None:
         if self._entries.get(topic) is producer:
             del self._entries[topic]

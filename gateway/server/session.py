@@ -159,7 +159,7 @@ class AMQPSession:
         if isinstance(event, ev.PublishReceived):
             await self._publish(event)
         elif isinstance(event, ev.AckReceived):
-            await self._settle(event.channel, event.delivery_tag, event.multiple, None)
+            self.ack_now(event)
         elif isinstance(event, ev.NackReceived):
             await self._settle(event.channel, event.delivery_tag, event.multiple, event.requeue)
         elif isinstance(event, ev.RejectReceived):
@@ -325,10 +325,42 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ publishing
 
-    async def _publish(self, event: ev.PublishReceived) -> None:
+    def publish_now(self, event: ev.PublishReceived) -> Awaitable[None] | None:
+        """Publish, synchronously where the backend can (``VirtualHost.publish_now``: the
+        common case); otherwise returns what is left to do, for the caller to await at once.
+        The connection calls this for each Basic.Publish of a read, so that a read's
+        publishes are one pass with no coroutine, checkpoint or wait per message."""
         state = self._channels.get(event.channel)
         if state is None:
-            return
+            return None
+        message = self._received(state, event)
+        if message is None:
+            return None
+        if message.exchange or not message.routing_key.startswith(REPLY_PREFIX):
+            outcome = self._vhost.publish_now(message, mandatory=event.mandatory)
+            if outcome is not None:
+                self._routed(event.channel, message, event.mandatory, outcome)
+                if state.confirms is not None:
+                    self._counts.received_confirm += 1
+                    state.confirms.add(outcome.stored)
+                return None
+        return self._publish_rest(state, event, message)
+
+    async def _publish(self, event: ev.PublishReceived) -> None:
+        rest = self.publish_now(event)
+        if rest is not None:
+            await rest
+
+    async def _publish_rest(
+        self, state: SessionChannel, event: ev.PublishReceived, message: Message
+    ) -> None:
+        outcome = await self._route(event.channel, message, event.mandatory)
+        if state.confirms is not None:
+            self._counts.received_confirm += 1
+            state.confirms.add(outcome.stored)
+
+    def _received(self, state: SessionChannel, event: ev.PublishReceived) -> Message | None:
+        """Count and check a publish; its message, or None when a transaction holds it."""
         message = Message(event.exchange, event.routing_key, event.header, event.body)
         counts = self._counts
         size = len(event.body)
@@ -344,21 +376,25 @@ class AMQPSession:
             message = self._reply_to_rewritten(state, message)
         if state.tx is not None:
             state.tx.hold_publish(message, event.mandatory)  # published at Tx.Commit
-            return
-        outcome = await self._route(event.channel, message, event.mandatory)
-        if state.confirms is not None:
-            counts.received_confirm += 1
-            state.confirms.add(outcome.stored)
+            return None
+        return message
 
     async def _route(self, channel: int, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish ``message`` to the backend (a direct reply to its requester); Basic.Return
         it if it is mandatory and unroutable."""
-        counts = self._counts
-        size = len(message.body)
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             outcome = await self._send_reply(message)
         else:
             outcome = await self._publish_or_block(message, mandatory)
+        self._routed(channel, message, mandatory, outcome)
+        return outcome
+
+    def _routed(
+        self, channel: int, message: Message, mandatory: bool, outcome: PublishOutcome
+    ) -> None:
+        """Count where ``message`` went; Basic.Return it if mandatory and unroutable."""
+        counts = self._counts
+        size = len(message.body)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
@@ -378,7 +414,6 @@ class AMQPSession:
                 message.header,
                 message.body,
             )
-        return outcome
 
     async def _publish_or_block(self, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish; while the backend holds the publish back, the reader waits here, so the
@@ -706,28 +741,44 @@ class AMQPSession:
             return
         await self._apply_settlement(state, state.tags.settle(tag, multiple), requeue)
 
+    def ack_now(self, event: ev.AckReceived) -> None:
+        """Basic.Ack, as a plain call: the connection settles the acks of one read in one
+        pass, without a coroutine per ack (``_settle`` with ``requeue=None`` does the same)."""
+        state = self._channels.get(event.channel)
+        if state is None:
+            return
+        if state.tx is not None:
+            state.tx.hold_settlement(state.tags.take(event.delivery_tag, event.multiple), None)
+            return
+        self._ack(state, state.tags.settle(event.delivery_tag, event.multiple))
+
     async def _apply_settlement(
         self, state: SessionChannel, entries: list[Unacked], requeue: bool | None
     ) -> None:
-        counts = self._counts
         if requeue is None:
-            # Acks, the hot path: plain calls, no coroutine per message (Delivery.ack_now).
-            size = 0
-            for entry in entries:
-                # A consumer's count may have been reset meanwhile (Basic.Recover in a tx).
-                consumer = entry.consumer
-                if consumer is not None and consumer.unacked > 0:
-                    consumer.unacked -= 1
-                delivery = entry.delivery
-                size += len(delivery.message.body)
-                delivery.ack_now()
-            counts.acknowledged += len(entries)
-            counts.acknowledged_bytes += size
-        else:
-            for entry in entries:
-                if entry.consumer is not None and entry.consumer.unacked > 0:
-                    entry.consumer.unacked -= 1
-                await entry.delivery.reject(requeue)
+            self._ack(state, entries)
+            return
+        for entry in entries:
+            if entry.consumer is not None and entry.consumer.unacked > 0:
+                entry.consumer.unacked -= 1
+            await entry.delivery.reject(requeue)
+        if entries:
+            state.signal_credit()
+
+    def _ack(self, state: SessionChannel, entries: list[Unacked]) -> None:
+        """Acks, the hot path: plain calls, no coroutine per message (Delivery.ack_now)."""
+        size = 0
+        for entry in entries:
+            # A consumer's count may have been reset meanwhile (Basic.Recover in a tx).
+            consumer = entry.consumer
+            if consumer is not None and consumer.unacked > 0:
+                consumer.unacked -= 1
+            delivery = entry.delivery
+            size += len(delivery.message.body)
+            delivery.ack_now()
+        counts = self._counts
+        counts.acknowledged += len(entries)
+        counts.acknowledged_bytes += size
         if entries:
             state.signal_credit()
 

@@ -227,3 +227,29 @@ async def test_a_group_fails_as_a_whole_and_large_messages_go_alone(
     with trio.fail_after(10), contextlib.suppress(ClosedError):
         await group[0].durable()
     assert group[0].done() and producer.in_flight == 0
+
+
+async def test_grouped_submits_without_waiting_join_the_group_or_decline(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    name = topic("grouped-nowait")
+    await admin.create_subscription(name, "q", "earliest")
+    producer = await client.create_producer(
+        name, ProducerOptions(batching_enabled=False, max_pending_messages=3)
+    )
+    first = await producer.submit_grouped(b"m0")
+    rest = [producer.submit_grouped_nowait(f"m{i}".encode()) for i in (1, 2)]
+    assert all(h is first for h in rest) and first.count == 3  # one group, no yield between
+    # No free slot: declined, nothing sent, nothing taken.
+    assert producer.submit_grouped_nowait(b"refused") is None and producer.in_flight == 3
+    # Too large to group: declined too (submit_grouped sends it alone).
+    await first.durable()
+    assert producer.submit_grouped_nowait(b"\0" * (6 * 1024 * 1024)) is None
+    assert producer.in_flight == 0
+    async with await client.subscribe(
+        name, "q", ConsumerOptions(initial_position="earliest", receiver_queue_size=10)
+    ) as consumer:
+        bodies = [(await consumer.receive()).payload for _ in range(3)]
+    assert bodies == [b"m0", b"m1", b"m2"]
+    await producer.aclose()
+    assert producer.submit_grouped_nowait(b"closed") is None
