@@ -283,6 +283,18 @@ def gateway_process(
                 "-c",
                 str(conf),
             ]
+        if os.environ.get("BENCH_CPROFILE"):
+            # The gateway's trio thread under cProfile (written when it exits): call counts
+            # per message, which a sampling profiler does not give.
+            # (main() returns before the entry point's os._exit, so the stats get written.)
+            command = [
+                str(GATEWAY_EXE.parent / "python"),
+                "-c",
+                "import cProfile, sys; from gateway.cli import main; p = cProfile.Profile(); "
+                "p.runcall(main, sys.argv[2:]); p.dump_stats(sys.argv[1])",
+                os.environ["BENCH_CPROFILE"],
+                *command[1:],
+            ]
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -1217,7 +1229,8 @@ def py_spy(exe: str, pid: int, out: Path) -> Iterator[None]:
             str(out),
             "--rate",
             "200",
-            "--nonblocking",
+            # Inside pulsar-client's C++ calls too (needs to pause the process per sample).
+            *(["--native"] if os.environ.get("BENCH_PROFILE_NATIVE") else ["--nonblocking"]),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -1400,6 +1413,22 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
                 ratios = [g / r for (r, _), (g, _) in pairs]
                 listed = ", ".join(f"{x:.2f}" for x in ratios)
                 print(f"  {label}: {listed}  (median {statistics.median(ratios):.2f})")
+    if gw:
+        # The deciding figure on a shared machine: what each message cost the gateway process
+        # (all its threads), which other load disturbs far less than msg/s.
+        print()
+        print("gateway CPU µs per message, each repetition (median):")
+        for phase in ("publish", "consume", "both publish"):
+            runs = gw.samples.get(phase, [])
+            costs = [
+                meter.used["gateway"] / args.count * 1e6
+                for _, meter in runs
+                if meter is not None and "gateway" in meter.used
+            ]
+            if costs:
+                listed = ", ".join(f"{c:.0f}" for c in costs)
+                per = " (publish + consume)" if phase == "both publish" else ""
+                print(f"  {phase}{per}: {listed}  (median {statistics.median(costs):.0f})")
     print()
     print("every repetition (msg/s), and the CPU seconds of the best one:")
     for name, r in cols:

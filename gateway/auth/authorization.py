@@ -275,6 +275,10 @@ class AuthorizingVirtualHost:
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
         return await self.inner.publish(message, mandatory=mandatory)
 
+    def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
+        self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))
+        return self.inner.publish_now(message, mandatory=mandatory)
+
     async def send_reply(self, message: Message) -> None:
         # A reply is a publish to the default exchange: RabbitMQ checks the same permission.
         self._check(Access.WRITE, "exchange", _exchange_resource(message.exchange))

@@ -57,6 +57,12 @@ class Delivery(Protocol):
         """The message is done with: remove it from the queue."""
         ...
 
+    def ack_now(self) -> None:
+        """``ack``, as a plain call: no backend waits to acknowledge (Pulsar groups its
+        acknowledgements itself), and a read's acks are settled in one pass without a
+        coroutine each."""
+        ...
+
     async def reject(self, requeue: bool) -> None:
         """Give the message back to the queue (``requeue``) or drop it."""
         ...
@@ -185,6 +191,12 @@ class VirtualHost(Protocol):
         before saying so. Must be cancellation-safe: a cancelled publish has sent nothing, so
         it can be retried.
         """
+        ...
+
+    def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
+        """``publish``, when it can be done without waiting (the common case: a known
+        exchange that routes the message, room to write it); None, with nothing done,
+        when it cannot, and ``publish`` must be awaited. Raises what ``publish`` would."""
         ...
 
     async def send_reply(self, message: Message) -> None:

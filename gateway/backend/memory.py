@@ -66,6 +66,9 @@ class MemoryDelivery:
     settled: bool = False
 
     async def ack(self) -> None:
+        self.ack_now()
+
+    def ack_now(self) -> None:
         self.settled = True
 
     async def reject(self, requeue: bool) -> None:
@@ -329,6 +332,13 @@ class MemoryVirtualHost(CatalogVirtualHost):
     # ------------------------------------------------------------------ messages
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
+        return self._publish(message, mandatory)
+
+    def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
+        # In memory a publish never waits.
+        return self._publish(message, mandatory)
+
+    def _publish(self, message: Message, mandatory: bool) -> PublishOutcome:
         view = self.catalog.view
         exchange = self.catalog.publish_target(view, message.exchange)
         check_expiration(message)

@@ -111,6 +111,9 @@ class MemoryStreamDelivery:
     async def ack(self) -> None:
         """Nothing to remove: acknowledging only gives the consumer credit."""
 
+    def ack_now(self) -> None:
+        """As ``ack``."""
+
     async def reject(self, requeue: bool) -> None:
         """Neither requeued nor dropped (RabbitMQ: every settlement is credit)."""
 

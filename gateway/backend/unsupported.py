@@ -55,6 +55,9 @@ class UnsupportedVirtualHost:
     async def publish(self, *args: Any, **kwargs: Any) -> Any:
         _refuse()
 
+    def publish_now(self, *args: Any, **kwargs: Any) -> Any:
+        _refuse()
+
     async def consume(self, *args: Any, **kwargs: Any) -> Any:
         _refuse()
 

@@ -6,6 +6,19 @@ persisted the message (or failed to). Handles of one producer complete in send o
 producer invokes send callbacks in order, and the trio side drains them from one FIFO, so a
 channel can confirm publishes in order (and coalesce them with ``multiple=true``).
 
+Grouped sends (:meth:`TrioProducer.submit_grouped`, what the gateway's publish path uses):
+the messages a task submits before it next yields are handed to pulsar-client together, and
+only the last of them carries a send callback; its handle stands for the whole group. Pulsar
+completes a producer's sends in order and fails every pending one at once (send timeout,
+close, quota), so the last message's result is the group's: one call from pulsar-client's I/O
+thread into Python per group instead of one per message, which is what made the I/O thread
+wait for the GIL (and stop reading the broker's connection) while the trio thread published.
+The failures pulsar-client reports synchronously, without queueing the message, are kept out
+of a group: a closed producer stays closed (so the last message fails too), the in-flight
+limit is ours, and messages above ``GROUP_MAX_BYTES`` (which could exceed the broker's
+``maxMessageSize``) are sent one by one. The price: a group fails as a whole, so a failure
+nacks messages of it that Pulsar may have stored (publishers then send them again).
+
 Back-pressure: at most ``max_pending_messages`` messages are in flight per producer;
 ``submit`` waits for a free slot and ``send_nowait`` raises ``trio.WouldBlock``. The C++
 producer is configured with the same limit and ``block_if_queue_full=False``, so it never
@@ -15,6 +28,7 @@ blocks the trio thread and never sees more than it can queue.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -35,6 +49,8 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
 
@@ -47,6 +63,13 @@ _YIELD_EVERY = 16
 # Pulsar send latency (send_async → its callback handled) is timed for one send in SEND_SAMPLE
 # (a power of two): starlight_pulsar_send_seconds.
 SEND_SAMPLE = 16
+
+# A grouped send covers at most this many messages (the rest start a new group) ...
+GROUP_MAX_MESSAGES = 256
+# ... and only messages of at most this many payload bytes: pulsar-client refuses a message
+# above the broker's maxMessageSize (5 MB by default) synchronously, which a group could not
+# tell apart from the others.
+GROUP_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +133,18 @@ class SendHandle:
         "_result",
         "_started",
         "_state",
+        "count",
+        "messages",
     )
 
     _PENDING, _OK, _FAILED = 0, 1, 2
 
-    def __init__(self, producer: TrioProducer) -> None:
+    def __init__(self, producer: TrioProducer, *, grouped: bool = False) -> None:
         self._producer = producer
+        # How many messages this handle stands for (a group's grow until they are sent) ...
+        self.count = 1
+        # ... and, for a group not sent yet, the messages themselves (pulsar-client's).
+        self.messages: list[Any] | None = [] if grouped else None
         self._state = self._PENDING
         self._result: Any = None  # _pulsar.Result, set on the C++ thread
         self._native_id: Any = None
@@ -169,8 +198,11 @@ class SendHandle:
         return self._error
 
     def result(self) -> MessageId:
-        """The message id once done; raises the send error, or RuntimeError if pending."""
+        """The message id once done; raises the send error, or RuntimeError if pending (or,
+        for a group, which has one id per message and knows only its last)."""
         if self._state == self._OK:
+            if self.messages is not None:
+                raise RuntimeError("a grouped send has no message id")
             return MessageId.from_native(self._native_id)
         if self._state == self._FAILED:
             assert self._error is not None
@@ -228,6 +260,8 @@ class TrioProducer:
         self._in_flight = 0
         self._sends = 0  # for sampling the send latency
         self._submits = 0
+        # The group being collected (submit_grouped), sent when the submitting task yields.
+        self._group: SendHandle | None = None
         self._closed = False
         # Read by ProducerCache to find idle producers.
         self.last_used = trio.current_time()
@@ -314,6 +348,81 @@ class TrioProducer:
             sequence_id,
         )
 
+    async def submit_grouped(
+        self, payload: bytes, properties: Mapping[str, str] | None = None
+    ) -> SendHandle:
+        """``submit``, as one message of a group (module docstring): the handle is the
+        group's, and completes (ok or failed) with it. Large messages, and every message of
+        a chunking producer, are sent on their own (plain ``submit``)."""
+        if len(payload) > GROUP_MAX_BYTES or self.options.chunking_enabled:
+            return await self.submit(payload, properties)
+        self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            # Waiting yields, which sends the group collected so far: the slots come back.
+            await self._slots.acquire()
+        if self._closed:
+            self._slots.release()
+            self._check_open()
+        return self._add_to_group(payload, properties)
+
+    def submit_grouped_nowait(
+        self, payload: bytes, properties: Mapping[str, str] | None = None
+    ) -> SendHandle | None:
+        """``submit_grouped`` when it need not wait: None (nothing done) when the producer is
+        closed, has no free in-flight slot, or the message is not one to group."""
+        if self._closed or len(payload) > GROUP_MAX_BYTES or self.options.chunking_enabled:
+            return None
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            return None
+        return self._add_to_group(payload, properties)
+
+    def _add_to_group(self, payload: bytes, properties: Mapping[str, str] | None) -> SendHandle:
+        """With a slot taken: the message joins the group being collected."""
+        try:
+            message = _build(payload, properties, None, None, None, None)
+        except BaseException:
+            self._slots.release()
+            raise
+        group = self._group
+        if group is None or group.count >= GROUP_MAX_MESSAGES:
+            if group is not None:
+                self._send_group()
+            group = self._group = SendHandle(self, grouped=True)
+            group.count = 0
+            # Runs once this task yields: everything submitted until then is one group.
+            self._client.token.run_sync_soon(self._send_group)
+        assert group.messages is not None
+        group.messages.append(message)
+        group.count += 1
+        self._in_flight += 1
+        self.last_used = trio.current_time()
+        return group
+
+    def _send_group(self) -> None:
+        """Hand the collected group to pulsar-client: every message without a callback but
+        the last, which reports for all (module docstring)."""
+        group, self._group = self._group, None
+        if group is None or not group.messages:
+            return
+        messages, group.messages = group.messages, []
+        self._sends += 1
+        if not self._sends & (SEND_SAMPLE - 1):
+            group._started = time.perf_counter()
+        send = self._native.send_async
+        last = len(messages) - 1
+        try:
+            for index, message in enumerate(messages):
+                send(message, group._native_done if index == last else None)
+        except BaseException as error:
+            # Not queued (the rest neither): the group fails as a whole.
+            log.warning("send of %d messages to %s failed: %s", len(messages), self.topic, error)
+            group._native_done(_FAILED_RESULT, None)
+
     async def send(
         self,
         payload: bytes,
@@ -345,28 +454,17 @@ class TrioProducer:
         deliver_after_ms: int | None,
         sequence_id: int | None = None,
     ) -> SendHandle:
-        import _pulsar
-
         handle = SendHandle(self)
         try:
-            builder = _pulsar.MessageBuilder()
-            builder.content(payload)
-            if properties:
-                # Pulsar properties are str -> str; anything else fails here, loudly.
-                builder.properties(properties)
-            if event_timestamp is not None:
-                builder.event_timestamp(event_timestamp)
-            if partition_key is not None:
-                builder.partition_key(partition_key)
-            if ordering_key is not None:
-                builder.ordering_key(ordering_key)
-            if deliver_after_ms is not None:
-                from datetime import timedelta
-
-                builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
-            if sequence_id is not None:
-                builder.sequence_id(sequence_id)
-            message = builder.build()
+            message = _build(
+                payload,
+                properties,
+                event_timestamp,
+                partition_key,
+                ordering_key,
+                deliver_after_ms,
+                sequence_id,
+            )
         except BaseException:
             self._slots.release()
             raise
@@ -387,10 +485,16 @@ class TrioProducer:
     def _drain(self) -> None:
         """Trio thread: complete handles in the order the C++ producer called back."""
         completed = self._completed
+        slots = self._slots
         while completed:
             handle = completed.popleft()
-            self._in_flight -= 1
-            self._slots.release()
+            count = handle.count
+            self._in_flight -= count
+            if count == 1:
+                slots.release()
+            else:
+                for _ in range(count):
+                    slots.release()
             try:
                 handle._finish()
             except Exception:
@@ -401,6 +505,7 @@ class TrioProducer:
     async def flush(self) -> None:
         """Push out a batch being assembled now (sends complete through their handles)."""
         self._check_open()
+        self._send_group()
         call: NativeCall[None] = NativeCall(
             f"flush producer on {self.topic}", token=self._client.token
         )
@@ -414,6 +519,7 @@ class TrioProducer:
         """Close. Messages still in flight complete (persisted, or failed with ClosedError)."""
         if self._closed:
             return
+        self._send_group()  # handed over first: the close completes it, stored or failed
         self._closed = True
         self._client._forget(self)
         call: NativeCall[None] = NativeCall(
@@ -428,6 +534,42 @@ class TrioProducer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _build(
+    payload: bytes,
+    properties: Mapping[str, str] | None,
+    event_timestamp: int | None,
+    partition_key: str | None,
+    ordering_key: str | None,
+    deliver_after_ms: int | None,
+    sequence_id: int | None = None,
+) -> Any:
+    """A pulsar-client message; raises (TypeError) on anything it refuses."""
+    import _pulsar
+
+    builder = _pulsar.MessageBuilder()
+    builder.content(payload)
+    if properties:
+        # Pulsar properties are str -> str; anything else fails here, loudly.
+        builder.properties(properties)
+    if event_timestamp is not None:
+        builder.event_timestamp(event_timestamp)
+    if partition_key is not None:
+        builder.partition_key(partition_key)
+    if ordering_key is not None:
+        builder.ordering_key(ordering_key)
+    if deliver_after_ms is not None:
+        from datetime import timedelta
+
+        builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+    if sequence_id is not None:
+        builder.sequence_id(sequence_id)
+    return builder.build()
+
+
+# What a group that pulsar-client refused to queue completes with (result_name gives it).
+_FAILED_RESULT = "UnknownError"
 
 
 async def create_producer(

@@ -97,14 +97,16 @@ class ProducerCache:
     async def submit(
         self, topic: str, payload: bytes, properties: Mapping[str, str] | None = None
     ) -> SendHandle:
-        """``get(topic)`` then ``submit``; retries once if the producer closed under us."""
+        """``get(topic)`` then ``submit_grouped`` (the handle completes with the messages
+        submitted with it before this task yields: producer.py); retries once if the
+        producer closed under us."""
         entry = self._entries.get(topic)
         if type(entry) is TrioProducer and not entry.closed:
             # The hot path, without get()'s extra coroutine and checkpoint (submit() has its
             # own). Should the sweeper close this idle producer while submit() waits for a
             # slot, submit() raises ClosedError and the path below makes a new one.
             try:
-                return await entry.submit(payload, properties)
+                return await entry.submit_grouped(payload, properties)
             except ClosedError:
                 if self._closed:
                     raise
@@ -112,12 +114,23 @@ class ProducerCache:
         for attempt in (1, 2):
             producer = await self.get(topic)
             try:
-                return await producer.submit(payload, properties)
+                return await producer.submit_grouped(payload, properties)
             except ClosedError:
                 if attempt == 2 or self._closed:
                     raise
                 self._discard(topic, producer)
         raise AssertionError("unreachable")
+
+    def submit_now(
+        self, topic: str, payload: bytes, properties: Mapping[str, str] | None = None
+    ) -> SendHandle | None:
+        """``submit`` when it need not wait (the topic's producer is open and has a free
+        slot): the message joins its group; None, with nothing done, otherwise."""
+        entry = self._entries.get(topic)
+        if type(entry) is TrioProducer and not entry.closed:
+            entry.last_used = trio.current_time()
+            return entry.submit_grouped_nowait(payload, properties)
+        return None
 
     def _discard(self, topic: str, producer: TrioProducer) -> None:
         if self._entries.get(topic) is producer:

@@ -53,6 +53,9 @@ class ConfirmQueue:
     async def run(self) -> None:
         """Send confirms until cancelled (when the channel closes)."""
         ok_upto = 0  # stored, not yet acked
+        # The last ``Stored`` found durable: the messages of one grouped send share theirs
+        # (gateway/pulsar/producer.py), and need not be awaited one by one.
+        durable: Stored | None = None
         while True:
             if ok_upto and not (self._waiting and self._waiting[0][1].done()):
                 await self._ack_upto(ok_upto)
@@ -61,6 +64,10 @@ class ConfirmQueue:
                 self._arrived = trio.Event()
                 await self._arrived.wait()
             seq, stored = self._waiting[0]
+            if stored is durable:
+                self._waiting.popleft()
+                ok_upto = seq
+                continue
             try:
                 await stored.durable()
             except Exception as error:
@@ -75,6 +82,7 @@ class ConfirmQueue:
             else:
                 self._waiting.popleft()
                 ok_upto = seq
+                durable = stored
 
     def _observe(self, upto: int) -> None:
         """Time the sampled messages up to ``upto``, now that their confirm goes out."""

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import ssl
+from typing import cast
 
 import trio
 
@@ -308,7 +309,20 @@ class ClientConnection:
         while events:
             for event in events:
                 try:
-                    await self._handle_event(event)
+                    kind = type(event)
+                    session = self._session
+                    # The per-message events first, straight to the session as plain calls:
+                    # a read's publishes and acks are one pass, with no coroutine or
+                    # checkpoint per message, unless a publish has to wait (then it is
+                    # awaited at once, so the events keep their order).
+                    if kind is ev.PublishReceived and session is not None:
+                        rest = session.publish_now(cast(ev.PublishReceived, event))
+                        if rest is not None:
+                            await rest
+                    elif kind is ev.AckReceived and session is not None:
+                        session.ack_now(cast(ev.AckReceived, event))
+                    else:
+                        await self._handle_event(event)
                 except AMQPError as error:
                     self._close_for(getattr(event, "channel", 0), error, _cause(event))
             # Answers such as accept_login release frames the core was holding back.

@@ -58,6 +58,9 @@ CLEANUP_TIMEOUT = 10.0
 # A publish that waits this long for the backend (Pulsar's in-flight limit reached) tells the
 # client, if it listens, with Connection.Blocked; Unblocked follows when the publish goes on.
 BLOCKED_AFTER = 1.0
+# At most this many buffered messages are delivered in one pass of a consumer's loop before it
+# comes back to a schedule point (other consumers and connections get their turn).
+BURST = 128
 
 
 # The commands whose empty queue name means "the last queue declared on the channel".
@@ -156,7 +159,7 @@ class AMQPSession:
         if isinstance(event, ev.PublishReceived):
             await self._publish(event)
         elif isinstance(event, ev.AckReceived):
-            await self._settle(event.channel, event.delivery_tag, event.multiple, None)
+            self.ack_now(event)
         elif isinstance(event, ev.NackReceived):
             await self._settle(event.channel, event.delivery_tag, event.multiple, event.requeue)
         elif isinstance(event, ev.RejectReceived):
@@ -322,10 +325,42 @@ class AMQPSession:
 
     # ------------------------------------------------------------------ publishing
 
-    async def _publish(self, event: ev.PublishReceived) -> None:
+    def publish_now(self, event: ev.PublishReceived) -> Awaitable[None] | None:
+        """Publish, synchronously where the backend can (``VirtualHost.publish_now``: the
+        common case); otherwise returns what is left to do, for the caller to await at once.
+        The connection calls this for each Basic.Publish of a read, so that a read's
+        publishes are one pass with no coroutine, checkpoint or wait per message."""
         state = self._channels.get(event.channel)
         if state is None:
-            return
+            return None
+        message = self._received(state, event)
+        if message is None:
+            return None
+        if message.exchange or not message.routing_key.startswith(REPLY_PREFIX):
+            outcome = self._vhost.publish_now(message, mandatory=event.mandatory)
+            if outcome is not None:
+                self._routed(event.channel, message, event.mandatory, outcome)
+                if state.confirms is not None:
+                    self._counts.received_confirm += 1
+                    state.confirms.add(outcome.stored)
+                return None
+        return self._publish_rest(state, event, message)
+
+    async def _publish(self, event: ev.PublishReceived) -> None:
+        rest = self.publish_now(event)
+        if rest is not None:
+            await rest
+
+    async def _publish_rest(
+        self, state: SessionChannel, event: ev.PublishReceived, message: Message
+    ) -> None:
+        outcome = await self._route(event.channel, message, event.mandatory)
+        if state.confirms is not None:
+            self._counts.received_confirm += 1
+            state.confirms.add(outcome.stored)
+
+    def _received(self, state: SessionChannel, event: ev.PublishReceived) -> Message | None:
+        """Count and check a publish; its message, or None when a transaction holds it."""
         message = Message(event.exchange, event.routing_key, event.header, event.body)
         counts = self._counts
         size = len(event.body)
@@ -341,21 +376,25 @@ class AMQPSession:
             message = self._reply_to_rewritten(state, message)
         if state.tx is not None:
             state.tx.hold_publish(message, event.mandatory)  # published at Tx.Commit
-            return
-        outcome = await self._route(event.channel, message, event.mandatory)
-        if state.confirms is not None:
-            counts.received_confirm += 1
-            state.confirms.add(outcome.stored)
+            return None
+        return message
 
     async def _route(self, channel: int, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish ``message`` to the backend (a direct reply to its requester); Basic.Return
         it if it is mandatory and unroutable."""
-        counts = self._counts
-        size = len(message.body)
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             outcome = await self._send_reply(message)
         else:
             outcome = await self._publish_or_block(message, mandatory)
+        self._routed(channel, message, mandatory, outcome)
+        return outcome
+
+    def _routed(
+        self, channel: int, message: Message, mandatory: bool, outcome: PublishOutcome
+    ) -> None:
+        """Count where ``message`` went; Basic.Return it if mandatory and unroutable."""
+        counts = self._counts
+        size = len(message.body)
         if outcome.routed:
             counts.routed += 1
             counts.routed_bytes += size
@@ -375,7 +414,6 @@ class AMQPSession:
                 message.header,
                 message.body,
             )
-        return outcome
 
     async def _publish_or_block(self, message: Message, mandatory: bool) -> PublishOutcome:
         """Publish; while the backend holds the publish back, the reader waits here, so the
@@ -514,7 +552,10 @@ class AMQPSession:
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
     async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
-        counts = self._counts
+        # A subscription that can hand over what it holds without waiting (Pulsar's can).
+        take_now: Callable[[], Delivery | None] | None = getattr(
+            consumer.subscription, "receive_nowait", None
+        )
         with consumer.scope:
             try:
                 while True:
@@ -534,37 +575,63 @@ class AMQPSession:
                         with trio.CancelScope(shield=True):
                             await delivery.reject(requeue=True)
                         return
-                    tag = state.tags.next()
-                    if not consumer.no_ack:
-                        state.tags.unsettled[tag] = Unacked(delivery, consumer)
-                        consumer.unacked += 1
-                    message = delivery.message
-                    size = len(message.body)
-                    counts.delivered_bytes += size
                     if consumer.no_ack:
-                        counts.delivered_consume_auto_ack += 1
-                        counts.acknowledged_bytes += size
-                    else:
-                        counts.delivered_consume_manual_ack += 1
-                    if delivery.redelivered:
-                        counts.redelivered += 1
-                    self._protocol.send_deliver(
-                        state.number,
-                        consumer.tag,
-                        tag,
-                        delivery.redelivered,
-                        message.exchange,
-                        message.routing_key,
-                        message.header,
-                        message.body,
-                    )
-                    if consumer.no_ack:
-                        await delivery.ack()
+                        if self._deliver(state, consumer, delivery):
+                            await delivery.ack()
+                        else:
+                            # The channel is closing: never sent, so not settled by sending
+                            # (a no-ack consumer's messages are; this one goes back).
+                            with trio.CancelScope(shield=True):
+                                await delivery.reject(requeue=True)
+                        continue
+                    # Manual acks: the messages already here go out in one pass while the
+                    # consumer has credit, without a coroutine or a wait per message (the
+                    # credit is looked at before each, with nothing awaited in between, so
+                    # consumers sharing the channel's credit cannot overshoot it).
+                    self._deliver(state, consumer, delivery)
+                    if take_now is not None:
+                        for _ in range(BURST):
+                            if not state.has_credit(consumer):
+                                break
+                            more = take_now()
+                            if more is None:
+                                break
+                            self._deliver(state, consumer, more)
 
             except SubscriptionEnded:
                 await self._consumer_ended(state, consumer)
             except AMQPError as error:
                 await self._link.fail(state.number, error)
+
+    def _deliver(self, state: SessionChannel, consumer: Consumer, delivery: Delivery) -> bool:
+        """Basic.Deliver ``delivery`` to ``consumer`` (queued, sent at the next flush); False
+        when the channel is closing and nothing was sent (an ack-mode delivery then stays
+        with the channel's unacknowledged ones, which its close gives back)."""
+        counts = self._counts
+        tag = state.tags.next()
+        message = delivery.message
+        size = len(message.body)
+        counts.delivered_bytes += size
+        if consumer.no_ack:
+            counts.delivered_consume_auto_ack += 1
+            counts.acknowledged_bytes += size
+        else:
+            state.tags.unsettled[tag] = Unacked(delivery, consumer)
+            consumer.unacked += 1
+            counts.delivered_consume_manual_ack += 1
+        redelivered = delivery.redelivered
+        if redelivered:
+            counts.redelivered += 1
+        return self._protocol.send_deliver(
+            state.number,
+            consumer.tag,
+            tag,
+            redelivered,
+            message.exchange,
+            message.routing_key,
+            message.header,
+            message.body,
+        )
 
     async def _hold_until_credit(
         self, state: SessionChannel, consumer: Consumer, delivery: Delivery
@@ -674,20 +741,44 @@ class AMQPSession:
             return
         await self._apply_settlement(state, state.tags.settle(tag, multiple), requeue)
 
+    def ack_now(self, event: ev.AckReceived) -> None:
+        """Basic.Ack, as a plain call: the connection settles the acks of one read in one
+        pass, without a coroutine per ack (``_settle`` with ``requeue=None`` does the same)."""
+        state = self._channels.get(event.channel)
+        if state is None:
+            return
+        if state.tx is not None:
+            state.tx.hold_settlement(state.tags.take(event.delivery_tag, event.multiple), None)
+            return
+        self._ack(state, state.tags.settle(event.delivery_tag, event.multiple))
+
     async def _apply_settlement(
         self, state: SessionChannel, entries: list[Unacked], requeue: bool | None
     ) -> None:
-        counts = self._counts
+        if requeue is None:
+            self._ack(state, entries)
+            return
         for entry in entries:
-            # A consumer's count may have been reset meanwhile (Basic.Recover during a tx).
             if entry.consumer is not None and entry.consumer.unacked > 0:
                 entry.consumer.unacked -= 1
-            if requeue is None:
-                counts.acknowledged += 1
-                counts.acknowledged_bytes += len(entry.delivery.message.body)
-                await entry.delivery.ack()
-            else:
-                await entry.delivery.reject(requeue)
+            await entry.delivery.reject(requeue)
+        if entries:
+            state.signal_credit()
+
+    def _ack(self, state: SessionChannel, entries: list[Unacked]) -> None:
+        """Acks, the hot path: plain calls, no coroutine per message (Delivery.ack_now)."""
+        size = 0
+        for entry in entries:
+            # A consumer's count may have been reset meanwhile (Basic.Recover in a tx).
+            consumer = entry.consumer
+            if consumer is not None and consumer.unacked > 0:
+                consumer.unacked -= 1
+            delivery = entry.delivery
+            size += len(delivery.message.body)
+            delivery.ack_now()
+        counts = self._counts
+        counts.acknowledged += len(entries)
+        counts.acknowledged_bytes += size
         if entries:
             state.signal_credit()
 

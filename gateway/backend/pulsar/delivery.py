@@ -111,6 +111,9 @@ class PulsarDelivery:
         self._subscription.delivery_settled(self._received.topic)
 
     async def ack(self) -> None:
+        self.ack_now()
+
+    def ack_now(self) -> None:
         self._settle(requeued=False)
         self._acknowledge()
 
@@ -271,10 +274,14 @@ class PulsarQueueSubscription:
                 return delivery
 
     def receive_nowait(self) -> PulsarDelivery | None:
+        """A message already here, or None (none, or the subscription ended or closed: the
+        next ``receive`` says which)."""
+        if self.ended or self.closed:
+            return None
         while True:
             try:
                 received = self.consumer.receive_nowait()
-            except trio.WouldBlock:
+            except (trio.WouldBlock, ClosedError):
                 return None
             delivery = self._admit(received)
             if delivery is not None:

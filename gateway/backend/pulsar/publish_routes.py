@@ -52,6 +52,15 @@ class PublishRoutes:
             return True
         return bool(self.catalog.routes(self.catalog.view, exchange, message))
 
+    def routes_now(self, exchange: Exchange, message: Message) -> bool | None:
+        """``routes`` when it need not wait: None if the key has to be prepared first."""
+        key = message.routing_key
+        if (exchange.name, key) not in self.prepared_keys and (
+            exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange)
+        ):
+            return None
+        return bool(self.catalog.routes(self.catalog.view, exchange, message))
+
     async def prepare(self, exchange: Exchange, key: str) -> bool:
         """Prepare ``exchange``'s ``key`` before this replica's first message to its topic
         (if it has a topic per key); True when that found a queue to route to."""

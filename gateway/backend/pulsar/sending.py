@@ -134,6 +134,22 @@ class Sending:
             return PublishOutcome(routed=True, stored=RefusedStored(refused, stored))
         return PublishOutcome(routed=routed, stored=stored)
 
+    def send_now(
+        self, exchange: Exchange, message: Message, view: VhostView
+    ) -> PublishOutcome | None:
+        """``send`` in the common case, without waiting: a message the view routes, no
+        exchange bindings or length limits in the vhost, a producer with room. None, with
+        nothing done, for everything else (``send`` then decides)."""
+        if view.exchange_bindings or self._limits.of(view):
+            return None
+        if not self._routes.routes_now(exchange, message):
+            return None  # a key to prepare, or unroutable here (alternates, ZooKeeper)
+        topic = self._topic(exchange, message.routing_key)
+        stored = self._r.producers.submit_now(topic, message.body, to_pulsar(message))
+        if stored is None:
+            return None
+        return PublishOutcome(routed=True, stored=stored)
+
     @property
     def _view(self) -> VhostView:
         return self._catalog.view

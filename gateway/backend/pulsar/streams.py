@@ -96,6 +96,9 @@ class PulsarStreamDelivery:
     async def ack(self) -> None:
         """Nothing is removed from a stream."""
 
+    def ack_now(self) -> None:
+        """As ``ack``."""
+
     async def reject(self, requeue: bool) -> None:
         """Neither requeued nor dropped (``rabbit_stream_queue:settle``: all credit)."""
 

@@ -12,6 +12,7 @@ import trio
 
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import PulsarClient
+from gateway.pulsar.consumer import ConsumerOptions
 from gateway.pulsar.errors import ClosedError, SendError
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.producer import ProducerOptions, SendHandle
@@ -170,3 +171,85 @@ async def test_send_callback_threads_keep_their_thread_state_once_asked(
         # Upstream's behaviour, not ours: a pulsar-client that kept its threads' states
         # itself would make keep_thread_state unnecessary (and harmless).
         pytest.skip(f"this pulsar-client keeps callback thread states itself: {seen[:5]}")
+
+
+async def test_grouped_sends_complete_together_in_send_order(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    name = topic("grouped")
+    await admin.create_subscription(name, "q", "earliest")
+    producer = await client.create_producer(
+        name, ProducerOptions(batching_enabled=False, max_pending_messages=100)
+    )
+    # Submitted without yielding in between: one group, one handle for all of them.
+    first = [await producer.submit_grouped(f"a{i}".encode(), {"i": str(i)}) for i in range(5)]
+    assert all(h is first[0] for h in first) and first[0].count == 5
+    assert producer.in_flight == 5 and not first[0].done()
+    await first[0].durable()
+    assert first[0].ok and producer.in_flight == 0
+    with pytest.raises(RuntimeError):
+        first[0].result()  # one id per message: a group has none to give
+    # After a yield a new group starts; more than the in-flight limit waits for slots.
+    handles = [await producer.submit_grouped(f"b{i}".encode()) for i in range(250)]
+    assert len({id(h) for h in handles}) >= 3  # the waits for slots sent the groups
+    for handle in handles:
+        await handle.durable()
+    assert producer.in_flight == 0
+    async with await client.subscribe(
+        name, "q", ConsumerOptions(initial_position="earliest", receiver_queue_size=300)
+    ) as consumer:
+        bodies = [(await consumer.receive()).payload for _ in range(255)]
+    assert bodies == [f"a{i}".encode() for i in range(5)] + [f"b{i}".encode() for i in range(250)]
+    await producer.aclose()
+
+
+async def test_a_group_fails_as_a_whole_and_large_messages_go_alone(
+    client: PulsarClient, topic: Topic
+) -> None:
+    producer = await client.create_producer(
+        topic("grouped-errors"), ProducerOptions(batching_enabled=False, max_pending_messages=10)
+    )
+    # Above the broker's maxMessageSize: sent on its own, and fails on its own.
+    large = await producer.submit_grouped(b"\0" * (6 * 1024 * 1024))
+    small = await producer.submit_grouped(b"fine")
+    assert large is not small and large.count == 1
+    with pytest.raises(SendError) as info:
+        await large.durable()
+    assert info.value.result == "MessageTooBig"
+    await small.durable()
+    # Properties pulsar-client refuses: nothing queued, the slot given back.
+    with pytest.raises(TypeError):
+        await producer.submit_grouped(b"x", {"n": 1})  # type: ignore[dict-item]
+    assert producer.in_flight == 0
+    # A group the producer's close catches: completed (stored, or failed), never left hanging.
+    group = [await producer.submit_grouped(b"late") for _ in range(3)]
+    await producer.aclose()
+    with trio.fail_after(10), contextlib.suppress(ClosedError):
+        await group[0].durable()
+    assert group[0].done() and producer.in_flight == 0
+
+
+async def test_grouped_submits_without_waiting_join_the_group_or_decline(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    name = topic("grouped-nowait")
+    await admin.create_subscription(name, "q", "earliest")
+    producer = await client.create_producer(
+        name, ProducerOptions(batching_enabled=False, max_pending_messages=3)
+    )
+    first = await producer.submit_grouped(b"m0")
+    rest = [producer.submit_grouped_nowait(f"m{i}".encode()) for i in (1, 2)]
+    assert all(h is first for h in rest) and first.count == 3  # one group, no yield between
+    # No free slot: declined, nothing sent, nothing taken.
+    assert producer.submit_grouped_nowait(b"refused") is None and producer.in_flight == 3
+    # Too large to group: declined too (submit_grouped sends it alone).
+    await first.durable()
+    assert producer.submit_grouped_nowait(b"\0" * (6 * 1024 * 1024)) is None
+    assert producer.in_flight == 0
+    async with await client.subscribe(
+        name, "q", ConsumerOptions(initial_position="earliest", receiver_queue_size=10)
+    ) as consumer:
+        bodies = [(await consumer.receive()).payload for _ in range(3)]
+    assert bodies == [b"m0", b"m1", b"m2"]
+    await producer.aclose()
+    assert producer.submit_grouped_nowait(b"closed") is None

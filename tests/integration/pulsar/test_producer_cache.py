@@ -36,7 +36,7 @@ async def test_concurrent_first_use_creates_one_producer(
     assert len(ones) == 10 and all(p is ones[0] for p in ones)
     assert await cache.get(topic("one")) is ones[0]  # reused
     handle = await cache.submit(topic("two"), b"x", {"k": "v"})
-    await handle.wait()
+    await handle.durable()
     assert cache.created == 2
     await cache.aclose()
     assert all(p.closed for p in got)
@@ -52,11 +52,11 @@ async def test_idle_producers_are_closed_and_recreated_on_use(
         await nursery.start(cache.run_sweeper)
         busy = await cache.get(topic("busy"))
         idle = await cache.get(topic("idle"))
-        await (await cache.submit(topic("idle"), b"once")).wait()
+        await (await cache.submit(topic("idle"), b"once")).durable()
 
         async def idle_closed() -> bool:
             # Keep "busy" busy while "idle" ages out.
-            await (await cache.submit(topic("busy"), b"tick")).wait()
+            await (await cache.submit(topic("busy"), b"tick")).durable()
             return idle.closed
 
         await wait_for(idle_closed, timeout=10)
@@ -64,7 +64,7 @@ async def test_idle_producers_are_closed_and_recreated_on_use(
         assert topic("idle") not in cache.producers and cache.idled_out == 1
         again = await cache.get(topic("idle"))
         assert again is not idle and not again.closed and cache.created == 3
-        await (await cache.submit(topic("idle"), b"after")).wait()
+        await (await cache.submit(topic("idle"), b"after")).durable()
         nursery.cancel_scope.cancel()
     await cache.aclose()
 
@@ -76,6 +76,6 @@ async def test_submit_survives_a_producer_closed_under_it(
     first = await cache.get(topic("t"))
     await first.aclose()  # e.g. closed by the sweeper between get() and submit()
     handle = await cache.submit(topic("t"), b"x")
-    await handle.wait()
+    await handle.durable()
     assert cache.created == 2
     await cache.aclose()

@@ -87,3 +87,52 @@ async def test_one_by_one_confirms_are_single() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert sent[-1] == (expected, False, True)
         nursery.cancel_scope.cancel()
+
+
+class Counted(Pending):
+    """A Pending that counts how often it is awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.awaited = 0
+
+    async def durable(self) -> None:
+        self.awaited += 1
+        await super().durable()
+
+
+async def test_messages_of_one_grouped_send_are_confirmed_together() -> None:
+    # A grouped send (gateway/pulsar/producer.py) gives its messages one shared Stored.
+    sent: list[tuple[int, bool, bool]] = []
+    queue = ConfirmQueue(recorder(sent))
+    group, alone = Counted(), Pending()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queue.run)
+        for item in (group, group, group, alone):
+            queue.add(item)
+        alone.succeed()
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent == []  # the group is not stored yet: nothing after it either
+        group.succeed()
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent == [(4, True, True)]
+        assert group.awaited == 1  # the later messages of the group were not awaited again
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_grouped_send_nacks_each_of_its_messages() -> None:
+    sent: list[tuple[int, bool, bool]] = []
+    queue = ConfirmQueue(recorder(sent))
+    before, group, after = Pending(), Pending(), Pending()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queue.run)
+        for item in (before, group, group, after):
+            queue.add(item)
+        before.succeed()
+        group.fail()
+        after.succeed()
+        await trio.testing.wait_all_tasks_blocked()
+        oks = {tag: ok for tag, _, ok in sent}
+        assert oks[1] and not oks[2] and not oks[3] and oks[4]
+        assert max(tag for tag, _, _ in sent) == 4
+        nursery.cancel_scope.cancel()
