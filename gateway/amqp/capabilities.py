@@ -12,9 +12,9 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
   version whose behaviour we follow, and our own version under ``starlight_version``.
 
 Advertised is exactly what the gateway implements (a client that sees a capability uses it):
-``exchange_exchange_bindings`` (Exchange.Bind is answered 540) and ``consumer_priorities``
-(``x-priority`` is refused, docs/compatibility.md) are not; nor is anything false listed, as
-RabbitMQ lists only what it has. ``direct_reply_to`` is RabbitMQ's name for
+``exchange_exchange_bindings`` (Exchange.Bind is answered 540) is not; nor is anything false
+listed, as RabbitMQ lists only what it has. ``consumer_priorities``: ``x-priority`` on
+Basic.Consume (docs/compatibility.md, "Consumer priorities"). ``direct_reply_to`` is RabbitMQ's name for
 ``amq.rabbitmq.reply-to`` (backend/replies.py).
 """
 
@@ -34,6 +34,7 @@ SERVER_CAPABILITIES: dict[str, bool] = {
     "consumer_cancel_notify": True,
     "connection.blocked": True,
     "per_consumer_qos": True,
+    "consumer_priorities": True,
     "authentication_failure_close": True,
     "direct_reply_to": True,
 }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -30,9 +30,11 @@ from gateway.metadata.store import (
     REMOVE,
     DrainRecord,
     MetadataUnavailable,
+    PickActive,
     QueueCondition,
     VhostView,
 )
+from gateway.model.consumers import LinePlace, Standing
 from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
 
 __all__ = ["MemoryMetadataStore"]
@@ -43,6 +45,8 @@ class _Consumer:
     queue: str
     session: str
     exclusive: bool
+    # A single-active-consumer queue's consumer: its place in line.
+    place: LinePlace | None = None
 
 
 @dataclass(eq=False)
@@ -66,6 +70,9 @@ class _Namespace:
     # Sessions standing for leader, first = leader; set-and-replaced when it changes.
     candidates: list[str] = field(default_factory=list)
     election: trio.Event = field(default_factory=trio.Event)
+    # The last sequence given to a single-active-consumer queue's consumer (one counter per
+    # namespace: a queue's line only needs them increasing).
+    sequence: int = 0
     version: int = 0
     opened: bool = False
     event: trio.Event = field(default_factory=trio.Event)
@@ -85,7 +92,9 @@ class _Namespace:
                 self.bindings.values(),
                 self.topic_keys,
                 owned=self.owners,
-                consumers=[ConsumerKey(c.queue, c.session, 0) for c in self.consumers.values()],
+                consumers=[
+                    ConsumerKey(c.queue, c.session, 0, c.place) for c in self.consumers.values()
+                ],
                 drains=[DrainKey(q, t, record) for (q, t), (record, _) in self.drains.items()],
             )
         return self.snapshot
@@ -120,7 +129,8 @@ class MemoryMetadataStore:
         self._opened: list[str] = []
         self._opened_changed = trio.Event()
         self._closed = trio.Event()
-        self.available = True
+        self._available = True
+        self._availability = trio.Event()  # set and replaced when ``available`` changes
 
     @property
     def replica_id(self) -> str:
@@ -363,7 +373,9 @@ class MemoryMetadataStore:
 
     # ------------------------------------------------------------------ consumers
 
-    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+    async def add_consumer(
+        self, namespace: str, queue: str, *, exclusive: bool, standing: Standing | None = None
+    ) -> str:
         state = await self._write(namespace)
         target = state.queues.get(queue)
         if target is None:
@@ -372,7 +384,13 @@ class MemoryMetadataStore:
         if any(c.exclusive for c in others) or (exclusive and others):
             raise ConsumerConflict(queue)
         consumer = f"{self._session},{next(self._serials)}"
-        state.consumers[consumer] = _Consumer(queue, self._session, exclusive)
+        place = None
+        if standing is not None:
+            state.sequence += 1
+            place = LinePlace(
+                consumer, self._session, state.sequence, standing.priority, standing.credit
+            )
+        state.consumers[consumer] = _Consumer(queue, self._session, exclusive, place)
         if target.auto_delete:
             state.consumed.add(queue)
         state.touch()
@@ -382,6 +400,58 @@ class MemoryMetadataStore:
         state = await self._write(namespace)
         if state.consumers.pop(consumer, None) is not None:
             state.touch()
+
+    async def activate_consumer(self, namespace: str, queue: str, pick: PickActive) -> bool:
+        state = await self._write(namespace)
+        line = sorted(
+            (c.place for c in state.consumers.values() if c.queue == queue and c.place),
+            key=lambda place: place.sequence,
+        )
+        if any(place.active for place in line):
+            return False
+        chosen = pick(line)
+        if chosen is None or chosen.replica != self._session:
+            return False
+        known = state.consumers.get(chosen.consumer)
+        if known is None or known.place is None:
+            return False
+        state.consumers[chosen.consumer] = replace(known, place=replace(known.place, active=True))
+        state.touch()
+        return True
+
+    async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        state = await self._write(namespace)
+        known = state.consumers.get(consumer)
+        if known is not None and known.place is not None and known.place.active:
+            state.consumers[consumer] = replace(known, place=replace(known.place, active=False))
+            state.touch()
+
+    @property
+    def available(self) -> bool:
+        """False simulates losing ZooKeeper (see the module's docstring)."""
+        return self._available
+
+    @available.setter
+    def available(self, available: bool) -> None:
+        self._available = available
+        self._availability.set()
+        self._availability = trio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self._available and not self._closed.is_set()
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        while self.connected != connected:
+            changed = self._availability
+            async with trio.open_nursery() as nursery:
+
+                async def wait(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(wait, changed)
+                nursery.start_soon(wait, self._closed)
 
     # ------------------------------------------------------------------ drains
 

@@ -48,6 +48,7 @@ from gateway.model.priority import PriorityBuffer
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
@@ -80,6 +81,9 @@ class ConsumerOptions:
     # first out among equals). Called on the listener thread: it must be quick, and an
     # exception counts as priority 0.
     priority_of: Callable[[Any], int] | None = None
+    # Pulsar's consumer priority level on the subscription (0 is the highest; priority_level.py);
+    # None leaves pulsar-client's default, 0.
+    priority_level: int | None = None
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -115,6 +119,8 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
         conf.batch_index_ack_enabled(True)
     if options.consumer_name:
         conf.consumer_name(options.consumer_name)
+    if options.priority_level is not None:
+        priority_levels().apply(conf, options.priority_level)
     conf.message_listener(listener)
     return conf
 

@@ -219,6 +219,9 @@ class PulsarQueueSubscription:
         # Deliveries handed out and not yet acknowledged or rejected, in all and per topic.
         self.outstanding = 0
         self._outstanding_from: dict[str, int] = {}
+        # Called when the last outstanding delivery is settled (a single active consumer
+        # stepping down waits for it: single_active.py).
+        self.on_idle: Callable[[], None] | None = None
         # Set once retired (a Basic.Get consumer no longer used): runs the async work of
         # letting go of it, topic by topic as their deliveries are settled.
         self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
@@ -317,6 +320,8 @@ class PulsarQueueSubscription:
         del self._outstanding_from[topic]
         if self._retired is not None:
             self._let_go(self._retired, topic)
+        if self.on_idle is not None and not self.outstanding:
+            self.on_idle()
 
     def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
         """Stop fetching and give back what was fetched and not handed out: a retired

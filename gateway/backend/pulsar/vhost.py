@@ -70,17 +70,20 @@ from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
 from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
 from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
 from gateway.model.arguments import is_stream
+from gateway.model.consumers import consumer_priority, refuse_priority, single_active
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
     Binding,
     Exchange,
     ExchangeType,
+    Queue,
     resource,
 )
 from gateway.model.naming import subscription_for, topic_for
@@ -100,6 +103,7 @@ from gateway.pulsar.errors import (
     amqp_errors,
     to_amqp_error,
 )
+from gateway.pulsar.priority_level import level_for, priority_levels
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -610,19 +614,24 @@ class PulsarVirtualHost(CatalogVirtualHost):
         prefetch: int = 0,
         read_ahead: int | None = None,
         ordered: bool = True,
+        priority: int = 0,
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
         queue (unless not ``ordered``), it holds up to its window of messages and delivers
-        the highest priority of them first (docs/compatibility.md, "Priority queues")."""
+        the highest priority of them first (docs/compatibility.md, "Priority queues").
+        ``priority``: its consumer priority (Pulsar's priority level, when it can be set)."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         await self.records.ready()  # the other replicas' deliveries, before any of ours
+        levels = priority_levels()
         options = ConsumerOptions(
-            receiver_queue_size=read_ahead, batch_index_ack=self._r.batch_index_acks
+            receiver_queue_size=read_ahead,
+            batch_index_ack=self._r.batch_index_acks,
+            priority_level=level_for(priority) if levels.available else None,
         )
         entity = view.queues.get(queue)
         ordering = None
@@ -733,13 +742,19 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         prefetch: int = 0,
         qos: ConsumerQos = NO_QOS,
-    ) -> RegisteredSubscription | PulsarStreamSubscription:
+    ) -> RegisteredSubscription | PulsarStreamSubscription | SingleActiveSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)
         if is_stream(entity.arguments):
             return await self.streams.consume(entity, command, qos, int(time.time() * 1000))
         await self._queue_use.used(queue, entity.arguments)
+        if single_active(entity.arguments):
+            return await self._consume_single_active(entity, command, prefetch, qos)
+        priority = consumer_priority(command.arguments)
+        if "x-priority" in command.arguments and not priority_levels().available:
+            where = resource("queue", queue, self.name)
+            raise refuse_priority(where, priority_levels().why_not)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -752,7 +767,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         try:
             # Messages the Basic.Get consumer holds would never reach this consumer.
             await self._basic_gets.close(queue)
-            subscription = await self._subscription(queue, exclusive=exclusive, prefetch=prefetch)
+            subscription = await self._subscription(
+                queue, exclusive=exclusive, prefetch=prefetch, priority=priority
+            )
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._unregister(queue, registration)
@@ -760,6 +777,26 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._consumers.setdefault(queue, set()).add(subscription)
         self._registrations[subscription] = registration
         return RegisteredSubscription(subscription, lambda: self._settled(subscription))
+
+    async def _consume_single_active(
+        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
+    ) -> SingleActiveSubscription:
+        """A consumer in the queue's line, with a Pulsar consumer only while it is the active
+        one (single_active.py)."""
+        queue = entity.name
+
+        async def open_consumer() -> PulsarQueueSubscription:
+            await self._basic_gets.close(queue)  # what it holds would never reach this one
+            subscription = await self._subscription(queue, exclusive=False, prefetch=prefetch)
+            self._consumers.setdefault(queue, set()).add(subscription)
+            return subscription
+
+        async def gone(registration: str) -> None:
+            now = self._view.queues.get(queue)
+            await self._consumer_gone(queue, registration, now is not None and now.auto_delete)
+
+        nursery = self._r.nursery
+        return await join_line(self.catalog, entity, command, qos, open_consumer, gone, nursery)
 
     async def _settled(self, subscription: PulsarQueueSubscription) -> None:
         """Until the closed consumer's unregistration (and auto-delete) is done."""
@@ -782,7 +819,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # queue itself went: ``ended``).
         abandoned = queue is not None and queue.auto_delete and not subscription.ended
         done = self._leaving[subscription] = trio.Event()
-        self._r.nursery.start_soon(self._consumer_gone, subscription, registration, abandoned, done)
+
+        async def gone() -> None:
+            try:
+                await self._consumer_gone(subscription.queue, registration, abandoned, done)
+            finally:
+                self._leaving.pop(subscription, None)
+
+        self._r.nursery.start_soon(gone)
 
     async def _unregister(self, queue: str, registration: str) -> None:
         try:
@@ -791,13 +835,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             log.warning("unregistering a consumer of queue '%s' failed: %s", queue, error)
 
     async def _consumer_gone(
-        self,
-        subscription: PulsarQueueSubscription,
-        registration: str,
-        abandoned: bool,
-        done: trio.Event,
+        self, name: str, registration: str, abandoned: bool, done: trio.Event | None = None
     ) -> None:
-        name = subscription.queue
         try:
             await self._unregister(name, registration)
             if not abandoned or self._consumers.get(name):
@@ -812,14 +851,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 "auto-deleting queue '%s' in vhost '%s' failed", name, self.name, exc_info=True
             )
         finally:
-            done.set()
-            self._leaving.pop(subscription, None)
+            if done is not None:
+                done.set()
 
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
         entity = await self.catalog.find_queue(queue, owner)
         if is_stream(entity.arguments):
             raise refuse_get(resource("queue", queue, self.name))
+        self.catalog.check_get(entity)
         await self._queue_use.used(queue, entity.arguments)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 

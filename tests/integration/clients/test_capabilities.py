@@ -11,7 +11,7 @@ import pytest
 
 from gateway.amqp.capabilities import SERVER_CAPABILITIES
 from gateway.backend.memory import MemoryBackend
-from tests.support.clients import channel_closed, connect
+from tests.support.clients import connect
 from tests.support.gateway_thread import GatewayInThread
 
 IMPLEMENTED = {
@@ -20,6 +20,7 @@ IMPLEMENTED = {
     "consumer_cancel_notify",  # Basic.Cancel when a queue is deleted under a consumer
     "connection.blocked",  # Connection.Blocked while Pulsar holds publishes back
     "per_consumer_qos",  # Basic.Qos global=false is per consumer
+    "consumer_priorities",  # x-priority on Basic.Consume (test_consumer_priorities.py)
     "authentication_failure_close",  # Connection.Close 403 on a refused login
     "direct_reply_to",  # amq.rabbitmq.reply-to (test_direct_reply_to.py)
 }
@@ -49,10 +50,3 @@ def test_exchange_to_exchange_bindings_are_refused(connection: pika.BlockingConn
     assert refused.value.reply_code == 540
     assert "exchange.bind" in refused.value.reply_text
 
-
-def test_consumer_priorities_are_refused() -> None:
-    with GatewayInThread(backend=MemoryBackend()) as gateway:
-        channel = connect(gateway.port).channel()
-        channel.queue_declare("q")
-        with channel_closed(406):
-            channel.basic_consume("q", lambda *_: None, arguments={"x-priority": 1})
