@@ -13,9 +13,9 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
 
 Advertised is exactly what the gateway implements (a client that sees a capability uses it):
 ``exchange_exchange_bindings`` (Exchange.Bind is answered 540) is not; nor is anything false
-listed, as RabbitMQ lists only what it has. ``consumer_priorities``: ``x-priority`` on
-Basic.Consume (docs/compatibility.md, "Consumer priorities"). ``direct_reply_to`` is RabbitMQ's name for
-``amq.rabbitmq.reply-to`` (backend/replies.py).
+listed, as RabbitMQ lists only what it has. ``consumer_priorities`` is ``x-priority`` on
+Basic.Consume (docs/compatibility.md, "Consumer priorities"). ``direct_reply_to`` is
+RabbitMQ's name for ``amq.rabbitmq.reply-to`` (backend/replies.py).
 """
 
 from __future__ import annotations

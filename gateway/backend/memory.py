@@ -104,8 +104,9 @@ class MemoryQueue:
     # x-single-active-consumer: the queue's type ("classic" or "quorum", whose rules differ:
     # model/consumers.py); None without.
     single_active: str | None = None
-    # Consumers so far (each one's place in registration order).
+    # Consumers so far (each one's place in registration order), and messages they took.
     registered: int = 0
+    takes: int = 0
     deleted: bool = False
     changed: trio.Event = field(default_factory=trio.Event)
 
@@ -113,20 +114,28 @@ class MemoryQueue:
         self.changed.set()
         self.changed = trio.Event()
 
+    def wake(self) -> None:
+        self._signal()
+
     def line(self) -> list[LinePlace]:
         return [s.place for s in self.subscriptions]
 
     def rearrange(self) -> None:
         """A single-active-consumer queue's consumers changed (one came, went, or settled
-        what it held): the active one steps down if a quorum queue's rules say so and it holds
-        nothing unsettled, and the next one becomes active (model/consumers.py)."""
+        what it held): on a quorum queue the active one starts stepping down when one of
+        higher priority waits (and goes on once started: rabbit_fifo's ``quiescing``),
+        steps down once it holds nothing unsettled, and the next one becomes active
+        (model/consumers.py)."""
         if self.single_active is None:
             return
         kind = self.single_active
         active = next((s for s in self.subscriptions if s.active), None)
-        if active is not None and preempting(self.line(), kind) and not active.unsettled():
-            active.active = False
-            active = None
+        if active is not None:
+            if preempting(self.line(), kind) is not None:
+                active.quiescing = True
+            if active.quiescing and not active.unsettled():
+                active.active = active.quiescing = False
+                active = None
         if active is None:
             chosen = successor(self.line(), kind)
             for subscription in self.subscriptions:
@@ -145,9 +154,17 @@ class MemoryQueue:
         delivers to the highest priority that is not blocked; a consumer waits in ``receive``
         only while it has prefetch credit)."""
         if self.single_active is not None:
-            return subscription.active and not preempting(self.line(), self.single_active)
-        priority = subscription.priority
-        return not any(other.waiting and other.priority > priority for other in self.subscriptions)
+            return subscription.active and not subscription.quiescing
+        # Round-robin among equals: the one that took least recently goes first.
+        rank = (-subscription.priority, subscription.last_take)
+        return not any(
+            other.waiting and (-other.priority, other.last_take) < rank
+            for other in self.subscriptions
+        )
+
+    def took(self, subscription: MemorySubscription) -> None:
+        self.takes += 1
+        subscription.last_take = self.takes
 
     def _priority(self, message: Message) -> int:
         if self.maximum is None:
@@ -208,8 +225,10 @@ class MemorySubscription:
     credit: int = 0
     sequence: int = 0
     active: bool = False
+    quiescing: bool = False  # active, stepping down for a higher priority (quorum queues)
     # In ``receive`` (so not blocked by its prefetch): consumers of lower priority wait.
     waiting: bool = False
+    last_take: int = 0  # when it last took a message (the queue's count of takes then)
 
     @property
     def place(self) -> LinePlace:
@@ -228,6 +247,10 @@ class MemorySubscription:
             return await self._receive(before_wait)
         finally:
             self.waiting = False
+            if self.queue.ready:
+                # Others may have left messages to this one (priority, round-robin): they
+                # look again now that it stopped waiting.
+                self.queue.wake()
 
     async def _receive(self, before_wait: Callable[[], Awaitable[None]] | None) -> MemoryDelivery:
         while True:
@@ -235,6 +258,7 @@ class MemorySubscription:
                 raise SubscriptionEnded(self.queue.name)
             delivery = self.queue.take() if self.queue.may_take(self) else None
             if delivery is not None:
+                self.queue.took(self)
                 self.outstanding = [d for d in self.outstanding if not d.settled]
                 self.outstanding.append(delivery)
                 return delivery

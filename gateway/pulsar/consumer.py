@@ -218,6 +218,9 @@ class TrioConsumer:
         # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
         # by the listener thread.
         self._natives: dict[str, Any] = {}
+        # Topics being subscribed (add_topic in progress): a second add_topic of one waits
+        # for the first instead of subscribing it twice.
+        self._adding: dict[str, trio.Event] = {}
         self._buffer: deque[tuple[Any, Any]] = deque()  # (native consumer, native message)
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
@@ -438,13 +441,22 @@ class TrioConsumer:
     async def add_topic(self, topic: str) -> None:
         """Also consume ``topic`` (same subscription name). No-op if already consumed."""
         self._check_open()
+        adding = self._adding.get(topic)
+        if adding is not None:
+            await adding.wait()
+            return
         if topic in self._natives:
             return
-        native = await _subscribe_one(self, topic)
-        if self._closed:  # closed while we were subscribing
-            native.close_async(ignore_result)
-            self._check_open()
-        self._attach(topic, native)
+        adding = self._adding[topic] = trio.Event()
+        try:
+            native = await _subscribe_one(self, topic)
+            if self._closed:  # closed while we were subscribing
+                native.close_async(ignore_result)
+                self._check_open()
+            self._attach(topic, native)
+        finally:
+            del self._adding[topic]
+            adding.set()
 
     async def remove_topic(self, topic: str) -> int:
         """Stop consuming ``topic``: close its consumer, drop its buffered messages.

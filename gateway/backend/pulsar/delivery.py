@@ -203,8 +203,10 @@ class PulsarQueueSubscription:
         expiry: QueueExpiry | None = None,
         returned: Returned | None = None,
         fill: Fill | None = None,
+        priority: int = 0,
     ) -> None:
         self.queue = queue
+        self.priority = priority  # its consumer priority (x-priority)
         self._returned = returned
         # When this consumer last gave a message back (trio time), if it did.
         self._last_nack: float | None = None

@@ -227,6 +227,13 @@ class SingleActiveSubscription:
                 )
 
     async def _step(self, view: VhostView) -> None:
+        log.debug(
+            "consumer %s of '%s': line %s, serving %s",
+            self.registration,
+            self.queue,
+            view.lines.get(self.queue),
+            self._serving is not None,
+        )
         if self.closed:
             return
         if self.queue not in view.queues:
@@ -244,9 +251,11 @@ class SingleActiveSubscription:
             if successor(line, self._type) == mine and not self._paused:
                 await self._activate()
             return
-        if self._serving is None and not self._paused:
+        if self._serving is None and not self._paused and not self._stepping_down:
             await self._start_serving()
-        if self._serving is not None and preempting(line, self._type) is not None:
+        # Once started, stepping down goes on even if the other one left meanwhile (as
+        # rabbit_fifo's quiescing consumer does): it ends when the deliveries are settled.
+        if self._stepping_down or preempting(line, self._type) is not None:
             await self._step_down()
 
     async def _rejoin(self) -> None:
@@ -269,6 +278,7 @@ class SingleActiveSubscription:
             return successor(places, self._type)
 
         if await self._store.activate_consumer(self._namespace, self.queue, pick):
+            log.debug("consumer %s of '%s' is now the active one", self.registration, self.queue)
             await self._start_serving()
 
     async def _start_serving(self) -> None:
@@ -294,7 +304,7 @@ class SingleActiveSubscription:
         self._stepping_down = True
         self._stop_receiving()
         serving = self._serving
-        if serving is None or serving.outstanding:
+        if serving is not None and serving.outstanding:
             return  # ``_idle`` takes the turn again when the last one is settled
         await self._stop_serving()
         if self.registration is not None:

@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from gateway.amqp import commands as cmd
-from gateway.amqp.errors import ChannelError, ReplyCode
+from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
@@ -127,6 +127,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
         ).registry
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
+        # (queue, topic) -> set once this replica's creation of that subscription is done.
+        self._subscribing: dict[tuple[str, str], trio.Event] = {}
         # Each consumer's registration in the metadata store (its id there), and, once the
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
@@ -189,6 +191,27 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return self._topics.full_name(local_name)
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
+        """Make sure ``queue``'s subscription on ``topic`` exists, then give the topic to
+        this replica's consumers of the queue, highest priority first. One creation per
+        (queue, topic) at a time on this replica: a consumer attached while Pulsar creates
+        the subscription would be disconnected by it (a create that finds the subscription
+        made meanwhile resets its cursor), and come back a moment later, after other
+        consumers had the first messages."""
+        key = (queue, topic)
+        pending = self._subscribing.get(key)
+        if pending is not None:
+            await pending.wait()
+        else:
+            done = self._subscribing[key] = trio.Event()
+            try:
+                await self._create_subscription(topic, queue)
+            finally:
+                del self._subscribing[key]
+                done.set()
+        for subscription in self._by_priority(queue):
+            await subscription.add_topic(topic)
+
+    async def _create_subscription(self, topic: str, queue: str) -> None:
         what = f"subscribing queue '{queue}' to {topic}"
         for attempt in range(SUBSCRIBE_ATTEMPTS):
             try:
@@ -203,8 +226,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await trio.sleep(0.05 * (attempt + 1))
             except Exception as error:
                 raise to_amqp_error(error, what) from None
-        for subscription in self._consumers.get(queue, ()):
-            await subscription.add_topic(topic)
+
+    def _by_priority(self, queue: str) -> list[PulsarQueueSubscription]:
+        """This replica's consumers of ``queue``, highest priority first: the order they are
+        given a new topic in, so that its first messages go to the highest (a Pulsar
+        consumer gets messages from the moment it is attached)."""
+        return sorted(self._consumers.get(queue, ()), key=lambda s: -s.priority)
 
     async def _unsubscribe_topic(self, topic: str, queue: str) -> None:
         for subscription in self._consumers.get(queue, ()):
@@ -627,6 +654,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         await self.records.ready()  # the other replicas' deliveries, before any of ours
+        for (pending_queue, _topic), pending in list(self._subscribing.items()):
+            if pending_queue == queue:  # attached meanwhile, it would be disconnected
+                await pending.wait()
         levels = priority_levels()
         options = ConsumerOptions(
             receiver_queue_size=read_ahead,
@@ -653,6 +683,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             expiry=self._expiry(view, queue),
             returned=self.records.returned,
             fill=None if ordering is None else to_read(self._r),
+            priority=priority,
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -719,7 +750,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
                     await subscription.end()
                 continue
             wanted = self._topics.read_by(view, queue)
-            for subscription in list(subscriptions):
+            held = [set(s.consumer.topics) for s in subscriptions]
+            for topic in sorted(t for t in wanted if any(t not in h for h in held)):
+                await self._subscribe_topic(topic, queue)  # it became active
+            for subscription in self._by_priority(queue):
                 await self._retopic(subscription, wanted)
         for queue, getter in list(self._basic_gets.by_queue.items()):
             if queue not in view.queues:
@@ -776,7 +810,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise
         self._consumers.setdefault(queue, set()).add(subscription)
         self._registrations[subscription] = registration
+        await self._catch_up(queue, subscription)
         return RegisteredSubscription(subscription, lambda: self._settled(subscription))
+
+    async def _catch_up(self, queue: str, subscription: PulsarQueueSubscription) -> None:
+        """Topics of ``queue`` that became active while ``subscription`` was being made (it
+        read them from the view before, and was not among the consumers given new ones)."""
+        missing = self._topics.read_by(self._view, queue) - set(subscription.consumer.topics)
+        for topic in sorted(missing):
+            try:
+                await self._subscribe_topic(topic, queue)
+            except AMQPError as error:  # the next change of the view tries again
+                log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
 
     async def _consume_single_active(
         self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
@@ -789,6 +834,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await self._basic_gets.close(queue)  # what it holds would never reach this one
             subscription = await self._subscription(queue, exclusive=False, prefetch=prefetch)
             self._consumers.setdefault(queue, set()).add(subscription)
+            await self._catch_up(queue, subscription)
             return subscription
 
         async def gone(registration: str) -> None:

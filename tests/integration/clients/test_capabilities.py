@@ -49,4 +49,3 @@ def test_exchange_to_exchange_bindings_are_refused(connection: pika.BlockingConn
         channel.exchange_bind("e1", "e2", "k")
     assert refused.value.reply_code == 540
     assert "exchange.bind" in refused.value.reply_text
-
