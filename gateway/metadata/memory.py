@@ -387,8 +387,14 @@ class MemoryMetadataStore:
         place = None
         if standing is not None:
             state.sequence += 1
+            alone = not any(c.place for c in others)  # the first one is active at once
             place = LinePlace(
-                consumer, self._session, state.sequence, standing.priority, standing.credit
+                consumer,
+                self._session,
+                state.sequence,
+                standing.priority,
+                standing.credit,
+                active=alone,
             )
         state.consumers[consumer] = _Consumer(queue, self._session, exclusive, place)
         if target.auto_delete:

@@ -257,7 +257,9 @@ class MetadataStore(Protocol):
 
         With ``standing`` (a single-active-consumer queue's consumer, never exclusive) the
         consumer joins the queue's line (``VhostView.lines``), waiting, behind every consumer
-        registered before it: its ``sequence`` is above theirs, fleet-wide. Such a record is
+        registered before it: its ``sequence`` is above theirs, fleet-wide. Into an empty
+        line it joins active (RabbitMQ's first consumer is active as it registers),
+        atomically: of two joining at once on two replicas, one is. Such a record is
         not claimed again after a lost session (its replica registers it again, at the back
         of the line, if it still runs: a claimed active record could make two active)."""
         ...

@@ -11,7 +11,9 @@ Two compare-and-sets on the queue node's version (which every consumer registrat
 docs/metadata.md "Writes") make the line exact across replicas:
 
 * joining writes the queue node at the version it read and takes that version + 1 as its
-  sequence, so sequences are unique and follow registration order fleet-wide;
+  sequence, so sequences are unique and follow registration order fleet-wide; a consumer
+  joining an empty line is active at once (RabbitMQ's first consumer), decided on the line
+  read after that version;
 * activating reads the version, then the line, and writes at that version: a consumer
   registered after the read makes it read again, so the choice is made on the line as it is.
   Two replicas activating at once cannot both succeed.
@@ -84,7 +86,8 @@ class ConsumerLines:
         return self._layout.node(namespace, Folder.QUEUES, encode_name(queue))
 
     async def join(self, namespace: str, queue: str, standing: Standing) -> str:
-        """Register a consumer at the back of ``queue``'s line, waiting; returns its id."""
+        """Register a consumer at the back of ``queue``'s line, waiting (active if the line
+        is empty); returns its id."""
         what = f"register a consumer of queue {queue!r}"
         await self._calls.prepare(what)
         queue_path = self._queue_path(namespace, queue)
@@ -98,8 +101,17 @@ class ConsumerLines:
             data, version = document
             queue_entity = decode_queue(encode_name(queue), data)
             written = mark_consumed(data) if queue_entity.auto_delete else data
+            # Into an empty line, active at once (RabbitMQ makes the first consumer active
+            # when it registers): the line is read after the version, so a consumer that
+            # joined meanwhile fails the compare-and-set below.
+            alone = not await self._line(namespace, queue, what)
             place = LinePlace(
-                consumer, self._replica_id, version + 1, standing.priority, standing.credit
+                consumer,
+                self._replica_id,
+                version + 1,
+                standing.priority,
+                standing.credit,
+                active=alone,
             )
             child = line_child(queue, self._replica_id, serial, place)
             ops: list[Op] = [
