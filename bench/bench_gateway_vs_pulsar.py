@@ -549,12 +549,16 @@ async def amqp_publish_confirmed(
     window: int,
     timeout: float,
     max_priority: int = 0,
+    frames: list[bytes] | None = None,
 ) -> float:
     """Publish ``count`` messages with at most ``window`` unconfirmed; seconds until the last
     confirm. The client must be in confirm mode with no earlier publishes on the channel.
-    With ``max_priority``, the messages' priorities cycle through 0..max_priority."""
-    blob = client.message_frames(queue, b"x" * size)
-    blobs = [client.message_frames(queue, b"x" * size, p) for p in range(max_priority + 1)]
+    With ``max_priority``, the messages' priorities cycle through 0..max_priority; with
+    ``frames`` (each a whole publish: method, header and body frames), those in turn."""
+    if frames is None:
+        priorities = range(max_priority + 1) if max_priority else [None]
+        frames = [client.message_frames(queue, b"x" * size, p) for p in priorities]
+    blob, blobs = frames[0], frames
     deadline = time.monotonic() + timeout
     started = time.perf_counter()
     sent = 0
@@ -565,7 +569,7 @@ async def amqp_publish_confirmed(
             await asyncio.wait_for(client.confirm_event.wait(), deadline - time.monotonic())
             continue
         chunk = min(room, count - sent, 64)
-        if max_priority:
+        if len(blobs) > 1:
             client.write(b"".join(blobs[(sent + i) % len(blobs)] for i in range(chunk)))
         else:
             client.write(blob * chunk)

@@ -45,10 +45,14 @@ __all__ = [
     "Command",
     "ConfirmSelect",
     "ConfirmSelectOk",
+    "ExchangeBind",
+    "ExchangeBindOk",
     "ExchangeDeclare",
     "ExchangeDeclareOk",
     "ExchangeDelete",
     "ExchangeDeleteOk",
+    "ExchangeUnbind",
+    "ExchangeUnbindOk",
     "QueueBind",
     "QueueBindOk",
     "QueueDeclare",
@@ -111,6 +115,29 @@ class ExchangeDelete:
     exchange: str
     if_unused: bool = False
     nowait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeBind:
+    """RabbitMQ's extension (capability ``exchange_exchange_bindings``): messages that
+    ``source`` routes with this binding go on to the exchange ``destination``."""
+
+    METHOD: ClassVar[tuple[int, int]] = (40, 30)
+    destination: str
+    source: str
+    routing_key: str = ""
+    nowait: bool = False
+    arguments: Arguments = field(default_factory=_no_arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeUnbind:
+    METHOD: ClassVar[tuple[int, int]] = (40, 40)
+    destination: str
+    source: str
+    routing_key: str = ""
+    nowait: bool = False
+    arguments: Arguments = field(default_factory=_no_arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +274,8 @@ class TxRollback:
 Command = (
     ExchangeDeclare
     | ExchangeDelete
+    | ExchangeBind
+    | ExchangeUnbind
     | QueueDeclare
     | QueueBind
     | QueueUnbind
@@ -281,6 +310,20 @@ _BUILDERS: Final[dict[type[base.Frame], Callable[[Any], Command]]] = {
         _arguments(m.arguments),
     ),
     spec.Exchange.Delete: lambda m: ExchangeDelete(strip_cr_lf(m.exchange), m.if_unused, m.nowait),
+    spec.Exchange.Bind: lambda m: ExchangeBind(
+        strip_cr_lf(m.destination),
+        strip_cr_lf(m.source),
+        m.routing_key,
+        m.nowait,
+        _arguments(m.arguments),
+    ),
+    spec.Exchange.Unbind: lambda m: ExchangeUnbind(
+        strip_cr_lf(m.destination),
+        strip_cr_lf(m.source),
+        m.routing_key,
+        m.nowait,
+        _arguments(m.arguments),
+    ),
     spec.Queue.Declare: lambda m: QueueDeclare(
         strip_cr_lf(m.queue),
         m.passive,
@@ -327,7 +370,7 @@ _BUILDERS: Final[dict[type[base.Frame], Callable[[Any], Command]]] = {
 
 def command_from(method: base.Frame) -> Command | None:
     """The command for a decoded client method (tables decoded with ``typed_tables``); None
-    for a method the gateway does not implement (exchange.bind)."""
+    for a method the gateway does not implement (none is left; the core would answer 540)."""
     build = _BUILDERS.get(type(method))
     return None if build is None else build(method)
 
@@ -343,6 +386,16 @@ class ExchangeDeclareOk:
 @dataclass(frozen=True, slots=True)
 class ExchangeDeleteOk:
     METHOD: ClassVar[type[base.Frame]] = spec.Exchange.DeleteOk
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeBindOk:
+    METHOD: ClassVar[type[base.Frame]] = spec.Exchange.BindOk
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeUnbindOk:
+    METHOD: ClassVar[type[base.Frame]] = spec.Exchange.UnbindOk
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +478,8 @@ class TxRollbackOk:
 Reply = (
     ExchangeDeclareOk
     | ExchangeDeleteOk
+    | ExchangeBindOk
+    | ExchangeUnbindOk
     | QueueDeclareOk
     | QueueBindOk
     | QueueUnbindOk

@@ -107,8 +107,8 @@ class CommandReceived:
     the acks, which have their own events) and confirm.select, typed (``commands.py``).
 
     Answer with ``send_reply(channel, command, reply)``; refuse with ``refuse(channel, error,
-    command)``. Methods the gateway does not implement (exchange.bind, tx.*) never get here:
-    the core refuses them with 540 NOT_IMPLEMENTED.
+    command)``. A method the gateway did not implement would never get here: the core
+    refuses such methods with 540 NOT_IMPLEMENTED.
     """
 
     channel: int

@@ -19,6 +19,7 @@ queue.declare              queue
 queue.delete               queue
 queue.purge                                                queue
 queue.bind / queue.unbind                 queue            exchange
+exchange.bind / exchange.unbind           destination      source
 basic.publish                             exchange
 basic.consume / basic.get                                  queue
 =========================  =============  ===============  =============
@@ -210,6 +211,16 @@ class AuthorizingVirtualHost:
                 self._check(Access.WRITE, "queue", queue)
                 if exchange:
                     self._check(Access.READ, "exchange", exchange)
+            case (
+                cmd.ExchangeBind(destination=destination, source=source)
+                | cmd.ExchangeUnbind(destination=destination, source=source)
+            ):
+                # The same, with an exchange as the destination: write on it (the default
+                # exchange as amq.default), then the default exchange is refused at either
+                # end (by the inner backend), then read on the source.
+                self._check(Access.WRITE, "exchange", _exchange_resource(destination))
+                if destination and source:
+                    self._check(Access.READ, "exchange", source)
             case _:
                 pass  # passive declares, and the exchange operations the backend refuses
 
@@ -250,6 +261,14 @@ class AuthorizingVirtualHost:
     async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
         await self._authorize(command, owner)
         await self.inner.unbind_queue(command, owner)
+
+    async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
+        await self._authorize(command, _NOBODY)
+        await self.inner.bind_exchange(command)
+
+    async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
+        await self._authorize(command, _NOBODY)
+        await self.inner.unbind_exchange(command)
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         # The hot path: no command object, one check.

@@ -6,8 +6,9 @@ Both backends keep their entities here and differ only in where messages live: t
 
 from __future__ import annotations
 
-import contextlib
+import operator
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 from gateway.amqp import commands as cmd
@@ -35,19 +36,23 @@ from gateway.model.entities import (
     PREDECLARED_EXCHANGES,
     Binding,
     Exchange,
+    ExchangeBinding,
     ExchangeType,
     Queue,
     binding_for,
     check_bind,
     check_equivalent,
+    check_exchange_bind,
     check_exchange_declare,
     check_exchange_delete,
     check_exclusive_access,
     declared_exchange,
     declared_queue,
+    exchange_binding_for,
     not_found,
     resource,
 )
+from gateway.model.graph import Route, RoutingGraph
 from gateway.model.routing import Router, validate_binding
 
 T = TypeVar("T")
@@ -60,7 +65,8 @@ class Catalog:
         self.vhost = vhost
         self.namespace = namespace
         self._store = store
-        self._routers: dict[str, tuple[int, Router]] = {}
+        self._routers: dict[str, tuple[AbstractSet[Binding], Exchange, Router]] = {}
+        self._graph: tuple[tuple[object, ...], RoutingGraph] | None = None
 
     @property
     def view(self) -> VhostView:
@@ -175,11 +181,14 @@ class Catalog:
         return exchange
 
     def router(self, view: VhostView, exchange: Exchange) -> Router:
+        # Kept while the view's bindings and the exchange are the same objects (a view keeps
+        # a part's object until that part changes): consumers coming and going leave it.
         cached = self._routers.get(exchange.name)
-        if cached is not None and cached[0] == view.version:
-            return cached[1]
+        if cached is not None and cached[0] is view.bindings and cached[1] is exchange:
+            return cached[2]
         router = Router(exchange.type, [b for b in view.bindings if b.exchange == exchange.name])
-        self._routers[exchange.name] = (view.version, router)
+        if view.version >= 0:  # not a view made up to see a change's effect (version -1)
+            self._routers[exchange.name] = (view.bindings, exchange, router)
         return router
 
     def publish_target(self, view: VhostView, name: str) -> Exchange:
@@ -206,12 +215,68 @@ class Catalog:
         return self.exchange(view, name)
 
     def routes(self, view: VhostView, exchange: Exchange, message: Message) -> set[str]:
-        """The queues ``message`` reaches through ``exchange`` in this view."""
+        """The queues ``exchange``'s own queue bindings route ``message`` to in this view
+        (no exchange binding, no alternate exchange: ``route`` follows those)."""
         key = message.routing_key
         if exchange.name == DEFAULT_EXCHANGE:
             return {key} if key in view.queues else set()
         headers = message.properties.headers if exchange.type is ExchangeType.HEADERS else None
         return self.router(view, exchange).route(key, headers)
+
+    def graph(self, view: VhostView) -> RoutingGraph:
+        """The view's exchanges with their bindings, for routing through exchange bindings
+        (built again when one of those parts of the view changed; what it learns while
+        routing, it keeps until then)."""
+        parts = (view.exchanges, view.bindings, view.exchange_bindings, view.queues)
+        cached = self._graph
+        if cached is not None and all(map(operator.is_, cached[0], parts)):
+            return cached[1]
+        graph = RoutingGraph(
+            lambda name: self.exchange(view, name),
+            lambda exchange: self.router(view, exchange),
+            view.exchange_bindings,
+            view.queues,
+        )
+        if view.version >= 0:
+            self._graph = (parts, graph)
+        return graph
+
+    def route(
+        self,
+        view: VhostView,
+        exchange: Exchange,
+        message: Message,
+        *,
+        matching: Collection[str] = (),
+    ) -> Route:
+        """RabbitMQ's routing of ``message`` published to ``exchange`` in this view: through
+        exchange bindings and alternate exchanges (``matching``: exchanges to take as
+        routing it, whatever the view says)."""
+        return self.graph(view).route(
+            exchange,
+            message.routing_key,
+            lambda: message.properties.headers,  # decoded if a headers exchange looks
+            alternate=lambda unmatched: self.alternate(view, unmatched),
+            matching=matching,
+        )
+
+    def destinations(self, view: VhostView, exchange: Exchange, message: Message) -> set[str]:
+        """The queues RabbitMQ routes ``message`` to from ``exchange`` (exchange bindings and
+        alternate exchanges followed)."""
+        if view.exchange_bindings:
+            return set(self.route(view, exchange, message).queues)
+        # Without exchange bindings the walk is the exchange, then its alternates until one
+        # routes (each exchange once): no graph needed.
+        names = self.routes(view, exchange, message)
+        seen = {exchange.name}
+        while not names:
+            alternate = self.alternate(view, exchange)
+            if alternate is None or alternate.name in seen:
+                break
+            exchange = alternate
+            seen.add(exchange.name)
+            names = self.routes(view, exchange, message)
+        return names
 
     # ------------------------------------------------------------------ exchanges
 
@@ -240,7 +305,9 @@ class Catalog:
             return None
         view = self.view
         bindings = [b for b in view.bindings if b.exchange == name]
-        if if_unused and bindings:
+        # RabbitMQ's if-unused counts the bindings it is the source of, to queues or to
+        # exchanges (has_for_source); those it is the destination of go with it.
+        if if_unused and (bindings or any(e.source == name for e in view.exchange_bindings)):
             raise self.in_use("exchange", name)
         return bindings
 
@@ -256,6 +323,7 @@ class Catalog:
         bindings = await self.exchange_bindings(command)
         if bindings is None:
             return []
+        sources = {e.source for e in self.view.exchange_bindings if e.destination == name}
         try:
             await self.write(
                 self._store.delete_exchange(
@@ -264,6 +332,10 @@ class Catalog:
             )
         except ConditionNotMet:
             raise self.in_use("exchange", name) from None
+        # Its bindings from other exchanges went with it: those may be auto-delete exchanges
+        # left with no binding (rabbit_binding:maybe_auto_delete on the removed ones).
+        for source in sorted(sources - {name}):
+            await self._auto_delete(source)
         return bindings
 
     # ------------------------------------------------------------------ queues
@@ -374,14 +446,75 @@ class Catalog:
         return removed
 
     async def _auto_delete(self, exchange: str) -> None:
-        """Delete an auto-delete exchange that has no binding left. The store decides (this
+        """Delete an auto-delete exchange that is the source of no binding any more (to a
+        queue or to an exchange: RabbitMQ's rule; exchange bindings it is the destination
+        of go with it, and their sources may then go too). The store decides (this
         replica's view may miss a binding made elsewhere, or still show one removed
         elsewhere), so it is asked whenever a binding of such an exchange went."""
-        target = self.view.exchanges.get(exchange)
+        view = self.view
+        target = view.exchanges.get(exchange)
         if target is None or not target.auto_delete:
             return
-        with contextlib.suppress(ConditionNotMet):  # a binding remains, on some replica
-            await self.write(self._store.delete_exchange(self.namespace, exchange, if_unused=True))
+        sources = {e.source for e in view.exchange_bindings if e.destination == exchange}
+        try:
+            deleted = await self.write(
+                self._store.delete_exchange(self.namespace, exchange, if_unused=True)
+            )
+        except ConditionNotMet:  # a binding remains, on some replica
+            return
+        if deleted:
+            for source in sorted(sources - {exchange}):
+                await self._auto_delete(source)
+
+    # ------------------------------------------------------------------ exchange bindings
+
+    async def exchange_binding(self, command: cmd.ExchangeBind) -> ExchangeBinding:
+        """The binding an Exchange.Bind asks for, after RabbitMQ's checks: the default
+        exchange at either end (403), a missing source, then destination (404), the source
+        type's binding arguments (406)."""
+        check_exchange_bind(command.destination, command.source)
+        source = await self.require_fresh_exchange(command.source)
+        await self.require_fresh_exchange(command.destination)
+        validate_binding(source.type, command.arguments)
+        return exchange_binding_for(command)
+
+    async def add_exchange_binding(
+        self,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        return await self.write(
+            self._store.add_exchange_binding(self.namespace, binding, drains=drains)
+        )
+
+    async def exchange_unbinding(self, command: cmd.ExchangeUnbind) -> ExchangeBinding | None:
+        """The binding an Exchange.Unbind removes; None when it is not there (idempotent,
+        also when an exchange is missing: RabbitMQ's remove ignores those). One this replica
+        has not seen yet, made on another, is returned when both exchanges exist: the store
+        decides."""
+        check_exchange_bind(command.destination, command.source)
+        binding = exchange_binding_for(command)
+        if binding in self.view.exchange_bindings:
+            return binding
+        for name in (command.source, command.destination):
+            if await self.find_exchange(name) is None:
+                return None
+        return binding
+
+    async def remove_exchange_binding(
+        self,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        """Remove it (False if it was gone already); an auto-delete source exchange goes
+        with the last binding it is the source of, as in RabbitMQ."""
+        removed = await self.write(
+            self._store.remove_exchange_binding(self.namespace, binding, drains=drains)
+        )
+        await self._auto_delete(binding.source)
+        return removed
 
 
 class CatalogVirtualHost:

@@ -168,6 +168,15 @@ class VirtualHost(Protocol):
 
     async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None: ...
 
+    async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
+        """Exchange.Bind: from Bind-Ok on, on every replica, what ``command.source`` routes
+        with the binding goes on to ``command.destination`` (RabbitMQ's e2e bindings)."""
+        ...
+
+    async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
+        """Exchange.Unbind (idempotent); what was routed before stays in its queues."""
+        ...
+
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
         """Route and store; returns once routed (and back-pressure allows the next one).
 

@@ -380,6 +380,14 @@ class MemoryVirtualHost(CatalogVirtualHost):
         if binding is not None:
             await self.catalog.remove_binding(binding)
 
+    async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
+        await self.catalog.add_exchange_binding(await self.catalog.exchange_binding(command))
+
+    async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
+        binding = await self.catalog.exchange_unbinding(command)
+        if binding is not None:
+            await self.catalog.remove_exchange_binding(binding)
+
     # ------------------------------------------------------------------ messages
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
@@ -414,20 +422,9 @@ class MemoryVirtualHost(CatalogVirtualHost):
         return True
 
     def _route(self, exchange: Exchange, message: Message) -> set[str]:
-        """The queues ``message`` reaches through ``exchange`` (or its alternates)."""
-        view = self.catalog.view
-        names = self.catalog.routes(view, exchange, message)
-        seen = {exchange.name}
-        # Unroutable: on to the alternate exchange, and its own, until one routes
-        # (rabbit_exchange:route, each exchange tried once).
-        while not names:
-            alternate = self.catalog.alternate(view, exchange)
-            if alternate is None or alternate.name in seen:
-                break
-            exchange = alternate
-            seen.add(exchange.name)
-            names = self.catalog.routes(view, exchange, message)
-        return names
+        """The queues ``message`` reaches through ``exchange``: RabbitMQ's walk through
+        exchange bindings and alternate exchanges (rabbit_exchange:route, model/graph.py)."""
+        return self.catalog.destinations(self.catalog.view, exchange, message)
 
     def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
         """RabbitMQ's dead-lettering (the Pulsar backend's dead_lettering.py, in memory)."""

@@ -46,6 +46,12 @@ class UnsupportedVirtualHost:
     async def unbind_queue(self, *args: Any, **kwargs: Any) -> None:
         _refuse()
 
+    async def bind_exchange(self, *args: Any, **kwargs: Any) -> None:
+        _refuse()
+
+    async def unbind_exchange(self, *args: Any, **kwargs: Any) -> None:
+        _refuse()
+
     async def publish(self, *args: Any, **kwargs: Any) -> Any:
         _refuse()
 

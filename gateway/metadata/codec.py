@@ -24,15 +24,18 @@ from gateway.amqp.fieldtable import Field, decode_table, encode_table
 from gateway.metadata.paths import (
     SEPARATOR,
     decode_binding_id,
+    decode_exchange_binding_id,
     decode_name,
     decode_topic_key,
     encode_binding_id,
+    encode_exchange_binding_id,
     encode_name,
     encode_topic_key,
 )
 from gateway.metadata.store import DrainRecord, Position
 from gateway.model.consumers import LinePlace
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
+from gateway.model.graph import RouteSnapshot
 
 __all__ = [
     "EXCLUSIVE_MARK",
@@ -49,14 +52,18 @@ __all__ = [
     "decode_binding",
     "decode_drain",
     "decode_exchange",
+    "decode_exchange_binding",
     "decode_queue",
     "drain_child",
     "drain_from_child",
     "encode_binding",
     "encode_drain",
     "encode_exchange",
+    "encode_exchange_binding",
     "encode_owner",
     "encode_queue",
+    "exchange_binding_from_child",
+    "exchange_binding_id",
     "is_consumed",
     "line_child",
     "mark_consumed",
@@ -239,10 +246,19 @@ def binding_id(binding: Binding) -> str:
     )
 
 
-def encode_binding(binding: Binding) -> bytes:
+def encode_binding(binding: Binding | ExchangeBinding) -> bytes:
+    """A binding's node data (a queue's or an exchange's): its arguments, if any."""
     document: dict[str, Any] = {"v": FORMAT_VERSION}
     _pack_arguments(document, binding.arguments)
     return _dump(document)
+
+
+def _binding_arguments(child: str, data: bytes, digest: str | None) -> dict[str, Field]:
+    """A binding node's arguments, checked against the digest its name carries."""
+    arguments = _unpack_arguments(_load(data)) if data else {}
+    if arguments_digest(arguments) != digest:
+        raise ValueError(f"binding {child!r}: its arguments do not match the digest in its name")
+    return arguments
 
 
 def binding_from_child(child: str) -> Binding | None:
@@ -256,10 +272,35 @@ def binding_from_child(child: str) -> Binding | None:
 
 def decode_binding(child: str, data: bytes) -> Binding:
     parsed = decode_binding_id(child)
-    arguments = _unpack_arguments(_load(data)) if data else {}
-    if arguments_digest(arguments) != parsed.arguments_digest:
-        raise ValueError(f"binding {child!r}: its arguments do not match the digest in its name")
+    arguments = _binding_arguments(child, data, parsed.arguments_digest)
     return Binding(parsed.queue, parsed.exchange, parsed.routing_key, arguments)
+
+
+def exchange_binding_id(binding: ExchangeBinding) -> str:
+    """The exchange binding's znode name (and the name of its refs under both exchanges)."""
+    return encode_exchange_binding_id(
+        binding.source,
+        binding.destination,
+        binding.routing_key,
+        arguments_digest(binding.arguments),
+    )
+
+
+encode_exchange_binding = encode_binding
+
+
+def exchange_binding_from_child(child: str) -> ExchangeBinding | None:
+    """The exchange binding named ``child`` when it has no arguments; None otherwise."""
+    parsed = decode_exchange_binding_id(child)
+    if parsed.arguments_digest is not None:
+        return None
+    return ExchangeBinding(parsed.source, parsed.destination, parsed.routing_key)
+
+
+def decode_exchange_binding(child: str, data: bytes) -> ExchangeBinding:
+    parsed = decode_exchange_binding_id(child)
+    arguments = _binding_arguments(child, data, parsed.arguments_digest)
+    return ExchangeBinding(parsed.source, parsed.destination, parsed.routing_key, arguments)
 
 
 def topic_key_child(exchange: str, routing_key: str) -> str:
@@ -376,6 +417,10 @@ def encode_drain(record: DrainRecord) -> bytes:
     document: dict[str, Any] = {"v": FORMAT_VERSION, "end": list(record.end)}
     if record.resumed is not None:
         document["resumed"] = list(record.resumed)
+    if record.via:
+        document["via"] = [
+            {"until": list(until), **_encode_snapshot(snapshot)} for until, snapshot in record.via
+        ]
     return _dump(document)
 
 
@@ -386,7 +431,83 @@ def decode_drain(data: bytes) -> DrainRecord:
     end = _position(document.get("end"), "end")
     if end is None:
         raise ValueError("a drain record without 'end' or 'remove'")
-    return DrainRecord(end, _position(document.get("resumed"), "resumed"))
+    via = document.get("via", [])
+    if not isinstance(via, list):
+        raise ValueError("'via' is not a list")
+    return DrainRecord(
+        end,
+        _position(document.get("resumed"), "resumed"),
+        tuple(_judged(part) for part in via),
+    )
+
+
+def _judged(part: Any) -> tuple[Position, RouteSnapshot]:
+    if not isinstance(part, dict):
+        raise ValueError("an entry of 'via' is not an object")
+    until = _position(part.get("until"), "until")
+    if until is None:
+        raise ValueError("an entry of 'via' has no 'until'")
+    return until, _decode_snapshot(part)
+
+
+# A drain's "via": the bindings that routed what it drains, one entry per change of them,
+# {"until": [ledger, entry], "exchanges": [[name, type]...],
+#  "bindings": [[queue, exchange, key, arguments|null]...],
+#  "exchange_bindings": [[source, destination, key, arguments|null]...]}, arguments as in
+# entity documents (the base64 of their wire encoding).
+
+
+def _packed(arguments: Mapping[str, Field]) -> str | None:
+    return base64.b64encode(encode_table(arguments)).decode("ascii") if arguments else None
+
+
+def _unpacked(packed: Any) -> dict[str, Field]:
+    return {} if packed is None else _unpack_arguments({"arguments": packed})
+
+
+def _encode_snapshot(snapshot: RouteSnapshot) -> dict[str, Any]:
+    return {
+        "exchanges": [[e.name, e.type.value] for e in snapshot.exchanges],
+        "bindings": [
+            [b.queue, b.exchange, b.routing_key, _packed(b.arguments)] for b in snapshot.bindings
+        ],
+        "exchange_bindings": [
+            [b.source, b.destination, b.routing_key, _packed(b.arguments)]
+            for b in snapshot.exchange_bindings
+        ],
+    }
+
+
+def _strings(row: Any, count: int, what: str) -> list[Any]:
+    if (
+        not isinstance(row, list)
+        or len(row) != count
+        or not all(isinstance(part, str) for part in row[: count - 1 if count == 4 else count])
+    ):
+        raise ValueError(f"'via' has a malformed {what}: {row!r}")
+    return row
+
+
+def _decode_snapshot(document: Any) -> RouteSnapshot:
+    if not isinstance(document, dict):
+        raise ValueError("'via' is not an object")
+    exchanges = tuple(
+        Exchange(name, ExchangeType(kind))
+        for name, kind in (_strings(row, 2, "exchange") for row in document.get("exchanges", []))
+    )
+    bindings = tuple(
+        Binding(queue, exchange, key, _unpacked(arguments))
+        for queue, exchange, key, arguments in (
+            _strings(row, 4, "binding") for row in document.get("bindings", [])
+        )
+    )
+    edges = tuple(
+        ExchangeBinding(source, destination, key, _unpacked(arguments))
+        for source, destination, key, arguments in (
+            _strings(row, 4, "exchange binding") for row in document.get("exchange_bindings", [])
+        )
+    )
+    return RouteSnapshot(exchanges, bindings, edges)
 
 
 # An auto-delete queue is deleted when its last consumer goes, but never if it never had one

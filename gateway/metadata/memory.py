@@ -23,19 +23,32 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from gateway.metadata.codec import ConsumerKey, DrainKey, TopicKey, binding_id
+from gateway.metadata.codec import (
+    ConsumerKey,
+    DrainKey,
+    TopicKey,
+    binding_id,
+    exchange_binding_id,
+)
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.mirror import make_view
 from gateway.metadata.store import (
     REMOVE,
     DrainRecord,
+    ExchangeEdges,
     MetadataUnavailable,
     PickActive,
     QueueCondition,
     VhostView,
 )
 from gateway.model.consumers import LinePlace, Standing
-from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
+from gateway.model.entities import (
+    PREDECLARED_EXCHANGES,
+    Binding,
+    Exchange,
+    ExchangeBinding,
+    Queue,
+)
 
 __all__ = ["MemoryMetadataStore"]
 
@@ -55,6 +68,7 @@ class _Namespace:
     queues: dict[str, Queue] = field(default_factory=dict)
     # Keyed by the binding's identity (queue, exchange, key, exact arguments), as in ZooKeeper.
     bindings: dict[str, Binding] = field(default_factory=dict)
+    exchange_bindings: dict[str, ExchangeBinding] = field(default_factory=dict)
     topic_keys: set[TopicKey] = field(default_factory=set)
     # Queue -> the session that owns it (exclusive queues whose owner is alive).
     owners: dict[str, str] = field(default_factory=dict)
@@ -96,6 +110,7 @@ class _Namespace:
                     ConsumerKey(c.queue, c.session, 0, c.place) for c in self.consumers.values()
                 ],
                 drains=[DrainKey(q, t, record) for (q, t), (record, _) in self.drains.items()],
+                exchange_bindings=self.exchange_bindings.values(),
             )
         return self.snapshot
 
@@ -104,6 +119,10 @@ class _Namespace:
             self.candidates.remove(session)
             self.election.set()
             self.election = trio.Event()
+
+    def put_drains(self, drains: Mapping[tuple[str, str], DrainRecord] | None) -> None:
+        for (queue, topic), record in (drains or {}).items():
+            self.put_drain(queue, topic, record)
 
     def put_drain(self, queue: str, topic: str, record: DrainRecord) -> None:
         known = self.drains.get((queue, topic))
@@ -211,6 +230,18 @@ class MemoryMetadataStore:
         bindings = self._namespace(namespace).bindings.values()
         return frozenset((b.queue, b.routing_key) for b in bindings if b.exchange == exchange)
 
+    async def sync_edges_of(self, namespace: str, exchange: str) -> ExchangeEdges:
+        await trio.lowlevel.checkpoint()
+        state = self._namespace(namespace)
+        edges = state.exchange_bindings.values()
+        return ExchangeEdges(
+            frozenset(
+                (b.queue, b.routing_key) for b in state.bindings.values() if b.exchange == exchange
+            ),
+            frozenset((b.destination, b.routing_key) for b in edges if b.source == exchange),
+            frozenset((b.source, b.routing_key) for b in edges if b.destination == exchange),
+        )
+
     async def opened(self, known: int = 0) -> list[str]:
         if len(self._opened) > known:
             await trio.lowlevel.checkpoint()
@@ -250,15 +281,22 @@ class MemoryMetadataStore:
         state = await self._write(namespace)
         if name not in state.exchanges:
             return False
-        if if_unused and any(b.exchange == name for b in state.bindings.values()):
+        # RabbitMQ's if-unused (has_for_source): bindings it is the source of, to queues or
+        # to exchanges; those it is the destination of go with it.
+        if if_unused and (
+            any(b.exchange == name for b in state.bindings.values())
+            or any(b.source == name for b in state.exchange_bindings.values())
+        ):
             raise ConditionNotMet("exchange", name, "it has bindings")
         del state.exchanges[name]
         for key, binding in list(state.bindings.items()):
             if binding.exchange == name:
                 del state.bindings[key]
+        for key, edge in list(state.exchange_bindings.items()):
+            if name in (edge.source, edge.destination):
+                del state.exchange_bindings[key]
         state.topic_keys = {key for key in state.topic_keys if key.exchange != name}
-        for (queue, topic), record in (drains or {}).items():
-            state.put_drain(queue, topic, record)
+        state.put_drains(drains)
         state.touch()
         return True
 
@@ -346,6 +384,39 @@ class MemoryMetadataStore:
             return False
         for topic, record in (drains or {}).items():
             state.put_drain(binding.queue, topic, record)
+        state.touch()
+        return True
+
+    async def add_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        state = await self._write(namespace)
+        for end in (binding.source, binding.destination):
+            if end not in state.exchanges:
+                raise MissingEntity("exchange", end)
+        key = exchange_binding_id(binding)
+        if key in state.exchange_bindings:
+            return False
+        state.exchange_bindings[key] = binding
+        state.put_drains(drains)
+        state.touch()
+        return True
+
+    async def remove_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        state = await self._write(namespace)
+        if state.exchange_bindings.pop(exchange_binding_id(binding), None) is None:
+            return False
+        state.put_drains(drains)
         state.touch()
         return True
 

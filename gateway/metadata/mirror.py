@@ -36,21 +36,23 @@ from gateway.metadata.codec import (
     consumer_from_child,
     decode_binding,
     decode_exchange,
+    decode_exchange_binding,
     decode_queue,
     drain_from_child,
+    exchange_binding_from_child,
     owner_from_child,
     topic_key_from_child,
 )
 from gateway.metadata.paths import Folder, bucket_for
 from gateway.metadata.store import DrainRecord, VhostView
 from gateway.model.consumers import LinePlace
-from gateway.model.entities import Binding, Exchange, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 
 __all__ = ["Entity", "NamespaceMirror", "make_view"]
 
 log = logging.getLogger(__name__)
 
-Entity = Exchange | Queue | Binding | TopicKey | OwnerKey | ConsumerKey | DrainKey
+Entity = Exchange | Queue | Binding | ExchangeBinding | TopicKey | OwnerKey | ConsumerKey | DrainKey
 
 
 def make_view(
@@ -62,9 +64,11 @@ def make_view(
     owned: Iterable[str] = (),
     consumers: Iterable[ConsumerKey] = (),
     drains: Iterable[DrainKey] = (),
+    exchange_bindings: Iterable[ExchangeBinding] = (),
 ) -> VhostView:
-    """An immutable view. A binding is shown only while its queue and its exchange are: the
-    store deletes them together, but a replica may learn of the parts at different moments."""
+    """An immutable view. A binding is shown only while its queue and its exchange are (an
+    exchange binding while both its exchanges are): the store deletes them together, but a
+    replica may learn of the parts at different moments."""
     exchange_map = {exchange.name: exchange for exchange in exchanges}
     queue_map = {queue.name: queue for queue in queues}
     binding_set = frozenset(
@@ -90,6 +94,11 @@ def make_view(
         queues=MappingProxyType(queue_map),
         bindings=binding_set,
         queue_bindings=MappingProxyType({q: frozenset(found) for q, found in by_queue.items()}),
+        exchange_bindings=frozenset(
+            binding
+            for binding in exchange_bindings
+            if binding.source in exchange_map and binding.destination in exchange_map
+        ),
         topic_keys=MappingProxyType({name: frozenset(found) for name, found in keys.items()}),
         owned=frozenset(owned),
         consumers=MappingProxyType(counts),
@@ -107,6 +116,8 @@ def name_only_entity(folder: Folder, child: str) -> Entity | None:
     a topic key); None when the data must be read. ValueError for a name we did not write."""
     if folder is Folder.BINDINGS:
         return binding_from_child(child)
+    if folder is Folder.EXCHANGE_BINDINGS:
+        return exchange_binding_from_child(child)
     if folder is Folder.TOPIC_KEYS:
         return topic_key_from_child(child)
     if folder is Folder.OWNERS:
@@ -123,6 +134,8 @@ def decode_entity(folder: Folder, child: str, data: bytes) -> Entity:
         return decode_queue(child, data)
     if folder is Folder.BINDINGS:
         return decode_binding(child, data)
+    if folder is Folder.EXCHANGE_BINDINGS:
+        return decode_exchange_binding(child, data)
     if folder is Folder.DRAINS:
         return drain_from_child(child, data)
     if folder is Folder.OWNERS:
@@ -166,6 +179,10 @@ class _Index:
         # set changed since the last view.
         self.queue_bindings: ChunkedDict[str, frozenset[Binding]] = ChunkedDict()
         self.stale_queues: set[str] = set()
+        # Exchange bindings, likewise: by child, by either exchange, and visible ones.
+        self.edges: dict[str, ExchangeBinding] = {}
+        self.edges_by_exchange: dict[str, set[str]] = {}
+        self.visible_edges: dict[ExchangeBinding, int] = {}
         self.keys: dict[str, set[str]] = {}
         self.frozen_keys: dict[str, frozenset[str]] = {}
         # Exchanges whose frozen keys are stale: refrozen at the next view, not at every key
@@ -184,7 +201,25 @@ class _Index:
         # bindings again (at 100,000 each, a copy is 4 ms for the dict, 10 for the frozenset).
         self.last: VhostView | None = None
         self.exchanges_changed = self.queues_changed = self.bindings_changed = True
+        self.edges_changed = True
         self.state_changed = True
+
+    def _show_edge(self, binding: ExchangeBinding, delta: int) -> None:
+        self.edges_changed = True
+        count = self.visible_edges.get(binding, 0) + delta
+        if count:
+            self.visible_edges[binding] = count
+        else:
+            del self.visible_edges[binding]
+
+    def _edge_visible(self, binding: ExchangeBinding) -> bool:
+        return binding.source in self.exchanges and binding.destination in self.exchanges
+
+    def _show_edges(self, exchange: str, delta: int) -> None:
+        for child in self.edges_by_exchange.get(exchange) or ():
+            binding = self.edges[child]
+            if self._edge_visible(binding):
+                self._show_edge(binding, delta)
 
     def _show(self, binding: Binding, delta: int) -> None:
         self.bindings_changed = True
@@ -233,6 +268,13 @@ class _Index:
             self.exchanges[entity.name] = entity
             self.exchanges_changed = True
             self._show_children(self.by_exchange.get(entity.name), 1)
+            self._show_edges(entity.name, 1)
+        elif isinstance(entity, ExchangeBinding):
+            self.edges[child] = entity
+            for end in {entity.source, entity.destination}:
+                self.edges_by_exchange.setdefault(end, set()).add(child)
+            if self._edge_visible(entity):
+                self._show_edge(entity, 1)
         elif isinstance(entity, TopicKey):
             self.keys.setdefault(entity.exchange, set()).add(entity.routing_key)
             self.stale_keys.add(entity.exchange)
@@ -274,8 +316,15 @@ class _Index:
             self.queues_changed = True
         elif isinstance(entity, Exchange):
             self._show_children(self.by_exchange.get(entity.name), -1)
+            self._show_edges(entity.name, -1)
             del self.exchanges[entity.name]
             self.exchanges_changed = True
+        elif isinstance(entity, ExchangeBinding):
+            if self._edge_visible(entity):
+                self._show_edge(entity, -1)
+            del self.edges[child]
+            for end in {entity.source, entity.destination}:
+                _discard(self.edges_by_exchange, end, child)
         elif isinstance(entity, TopicKey):
             keys = self.keys[entity.exchange]
             keys.discard(entity.routing_key)
@@ -336,6 +385,11 @@ class _Index:
                 if last is None or self.bindings_changed
                 else last.queue_bindings
             ),
+            exchange_bindings=(
+                frozenset(self.visible_edges)
+                if last is None or self.edges_changed
+                else last.exchange_bindings
+            ),
             topic_keys=(
                 MappingProxyType(dict(self.frozen_keys)) if topic_keys is None else topic_keys
             ),
@@ -353,7 +407,7 @@ class _Index:
             lines=MappingProxyType(dict(self.lines)) if lines is None else lines,
         )
         self.exchanges_changed = self.queues_changed = self.bindings_changed = False
-        self.state_changed = False
+        self.edges_changed = self.state_changed = False
         return view
 
 

@@ -8,6 +8,8 @@ Layout (docs/metadata.md has the whole picture)::
     <prefix>/vhosts/<namespace>/queues/<bb>/<queue>              queue JSON
     <prefix>/vhosts/<namespace>/queues/<bb>/<queue>/<binding id>         (ref, empty)
     <prefix>/vhosts/<namespace>/bindings/<bb>/<binding id>       binding JSON
+    <prefix>/vhosts/<namespace>/exchange-bindings/<bb>/,<source>,<destination>,<key>  JSON
+    <prefix>/vhosts/<namespace>/exchanges/<bb>/<exchange>/,<source>,<destination>,<key>  (ref)
     <prefix>/vhosts/<namespace>/topic-keys/<bb>/<exchange>,<key>         (empty)
     <prefix>/vhosts/<namespace>/owners/<bb>/<queue>              EPHEMERAL: owner JSON
     <prefix>/vhosts/<namespace>/consumers/<bb>/<queue>,<replica>,<n>     EPHEMERAL (empty)
@@ -48,14 +50,18 @@ __all__ = [
     "Folder",
     "Layout",
     "ParsedBinding",
+    "ParsedExchangeBinding",
     "bucket_for",
     "bucket_of",
     "decode_binding_id",
+    "decode_exchange_binding_id",
     "decode_name",
     "decode_topic_key",
     "encode_binding_id",
+    "encode_exchange_binding_id",
     "encode_name",
     "encode_topic_key",
+    "is_exchange_binding_id",
 ]
 
 # Part of the on-disk format (recorded in the namespace node): changing it is a migration.
@@ -75,6 +81,10 @@ class Folder(enum.StrEnum):
     EXCHANGES = "exchanges"
     QUEUES = "queues"
     BINDINGS = "bindings"
+    # Exchange-to-exchange bindings (Exchange.Bind): ids start with "," (see
+    # encode_exchange_binding_id), so that their refs under an exchange node never read as
+    # a queue binding's.
+    EXCHANGE_BINDINGS = "exchange-bindings"
     TOPIC_KEYS = "topic-keys"
     # Records about a queue, bucketed by the queue's name (see bucket_for).
     OWNERS = "owners"
@@ -179,6 +189,42 @@ def decode_binding_id(child: str) -> ParsedBinding:
         raise ValueError(f"not a binding id: {child!r}")
     queue, exchange, key = (decode_name(part) for part in parts[:3])
     return ParsedBinding(queue, exchange, key, digest)
+
+
+class ParsedExchangeBinding(NamedTuple):
+    source: str
+    destination: str
+    routing_key: str
+    arguments_digest: str | None
+
+
+def encode_exchange_binding_id(
+    source: str, destination: str, routing_key: str, arguments_digest: str | None
+) -> str:
+    """``,<source>,<destination>,<key>[,<digest>]``: an exchange binding's znode name and
+    identity. The leading ``,`` sets it apart from a queue binding's id (which starts with an
+    encoded queue name, never empty: ``%`` is the empty name), so the refs under an exchange
+    node (both kinds of binding) are told apart by their first character."""
+    parts = ["", encode_name(source), encode_name(destination), encode_name(routing_key)]
+    if arguments_digest is not None:
+        parts.append(arguments_digest)
+    return SEPARATOR.join(parts)
+
+
+def is_exchange_binding_id(child: str) -> bool:
+    return child.startswith(SEPARATOR)
+
+
+def decode_exchange_binding_id(child: str) -> ParsedExchangeBinding:
+    parts = child.split(SEPARATOR)
+    if len(parts) == 4 and not parts[0]:
+        digest = None
+    elif len(parts) == 5 and not parts[0] and parts[4]:
+        digest = parts[4]
+    else:
+        raise ValueError(f"not an exchange binding id: {child!r}")
+    source, destination, key = (decode_name(part) for part in parts[1:4])
+    return ParsedExchangeBinding(source, destination, key, digest)
 
 
 def encode_topic_key(exchange: str, routing_key: str) -> str:

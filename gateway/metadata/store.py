@@ -20,7 +20,8 @@ from types import MappingProxyType
 from typing import Protocol
 
 from gateway.model.consumers import LinePlace, Standing
-from gateway.model.entities import Binding, Exchange, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
+from gateway.model.graph import RouteSnapshot
 
 # A message's place in a topic: (ledger, entry). Every message of one entry (a batch) was
 # written at the same moment, so entries are what unbinds and rebinds are compared by.
@@ -40,14 +41,29 @@ class DrainRecord:
     the topic, and drop messages past ``end`` (written after the unbind) up to ``resumed``
     (the topic's last entry when the queue was bound again, if it was). With ``end`` None the
     subscription is to be *removed*: nobody reads it any more and the namespace's leader
-    deletes it from Pulsar (after a queue delete, or once a drain has finished)."""
+    deletes it from Pulsar (after a queue delete, or once a drain has finished).
+
+    ``via``: when the queue's consumers judge each message of the topic (a headers binding,
+    or exchange bindings on the way, model/graph.py), the bindings that routed what came
+    before each change of them: ``(until, bindings)`` pairs in order, a message up to
+    ``until`` (and past the pairs before) judged by ``bindings``, a later one by the bindings
+    of now. A record whose ``resumed`` equals ``end`` excludes nothing: the topic stays bound,
+    only some of the bindings that routed into it went (``via`` keeps them)."""
 
     end: Position | None = None
     resumed: Position | None = None
+    via: tuple[tuple[Position, RouteSnapshot], ...] = ()
 
     @property
     def removing(self) -> bool:
         return self.end is None
+
+    def judged_by(self, position: Position) -> RouteSnapshot | None:
+        """The bindings that routed a message at ``position`` (None: the current ones)."""
+        for until, snapshot in self.via:
+            if position <= until:
+                return snapshot
+        return None
 
     def excludes(self, position: Position) -> bool:
         """Whether a message at ``position`` was written while the queue was not bound."""
@@ -89,6 +105,8 @@ class VhostView:
     queue_bindings: Mapping[str, frozenset[Binding]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Exchange-to-exchange bindings (a binding is here while both its exchanges are).
+    exchange_bindings: frozenset[ExchangeBinding] = frozenset()
     # For topic exchanges: the routing keys that have a topic (a key is registered before
     # the first message is published with it, so a later binding finds its topic).
     topic_keys: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
@@ -108,6 +126,17 @@ class VhostView:
 # Chooses, from a single-active-consumer queue's consumers as the store has them now (in
 # registration order, none active), the one to make active; None: none of them.
 PickActive = Callable[[Sequence[LinePlace]], LinePlace | None]
+
+
+@dataclass(frozen=True)
+class ExchangeEdges:
+    """An exchange's bindings as the store has them now, names and keys only (arguments are
+    left out): to queues (queue, key), to exchanges it is the source of (destination, key),
+    and from exchanges it is the destination of (source, key)."""
+
+    queues: frozenset[tuple[str, str]] = frozenset()
+    outgoing: frozenset[tuple[str, str]] = frozenset()
+    incoming: frozenset[tuple[str, str]] = frozenset()
 
 
 class MetadataStore(Protocol):
@@ -155,6 +184,12 @@ class MetadataStore(Protocol):
         now (after a sync). Arguments are left out: it is for topic exchanges."""
         ...
 
+    async def sync_edges_of(self, namespace: str, exchange: str) -> ExchangeEdges:
+        """Every binding ``exchange`` is an end of (to queues, and to or from exchanges), as
+        the store has them now (after a sync): what routing through exchange bindings reads
+        when the view may lag another replica's bind (one listing: the exchange's node)."""
+        ...
+
     async def opened(self, known: int = 0) -> list[str]:
         """The namespaces this replica has opened, once there are more than ``known``."""
         ...
@@ -177,8 +212,10 @@ class MetadataStore(Protocol):
         if_unused: bool = False,
         drains: Mapping[tuple[str, str], DrainRecord] | None = None,
     ) -> bool:
-        """Delete it and its bindings; False if it was not there. ``if_unused``: only if it
-        has no binding (raises ``ConditionNotMet`` otherwise), atomically with the delete.
+        """Delete it and its bindings (to queues, and to and from exchanges); False if it was
+        not there. ``if_unused``: only if it is the source of no binding (raises
+        ``ConditionNotMet`` otherwise; bindings of which it is the destination go with it, as
+        in RabbitMQ), atomically with the delete.
         ``drains``: (queue, topic) -> record, written in the same transaction (the queues'
         subscriptions on its topics that drain what was routed before)."""
         ...
@@ -227,6 +264,29 @@ class MetadataStore(Protocol):
         """False if it was not there (and then ``drains`` are not written either); otherwise
         ``drains`` (topic -> record of the binding's queue) are written atomically with the
         removal, so no replica sees the binding gone without its draining subscriptions."""
+        ...
+
+    async def add_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        """False if that exact binding was already there; raises ``MissingEntity`` (kind
+        "exchange") if its source or its destination is not there (the source is checked
+        first). ``drains``: (queue, topic) -> record, written in the same transaction."""
+        ...
+
+    async def remove_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        """False if it was not there (then ``drains`` are not written); otherwise the
+        ``drains`` ((queue, topic) -> record) are written atomically with the removal."""
         ...
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-from gateway.amqp.commands import ExchangeDeclare, QueueBind, QueueDeclare, QueueUnbind
+from gateway.amqp.commands import (
+    ExchangeBind,
+    ExchangeDeclare,
+    ExchangeUnbind,
+    QueueBind,
+    QueueDeclare,
+    QueueUnbind,
+)
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
 from gateway.model.arguments import QUEUE_ARGUMENTS
@@ -42,11 +49,13 @@ __all__ = [
     "PREDECLARED_EXCHANGES",
     "Binding",
     "Exchange",
+    "ExchangeBinding",
     "ExchangeType",
     "Queue",
     "binding_for",
     "check_bind",
     "check_equivalent",
+    "check_exchange_bind",
     "check_exchange_declare",
     "check_exchange_delete",
     "check_exclusive_access",
@@ -54,6 +63,7 @@ __all__ = [
     "check_queue_declare",
     "declared_exchange",
     "declared_queue",
+    "exchange_binding_for",
     "not_found",
     "queue_type_of",
     "resource",
@@ -138,6 +148,22 @@ class Binding:
 
     queue: str
     exchange: str
+    routing_key: str = ""
+    arguments: Mapping[str, Field] = field(default_factory=_empty, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arguments", _freeze(self.arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeBinding:
+    """An exchange's binding to another exchange (Exchange.Bind, RabbitMQ's extension):
+    messages the ``source`` routes with it go on to the ``destination``, which routes them
+    with its own bindings as if they had been published to it. As with queues, bindings that
+    differ only in their arguments are different bindings."""
+
+    source: str
+    destination: str
     routing_key: str = ""
     arguments: Mapping[str, Field] = field(default_factory=_empty, hash=False)
 
@@ -240,6 +266,13 @@ def check_bind(exchange: str) -> None:
         raise _default_exchange_refused()
 
 
+def check_exchange_bind(destination: str, source: str) -> None:
+    """Exchange.Bind/Unbind: the default exchange can be neither end, 403 as for queues
+    (``rabbit_channel:binding_action_with_checks`` checks the destination, then the source)."""
+    check_bind(destination)
+    check_bind(source)
+
+
 def declared_queue(command: QueueDeclare, connection: str) -> Queue:
     """The queue a Queue.Declare asks for, as RabbitMQ records it: an exclusive queue is owned
     by the declaring connection and is never durable (``Durable = DurableDeclare andalso not
@@ -269,6 +302,13 @@ def declared_exchange(command: ExchangeDeclare) -> Exchange:
 def binding_for(command: QueueBind | QueueUnbind) -> Binding:
     """The binding a Queue.Bind adds or a Queue.Unbind removes."""
     return Binding(command.queue, command.exchange, command.routing_key, command.arguments)
+
+
+def exchange_binding_for(command: ExchangeBind | ExchangeUnbind) -> ExchangeBinding:
+    """The binding an Exchange.Bind adds or an Exchange.Unbind removes."""
+    return ExchangeBinding(
+        command.source, command.destination, command.routing_key, command.arguments
+    )
 
 
 def check_exclusive_access(queue: Queue, connection: str | None, vhost: str) -> None:

@@ -211,6 +211,10 @@ class AMQPSession:
                 await self._exchange_declare(state, command)
             case cmd.ExchangeDelete():
                 await self._exchange_delete(state, command)
+            case cmd.ExchangeBind():
+                await self._exchange_bind(state, command)
+            case cmd.ExchangeUnbind():
+                await self._exchange_unbind(state, command)
             case cmd.QueueDeclare():
                 await self._queue_declare(state, command)
             case cmd.QueueBind():
@@ -260,6 +264,14 @@ class AMQPSession:
     async def _exchange_delete(self, state: SessionChannel, command: cmd.ExchangeDelete) -> None:
         await self._vhost.delete_exchange(command)
         self._protocol.send_reply(state.number, command, cmd.ExchangeDeleteOk())
+
+    async def _exchange_bind(self, state: SessionChannel, command: cmd.ExchangeBind) -> None:
+        await self._vhost.bind_exchange(command)
+        self._protocol.send_reply(state.number, command, cmd.ExchangeBindOk())
+
+    async def _exchange_unbind(self, state: SessionChannel, command: cmd.ExchangeUnbind) -> None:
+        await self._vhost.unbind_exchange(command)
+        self._protocol.send_reply(state.number, command, cmd.ExchangeUnbindOk())
 
     async def _queue_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
         if is_reply_name(command.queue):

@@ -21,7 +21,8 @@ an unbind or a rebind rewrote meanwhile is left for the next round.
 
 **Reconciler.** A topic exchange's new routing key and a pattern binding made at the same
 moment on two replicas can miss each other (each replica's view lags the other's write by a
-few milliseconds), leaving the binding without its subscription on the new key's topic. Every
+few milliseconds), leaving the binding without its subscription on the new key's topic; so
+can the bindings of a path through exchange bindings made on several replicas at once. Every
 ``reconcile_interval`` the leader makes sure each (pattern binding, matching key) pair has its
 subscription; pairs it has checked are remembered for its whole term, so a steady fleet costs
 nothing but the first pass. Messages written to that topic before the repair are not recovered.
@@ -199,8 +200,10 @@ class SubscriptionReconciler:
         await repeat_rounds("reconciler", self._namespace, self.round, interval)
 
     def expected(self, view: VhostView) -> set[tuple[str, str]]:
-        """(queue, topic) of every topic-exchange pattern binding and key it matches."""
-        pairs: set[tuple[str, str]] = set()
+        """(queue, topic) of every topic-exchange pattern binding and key it matches, and of
+        every topic in use that reaches a queue through exchange bindings (their handshakes
+        involve several replicas' records: binding_subscriptions.py)."""
+        pairs = self._vhost.fed_through_exchanges(view)
         for binding in view.bindings:
             exchange = view.exchanges.get(binding.exchange)
             if exchange is None or exchange.type is not ExchangeType.TOPIC:

@@ -62,7 +62,7 @@ class DeadLettering:
             log.debug("dead-letter exchange of queue '%s' does not exist: dropped", queue)
             return
         if reason != "rejected":
-            targets = catalog.routes(catalog.view, exchange, letter.message)
+            targets = catalog.destinations(catalog.view, exchange, letter.message)
             looping = {target for target in targets if letter.cycles(target)}
             if looping:
                 for target in sorted(targets - looping):

@@ -23,13 +23,14 @@ from collections.abc import Iterable
 
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.metadata.store import REMOVE, DrainRecord, Position, VhostView
-from gateway.model.entities import Binding
-from gateway.model.naming import subscription_for
+from gateway.model.entities import Binding, ExchangeType
+from gateway.model.graph import RouteSnapshot
+from gateway.model.naming import decode_local_name, subscription_for
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import AdminError, NotFound, amqp_errors, to_amqp_error
 from gateway.pulsar.ids import MessageId
 
-__all__ = ["Drains", "Position", "position_of"]
+__all__ = ["Drains", "Position", "judgement", "plan_drains", "position_of"]
 
 
 def position_of(message_id: MessageId) -> Position:
@@ -73,38 +74,80 @@ class Drains:
 
 
 async def plan_drains(
-    queue_topics: QueueTopics, admin: PulsarAdmin, view: VhostView, bindings: Iterable[Binding]
+    queue_topics: QueueTopics,
+    admin: PulsarAdmin,
+    before: VhostView,
+    queues: Iterable[str],
+    *,
+    after: VhostView | None = None,
+    without: Iterable[Binding] = (),
 ) -> tuple[dict[tuple[str, str], DrainRecord], list[tuple[str, str]]]:
-    """``bindings`` are about to go: for each (queue, topic) that no other binding of the
-    queue needs any more, a drain record (the subscription still holds messages routed
-    before; they stay the queue's, and only messages past the topic's end *now* are
-    filtered out) or, when it holds none, a ``REMOVE`` record, also listed second (to
-    unsubscribe at once; the record is there in case we die first). Positions are read
-    before the bindings go: a message published meanwhile is concurrent with the unbind,
-    and either outcome is one RabbitMQ could have had."""
-    leaving = list(bindings)
+    """A change takes the metadata from ``before`` to ``after`` (an unbind, an exchange's
+    delete; or, cheaper when no topic's judging can change, ``before`` less the queue
+    bindings ``without``). For each of ``queues`` and each topic it reads before and not
+    after: a drain record (the subscription still holds messages routed before; they stay
+    the queue's, and only messages past the topic's end *now* are filtered out) or, when it
+    holds none, a ``REMOVE`` record, also listed second (to unsubscribe at once; the record
+    is there in case we die first). Where the queue judges each message (headers, exchange
+    bindings on the way: model/graph.py ``filtered``), the record keeps the bindings that
+    routed what it drains (``DrainRecord.via``); so does a record for a topic the queue still
+    reads when the bindings that judge it changed (an *end* without a window: ``resumed`` =
+    ``end``). Positions are read before the change: a message published meanwhile is
+    concurrent with it, and either outcome is one RabbitMQ could have had."""
     drains: dict[tuple[str, str], DrainRecord] = {}
     drained: list[tuple[str, str]] = []
-    for queue in {b.queue for b in leaving}:
-        still_needed = queue_topics.bound(view, queue, without=leaving)
-        topics = {
-            topic
-            for binding in leaving
-            if binding.queue == queue
-            for topic in queue_topics.live_of_binding(view, binding)
-        }
-        for topic in sorted(topics - still_needed):
-            what = f"unbinding queue '{queue}'"
+    leaving = list(without)
+    for queue in sorted(set(queues)):
+        old = queue_topics.bound(before, queue)
+        new = queue_topics.bound(after or before, queue, without=leaving)
+        what = f"unbinding queue '{queue}'"
+        for topic in sorted(old):
+            kept = topic in new
+            via = None if kept and after is None else judgement(queue_topics, before, queue, topic)
+            if kept and (
+                via is None or after is None or via == judgement(queue_topics, after, queue, topic)
+            ):
+                continue  # still read, and judged as before (without ``after``: by the caller)
             try:
                 backlog = await admin.subscription_backlog(topic, subscription_for(queue))
             except NotFound:
                 continue
             except AdminError as error:
                 raise to_amqp_error(error, what) from None
-            if backlog == 0:
+            if backlog == 0 and not kept:
                 drains[(queue, topic)] = REMOVE
                 drained.append((queue, topic))
                 continue
-            end = await amqp_errors(admin.last_message_id(topic), what)
-            drains[(queue, topic)] = DrainRecord(position_of(end))
+            if backlog == 0:
+                continue  # nothing routed before is left to judge
+            end = position_of(await amqp_errors(admin.last_message_id(topic), what))
+            # What an earlier change left to judge comes first (older messages).
+            known = before.drains.get((queue, queue_topics.local(topic)))
+            judged = () if known is None else known.via
+            if via is not None:
+                judged = (*judged, (end, via))
+            drains[(queue, topic)] = DrainRecord(end, end if kept else None, judged)
     return drains, drained
+
+
+def judgement(
+    queue_topics: QueueTopics, view: VhostView, queue: str, topic: str
+) -> RouteSnapshot | None:
+    """The bindings by which ``queue`` judges each message of ``topic`` in ``view``; None
+    when every message there is the queue's (no headers binding, no exchange binding on the
+    way that looks at the key)."""
+    decoded = decode_local_name(queue_topics.local(topic))
+    if decoded is None:
+        return None
+    catalog = queue_topics.catalog
+    source = catalog.exchange(view, decoded[0])
+    if source is None:
+        return None
+    keyed = decoded[1] is not None
+    if not view.exchange_bindings and (keyed or source.type is not ExchangeType.HEADERS):
+        return None
+    graph = catalog.graph(view)
+    bound_to = {binding.exchange for binding in queue_topics.bindings_of(view, queue)}
+    if not graph.filtered(source, bound_to, keyed=keyed):
+        return None
+    return graph.snapshot(source, queue, bound_to)

@@ -1,10 +1,11 @@
 """Whether a publish routes anywhere, and the handshake that makes a new key's topic safe.
 
-Used by the vhost's publish path (vhost.py ``_send``): a topic exchange's new routing key (and,
-with lazy subscriptions, a direct or default exchange's) is *prepared* before this replica's
-first message to its topic: registered in ZooKeeper, then every binding that routes it
-subscribed (activation.py explains the handshake). When the view says "unroutable", ZooKeeper
-has the last word before a message goes to an alternate exchange or back as Basic.Return.
+Used by the publish path (sending.py): a topic exchange's new routing key (and, with lazy
+subscriptions, a direct or default exchange's) is *prepared* before this replica's first
+message to its topic: registered in ZooKeeper, then every queue a path of bindings leads to
+with that key (exchange bindings included, read from ZooKeeper: zk_graph.py) subscribed
+(activation.py explains the handshake). When the view says "unroutable", ZooKeeper has the
+last word before a message goes to an alternate exchange or back as Basic.Return.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from gateway.backend.catalog import Catalog
 from gateway.backend.interface import Message
 from gateway.backend.pulsar.activation import lazy_exchange
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
 from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
+from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
-from gateway.model.routing import compile_topic
 from gateway.model.vhost import Namespace
 
 
@@ -46,13 +48,18 @@ class PublishRoutes:
         """Whether ``exchange`` routes ``message`` anywhere, as far as this replica knows
         (a topic exchange's new key is prepared first: its bindings are read from ZooKeeper)."""
         key = message.routing_key
-        if (
-            (exchange.name, key) not in self.prepared_keys
-            and (exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange))
-            and await self._prepare_key(exchange, key)
-        ):
+        if (exchange.name, key) not in self.prepared_keys and await self.prepare(exchange, key):
             return True
         return bool(self.catalog.routes(self.catalog.view, exchange, message))
+
+    async def prepare(self, exchange: Exchange, key: str) -> bool:
+        """Prepare ``exchange``'s ``key`` before this replica's first message to its topic
+        (if it has a topic per key); True when that found a queue to route to."""
+        if (exchange.name, key) in self.prepared_keys:
+            return False
+        if exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange):
+            return await self._prepare_key(exchange, key)
+        return False
 
     async def alternate(self, exchange: Exchange) -> Exchange | None:
         """``exchange``'s alternate exchange, looked up in ZooKeeper if the view lacks it."""
@@ -66,22 +73,51 @@ class PublishRoutes:
         return found
 
     async def bound_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
-        """Whether a binding of ``exchange`` that ZooKeeper has now routes ``key``. Headers
-        bindings match on arguments, which this read leaves out: for them the view decides."""
+        """Whether a binding of ``exchange`` that ZooKeeper has now (to a queue or to an
+        exchange) routes ``key``: then it does not pass the message on to its alternate
+        exchange. Headers bindings match on arguments, which this read leaves out: for them
+        the view decides."""
         if exchange.type is ExchangeType.HEADERS:
             return False
         store = self._resources.store
         if exchange.name == DEFAULT_EXCHANGE:  # bound to every queue by its name
             found = await self.catalog.write(store.sync_queue(self.catalog.namespace, key))
             return found is not None
-        bindings = await self.catalog.write(
-            store.sync_bindings_of(self.catalog.namespace, exchange.name)
+        edges = await self.catalog.write(store.sync_edges_of(self.catalog.namespace, exchange.name))
+        return any(
+            binding_passes(exchange.type, pattern, key)
+            for _, pattern in (*edges.queues, *edges.outgoing)
         )
-        if exchange.type is ExchangeType.FANOUT:
-            return bool(bindings)
-        if exchange.type is ExchangeType.TOPIC:
-            return any(compile_topic(pattern).matches(key) for _, pattern in bindings)
-        return any(pattern == key for _, pattern in bindings)
+
+    async def routes_in_zookeeper(self, exchange: Exchange, key: str) -> bool:
+        """Whether bindings that ZooKeeper has now lead a message with ``key`` from
+        ``exchange`` to a queue (through exchange bindings and alternate exchanges, each
+        exchange once): the last word before a mandatory message is returned. Headers
+        exchanges are left to the view (their arguments are not read)."""
+        graph = ZooKeeperGraph(self.catalog, self._resources.store)
+        seen = {exchange.name}
+        pending = [exchange]
+        while pending:
+            current = pending.pop()
+            if current.type is ExchangeType.HEADERS:
+                continue
+            if current.name == DEFAULT_EXCHANGE:
+                if await self.bound_in_zookeeper(current, key):
+                    return True
+                continue
+            edges = await graph.edges(current.name)
+            if any(binding_passes(current.type, k, key) for _, k in edges.queues):
+                return True
+            onward = sorted(d for d, k in edges.outgoing if binding_passes(current.type, k, key))
+            if not onward:
+                alternate = await self.alternate(current)
+                onward = [] if alternate is None else [alternate.name]
+            for name in onward:
+                target = await graph.exchange(name)
+                if name not in seen and target is not None:
+                    seen.add(name)
+                    pending.append(target)
+        return False
 
     def _lazy_default_or_direct(self, exchange: Exchange) -> bool:
         return self._resources.lazy_subscriptions and lazy_exchange(exchange)
@@ -96,8 +132,8 @@ class PublishRoutes:
         routes to is read from ZooKeeper, not from the view: a queue or binding made on
         another replica just before may not be in the view yet, and that replica, when it
         looked for the key after its write, did not see it (declare_queue and bind_queue do
-        the mirror image). Whichever write is second sees the first, so the subscription
-        exists before the message is written."""
+        the mirror image, zk_graph.py for exchange bindings). Whichever write is second sees
+        the first, so the subscription exists before the message is written."""
         store, namespace = self._resources.store, self.catalog.namespace
         await self.catalog.write(store.register_topic_key(namespace, exchange.name, key))
         topic = topic_for(self.namespace, exchange.name, key)
@@ -111,15 +147,19 @@ class PublishRoutes:
             if found is not None:
                 routed.append(key)
         else:
-            bindings = await self.catalog.write(store.sync_bindings_of(namespace, exchange.name))
-            for queue, pattern in sorted(bindings):
-                matches = (
-                    pattern == key
-                    if exchange.type is ExchangeType.DIRECT
-                    else compile_topic(pattern).matches(key)
-                )
-                if matches:
-                    routed.append(queue)
+            # Where bindings lead with this key, as ZooKeeper has them: one read of the
+            # exchange's node, and one per exchange its exchange bindings lead to.
+            graph = ZooKeeperGraph(self.catalog, store)
+            await graph.downstream(exchange.name, key)
+            subscribing = sorted((await graph.graph()).reach(exchange, key))
+            # What it answers is whether its own bindings route the key (exchange bindings
+            # may lead through a headers exchange, whose arguments are not read here).
+            own = (await graph.edges(exchange.name)).queues
+            routed = [q for q, k in own if binding_passes(exchange.type, k, key)]
+            for queue in subscribing:
+                await self._subscribe(topic, queue)
+            self.prepared_keys.add((exchange.name, key))
+            return bool(routed)
         for queue in routed:
             await self._subscribe(topic, queue)
         self.prepared_keys.add((exchange.name, key))

@@ -22,10 +22,9 @@ drained or recorded subscriptions.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -42,74 +41,60 @@ from gateway.backend.interface import (
     PublishOutcome,
     QueueStatus,
 )
-from gateway.backend.overflow import RefusedStored
 from gateway.backend.pulsar.activation import (
     Activation,
     activation_for,
     default_activation,
 )
+from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import BasicGetConsumers
-from gateway.backend.pulsar.dead_lettering import DeadLettering
-from gateway.backend.pulsar.delivery import (
-    Admits,
-    PulsarDelivery,
-    PulsarQueueSubscription,
-    exchange_and_key,
+from gateway.backend.pulsar.binding_subscriptions import (
+    BindingSubscriptions,
+    ExchangeBindingChanges,
+    Prepared,
 )
+from gateway.backend.pulsar.dead_lettering import DeadLettering
+from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
-from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, REQUEUED, to_pulsar
+from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
 from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
-from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
 from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
-from gateway.bounded import remember
 from gateway.metadata.errors import ConditionNotMet
-from gateway.metadata.store import DrainRecord, Position, QueueCondition, VhostView
+from gateway.metadata.store import DrainRecord, QueueCondition, VhostView
 from gateway.model.arguments import is_stream
 from gateway.model.consumers import consumer_priority, refuse_priority, single_active
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
-    PREDECLARED_EXCHANGES,
     Binding,
-    Exchange,
     ExchangeType,
     Queue,
     resource,
 )
 from gateway.model.naming import subscription_for, topic_for
-from gateway.model.routing import (
-    binding_topics,
-    headers_match,
-    publish_topic,
-)
+from gateway.model.routing import binding_topics
 from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
-from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage
-from gateway.pulsar.errors import (
-    PreconditionFailed,
-    PulsarClientError,
-    amqp_errors,
-    to_amqp_error,
-)
+from gateway.pulsar.consumer import ConsumerOptions
+from gateway.pulsar.errors import PreconditionFailed, amqp_errors, to_amqp_error
 from gateway.pulsar.priority_level import level_for, priority_levels
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
-
-_PUBLISH_TOPICS_CACHED = 4096
-_PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
 # Tries at creating a subscription that another replica is creating at the same moment.
 SUBSCRIBE_ATTEMPTS = 5
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
@@ -133,9 +118,6 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
-        # (exchange type, exchange, routing key) -> the topic its messages go to (naming it
-        # per message was ~2% of the publish path).
-        self._publish_topics: dict[tuple[ExchangeType, str, str], str] = {}
         self._topics = QueueTopics(
             self.catalog, namespace, lazy_subscriptions=resources.lazy_subscriptions
         )
@@ -146,16 +128,31 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._redeliveries = Redeliveries()
         # The fleet's delivery records (AMQP's redelivered across replicas), once started.
         self.records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
-        # Per (queue, topic): the topic's last entry at the latest purge. Messages up to it
-        # that consumers had prefetched before the purge are dropped when they come through.
-        self._purged: dict[tuple[str, str], Position] = {}
-        self._dead_lettering = DeadLettering(self.catalog, self._send, self._write_to_queue)
+        self._admission = Admission(self.catalog, self._topics, self._drains, self._redeliveries)
+        self._binding_subscriptions = BindingSubscriptions(
+            self.catalog, self._topics, resources, self._subscribe_topic
+        )
+        self._exchange_bindings = ExchangeBindingChanges(
+            self._binding_subscriptions,
+            self._drains.refresh,
+            self._plan_drains,
+            self._unsubscribe_drained,
+        )
         self._basic_gets = BasicGetConsumers(
             lambda task: self._r.nursery.start_soon(task),
             lambda queue: self._subscription(queue, exclusive=False, read_ahead=1),
             lambda queue: self._message_count(self._view, queue),
         )
+        # Sending and dead-lettering need each other: a dead letter is sent, and a message a
+        # full queue refuses may be dead-lettered (x-overflow reject-publish-dlx).
+        self._sending: Sending
+        self._dead_lettering = DeadLettering(
+            self.catalog, lambda x, m: self._sending.send(x, m), self._write_to_queue
+        )
         self._limits = LengthLimits(self._ready_now, self._dead_lettering.dead_letter)
+        self._sending = Sending(
+            self.catalog, namespace, resources, self._publish_routes, self._limits
+        )
         self._queue_use = QueueUse(namespace, resources.admin)
         self.streams = StreamQueues(name, resources, self._topics)
 
@@ -177,6 +174,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
     def binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
         """The topics ``binding`` has subscriptions on in ``view`` (for the reconciler)."""
         return self._topics.live_of_binding(view, binding)
+
+    def fed_through_exchanges(self, view: VhostView) -> set[tuple[str, str]]:
+        """(queue, topic) of the topics in use that reach queues through exchange bindings
+        (for the reconciler)."""
+        return self._topics.fed_through_exchanges(view)
 
     def needs(self, view: VhostView, queue: str, topic: str) -> bool:
         """Whether ``queue`` exists and reads, or may read, ``topic`` in ``view``."""
@@ -253,26 +255,54 @@ class PulsarVirtualHost(CatalogVirtualHost):
     async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
         bindings = await self.catalog.exchange_bindings(command)
         view = self._view
-        if not bindings:
+        name = command.exchange
+        # The queues that lose topics: those bound to it, and those its exchange bindings
+        # lead to (they read its topics, and those of the exchanges leading to it).
+        queues = {binding.queue for binding in bindings or ()}
+        if any(name in (e.source, e.destination) for e in view.exchange_bindings):
+            queues |= self._topics.affected(view, [name])
+        if not queues:
             await self.catalog.delete_exchange(command)
             return
-        drains, drained = await plan_drains(self._topics, self._r.admin, view, bindings)
-        await self.catalog.delete_exchange(
-            command,
-            drains={(q, self._topics.local(t)): record for (q, t), record in drains.items()},
+        if view.exchange_bindings:
+            drains = await self._plan_drains(
+                view, queues, after=changed_view(view, deleted_exchange=name)
+            )
+        else:  # every topic of its queues either stays as it is or goes
+            drains = await self._plan_drains(view, queues, without=bindings or ())
+        await self.catalog.delete_exchange(command, drains=drains)
+        await self._unsubscribe_drained(view, drains)
+
+    async def _plan_drains(
+        self,
+        before: VhostView,
+        queues: Iterable[str],
+        *,
+        after: VhostView | None = None,
+        without: Iterable[Binding] = (),
+    ) -> dict[tuple[str, str], DrainRecord]:
+        """The drain records a change writes (drains.py), by (queue, local topic name), as
+        the store takes them."""
+        drains, _ = await plan_drains(
+            self._topics, self._r.admin, before, queues, after=after, without=without
         )
-        await self._unsubscribe_drained(view, drained)
+        return {(q, self._topics.local(t)): record for (q, t), record in drains.items()}
 
     async def _unsubscribe_drained(
-        self, before: VhostView, drained: Iterable[tuple[str, str]]
+        self, before: VhostView, drains: Mapping[tuple[str, str], DrainRecord]
     ) -> None:
-        """After the unbind: drop subscriptions that held nothing, unless a binding made
-        meanwhile needs the topic again or another replica may still read it (then the
-        leader does, from their REMOVE records)."""
+        """After the unbind: drop subscriptions that held nothing (their ``REMOVE``
+        records), unless a binding made meanwhile needs the topic again or another replica
+        may still read it (then the leader does, from the records)."""
         view = self._view
         self._drains.refresh(view)
-        for queue, topic in drained:
-            if not self.needs(view, queue, topic) and self._alone(before, queue):
+        for (queue, local), record in drains.items():
+            topic = self.topic(local)
+            if (
+                record.removing
+                and not self.needs(view, queue, topic)
+                and self._alone(before, queue)
+            ):
                 await self._unsubscribe_topic(topic, queue)
 
     # ------------------------------------------------------------------ queues
@@ -366,7 +396,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             "getters": len(self._basic_gets.by_queue),
             "getter_used": len(self._basic_gets.used),
             "left_after_get": len(self._basic_gets.left_after_get),
-            "purged": len(self._purged),
+            "purged": len(self._admission.purged),
             "prepared_keys": len(self._publish_routes.prepared_keys),
         }
 
@@ -421,7 +451,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
         await self._basic_gets.close(name)
-        self._purged = {key: at for key, at in self._purged.items() if key[0] != name}
+        self._admission.forget(name)
         if stream_of(view, name) is not None:
             await self.streams.drop(name)
         if deleted:
@@ -465,7 +495,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         admin = self._r.admin
         for topic in self._topics.read_by(view, name):
             last = await amqp_errors(admin.last_message_id(topic), f"purging '{name}'")
-            self._purged[(name, topic)] = position_of(last)
+            self._admission.purged[(name, topic)] = position_of(last)
             await amqp_errors(admin.skip_all(topic, subscription_for(name)), f"purging '{name}'")
         return count
 
@@ -492,9 +522,23 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 pending.append(topic)
                 continue
             await self._subscribe_topic(topic, queue)
+        # Through exchange bindings into the exchange, the queue may now read other topics.
+        prepared = Prepared()
+        if view.exchange_bindings:
+            prepared = await self._binding_subscriptions.before_write(
+                view, changed_view(view, added=[binding]), [queue]
+            )
+            drains.update({local: record for (_, local), record in prepared.drains.items()})
         existed = binding in view.bindings
         await self.catalog.add_binding(binding, drains=drains or None)
         self._drains.refresh(self._view)
+        try:
+            await self._binding_subscriptions.after_queue_binding(binding, prepared)
+        except BaseException:
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                if not existed:
+                    await self.catalog.remove_binding(binding, drains={})
+            raise
         if activation is not None:
 
             async def unbind(_queue: str) -> None:
@@ -517,12 +561,28 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if binding is None:
             return
         view = self._view
-        drains, drained = await plan_drains(self._topics, self._r.admin, view, [binding])
+        if view.exchange_bindings or self._judged(view, binding.exchange):
+            # The bindings that judge a topic's messages may change: see them after.
+            after = changed_view(view, removed=[binding])
+            drains = await self._plan_drains(view, [binding.queue], after=after)
+        else:
+            drains = await self._plan_drains(view, [binding.queue], without=[binding])
         removed = await self.catalog.remove_binding(
-            binding, drains={self._topics.local(t): record for (_, t), record in drains.items()}
+            binding, drains={local: record for (_, local), record in drains.items()}
         )
         if removed:
-            await self._unsubscribe_drained(view, drained)
+            await self._unsubscribe_drained(view, drains)
+
+    def _judged(self, view: VhostView, exchange: str) -> bool:
+        """Whether ``exchange``'s bindings judge each message (a headers exchange's)."""
+        found = self.catalog.exchange(view, exchange)
+        return found is not None and found.type is ExchangeType.HEADERS
+
+    async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
+        await self._exchange_bindings.bind(command)
+
+    async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
+        await self._exchange_bindings.unbind(command)
 
     # ------------------------------------------------------------------ publishing
 
@@ -534,63 +594,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         check_expiration(message)
-        return await self._send(exchange, message, mandatory=mandatory)
-
-    async def _send(
-        self, exchange: Exchange, message: Message, *, mandatory: bool = False
-    ) -> PublishOutcome:
-        """Route ``message`` through ``exchange`` (and its alternates) and write it."""
-        key = message.routing_key
-        routed = await self._publish_routes.routes(exchange, message)
-        seen = {exchange.name}
-        while not routed:
-            # Unroutable here: RabbitMQ sends it on to the exchange's alternate exchange, and
-            # that one's, until one routes it (rabbit_exchange:route, each exchange once).
-            alternate = await self._publish_routes.alternate(exchange)
-            if alternate is None or alternate.name in seen:
-                break
-            # The view said unroutable; a binding made on another replica a moment ago may
-            # not be in it yet: ZooKeeper decides before the message goes elsewhere.
-            if await self._publish_routes.bound_in_zookeeper(exchange, key):
-                routed = True
-                break
-            exchange = alternate
-            seen.add(exchange.name)
-            routed = await self._publish_routes.routes(exchange, message)
-        if not routed and mandatory:
-            # About to tell the client "unroutable": a binding made on another replica a
-            # moment ago may not be in the view yet (the rare, slow path of a mandatory miss).
-            routed = await self._publish_routes.bound_in_zookeeper(exchange, key)
-        # Written even when this replica's view routes it nowhere: a binding made on another
-        # replica may not have reached the view yet, and Pulsar drops a message that no
-        # subscription wants anyway. A message routed through an alternate exchange goes to
-        # that exchange's topic and keeps its own exchange and routing key (Basic.Deliver
-        # names the exchange it was published to, as on RabbitMQ).
-        named = (exchange.type, exchange.name, key)
-        topic = self._publish_topics.get(named)
-        if topic is None:
-            topic = publish_topic(self.namespace, exchange, key)
-            remember(self._publish_topics, named, topic, _PUBLISH_TOPICS_CACHED)
-        properties = to_pulsar(message)
-        refused = await self._refusals(exchange, message) if self._limits.of(self._view) else []
-        if refused:
-            # Full queues with x-overflow reject-publish: the others still get the message.
-            if set(refused) >= self.catalog.routes(self._view, exchange, message):
-                return PublishOutcome(routed=True, stored=RefusedStored(refused))
-            properties[REFUSED_BY] = json.dumps(refused)
-        try:
-            stored = await self._r.producers.submit(topic, message.body, properties)
-        except PulsarClientError as error:
-            raise to_amqp_error(error, f"publishing to {topic}") from None
-        if refused:
-            return PublishOutcome(routed=True, stored=RefusedStored(refused, stored))
-        return PublishOutcome(routed=routed, stored=stored)
-
-    async def _refusals(self, exchange: Exchange, message: Message) -> list[str]:
-        """The routed queues whose reject-publish length limit refuses ``message``."""
-        view = self._view
-        targets = self.catalog.routes(view, exchange, message)
-        return await self._limits.refusing(self._limits.of(view), targets, message)
+        return await self._sending.send(exchange, message, mandatory=mandatory, view=view)
 
     async def _ready_now(self, queue: str) -> int:
         """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""
@@ -603,35 +607,6 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return await count_ready(self._r.admin, self._topics.read_by(view, queue), queue)
 
     # ------------------------------------------------------------------ consuming
-
-    def _admits(self, queue: str) -> Admits:
-        def admits(message: Message, received: ReceivedMessage) -> bool:
-            topic = received.topic
-            drain = self._drains.get(queue, topic)
-            if drain is not None and drain.excludes(position_of(received.message_id)):
-                return False  # written while the queue was not bound to this topic
-            purged = self._purged.get((queue, topic))
-            if (
-                purged is not None
-                and position_of(received.message_id) <= purged
-                and not self._redeliveries.seen(queue, received)
-            ):
-                return False  # prefetched before a purge (an unacked one survives it)
-            decoded = exchange_and_key(topic)
-            if decoded is None or decoded[1] is not None:
-                return True  # keyed topics (direct, topic, default) carry only routed messages
-            view = self._view
-            exchange = self.catalog.exchange(view, decoded[0])
-            if exchange is None or exchange.type is not ExchangeType.HEADERS:
-                return True
-            headers = message.properties.headers
-            return any(
-                headers_match(b.arguments, headers)
-                for b in view.queue_bindings.get(queue, ())
-                if b.exchange == exchange.name
-            )
-
-        return admits
 
     async def _subscription(
         self,
@@ -674,7 +649,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return PulsarQueueSubscription(
             queue,
             consumer,
-            self._admits(queue),
+            self._admission.of(queue),
             self._consumer_closed,
             self._redeliveries,
             self._requeue_copy,

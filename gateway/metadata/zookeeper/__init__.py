@@ -11,6 +11,7 @@ shared in kind with the permission store) carries everything; the parts:
 - ``watcher.py`` — the watch-driven listing that feeds each namespace's ``mirror.py``, and the
   resync after a reconnect;
 - ``transactions.py`` — creating entities, binding, topic keys, consumers, drain records;
+- ``exchange_bindings.py`` — binding and unbinding exchanges to exchanges (Exchange.Bind);
 - ``deletes.py`` — deleting a queue or an exchange with its bindings and records;
 - ``leadership.py`` — leader election per namespace;
 - ``reclaim.py`` — claiming this replica's ephemeral records again after a session expired;

@@ -123,16 +123,18 @@ class NamespaceAdmin:
         listings = await self._list_buckets(namespace, what)
         # In three phases, so that each node is a leaf when its turn comes: bindings with
         # their refs, then entities and topic keys, then buckets.
+        binding_folders = (Folder.BINDINGS, Folder.EXCHANGE_BINDINGS)
         bindings = [
             op.path
-            for _, children in listings[Folder.BINDINGS]
+            for folder in binding_folders
+            for _, children in listings[folder]
             for child in children
             for op in unbind_ops(self._layout, namespace, child)
         ]
         entities = [
             f"{self._layout.folder(namespace, folder)}/{bucket}/{child}"
             for folder in Folder
-            if folder is not Folder.BINDINGS
+            if folder not in binding_folders
             for bucket, children in listings[folder]
             for child in children
         ]

@@ -1,6 +1,7 @@
 """Deleting a queue or an exchange with its bindings (and a queue's records), atomically.
 
-The node's children are refs to its bindings, so listing them gives every binding, and
+The node's children are refs to its bindings (an exchange's: to queues, and to and from
+exchanges), so listing them gives every binding, and
 deleting the node fails (NotEmpty) if a binding was added after the listing: then we list
 again. A cascade too big for one transaction deletes bindings in atomic batches first (each
 binding with its two refs) and the node last.
@@ -36,7 +37,12 @@ from gateway.metadata.codec import (
 )
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.mirror import NamespaceMirror
-from gateway.metadata.paths import Folder, encode_name
+from gateway.metadata.paths import (
+    Folder,
+    decode_exchange_binding_id,
+    encode_name,
+    is_exchange_binding_id,
+)
 from gateway.metadata.store import REMOVE, DrainRecord, QueueCondition
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
@@ -239,7 +245,7 @@ class _CascadingDelete:
         refs, version = listing
         if checked_version is not None and version != checked_version:
             return AGAIN  # a consumer came or went between the two reads
-        if self._refuse_bindings and refs:
+        if self._refuse_bindings and any(map(self._as_source, refs)):
             raise ConditionNotMet("exchange", self._name, "it has bindings")
         records = None
         if self._folder is Folder.QUEUES:
@@ -252,6 +258,17 @@ class _CascadingDelete:
         if failure is None:
             return True if batch.whole else AGAIN  # AGAIN: list what bindings are left
         return await self._after_failure(batch, *failure)
+
+    def _as_source(self, ref: str) -> bool:
+        """Whether ``ref`` is a binding this exchange is the source of: RabbitMQ's if-unused
+        and auto-delete count only those (``has_for_source``); an exchange binding it is the
+        destination of goes with it."""
+        if not is_exchange_binding_id(ref):
+            return True
+        try:
+            return decode_exchange_binding_id(ref).source == self._name
+        except ValueError:
+            return True
 
     async def _list_refs(self) -> tuple[list[str], int] | None:
         """The node's children (refs, named by binding id) and its version; None: no node."""
@@ -327,7 +344,8 @@ class _CascadingDelete:
 
         def apply(mirror: NamespaceMirror) -> None:
             for ref in batch.unbound:
-                mirror.own_deleted(Folder.BINDINGS, ref)
+                kind = Folder.EXCHANGE_BINDINGS if is_exchange_binding_id(ref) else Folder.BINDINGS
+                mirror.own_deleted(kind, ref)
             if not batch.whole:
                 return
             if batch.records is not None:

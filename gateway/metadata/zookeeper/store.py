@@ -28,12 +28,15 @@ from gateway.metadata.paths import (
     Layout,
     bucket_for,
     decode_binding_id,
+    decode_exchange_binding_id,
     decode_name,
     decode_topic_key,
     encode_name,
+    is_exchange_binding_id,
 )
 from gateway.metadata.store import (
     DrainRecord,
+    ExchangeEdges,
     MetadataUnavailable,
     PickActive,
     QueueCondition,
@@ -44,13 +47,20 @@ from gateway.metadata.zookeeper.admin import NamespaceAdmin
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.deletes import EntityDeletes
 from gateway.metadata.zookeeper.deliveries import DeliveryRecords
+from gateway.metadata.zookeeper.exchange_bindings import ExchangeBindingWrites
 from gateway.metadata.zookeeper.leadership import Leadership
 from gateway.metadata.zookeeper.lines import ConsumerLines
 from gateway.metadata.zookeeper.reclaim import EphemeralRecords
 from gateway.metadata.zookeeper.transactions import EntityTransactions
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.consumers import Standing
-from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, Queue
+from gateway.model.entities import (
+    PREDECLARED_EXCHANGES,
+    Binding,
+    Exchange,
+    ExchangeBinding,
+    Queue,
+)
 
 __all__ = ["ZooKeeperMetadataStore"]
 
@@ -95,6 +105,7 @@ class ZooKeeperMetadataStore:
         self._lines = ConsumerLines(
             self._calls, self._watcher, self._replica_id, self._transactions.next_serial
         )
+        self._exchange_bindings = ExchangeBindingWrites(self._calls, self._transactions)
         self._leadership = Leadership(self._session, self._calls, self._replica_id)
         self._deliveries = DeliveryRecords(self._session, self._calls, self._replica_id)
         self._admin = NamespaceAdmin(self._calls, self._watcher, self._transactions)
@@ -279,15 +290,28 @@ class ZooKeeperMetadataStore:
         self._watcher.own(namespace, lambda m: m.learned(Folder.TOPIC_KEYS, child, key))
 
     async def sync_bindings_of(self, namespace: str, exchange: str) -> frozenset[tuple[str, str]]:
+        return (await self.sync_edges_of(namespace, exchange)).queues
+
+    async def sync_edges_of(self, namespace: str, exchange: str) -> ExchangeEdges:
         what = f"list the bindings of exchange {exchange!r}"
-        # The exchange node's children are refs named by the binding ids of its bindings.
+        # The exchange node's children are refs named by the binding ids of its bindings: a
+        # queue binding's, or (starting with ",") an exchange binding's, either way.
         path = self._layout.node(namespace, Folder.EXCHANGES, encode_name(exchange))
-        found: set[tuple[str, str]] = set()
+        queues: set[tuple[str, str]] = set()
+        outgoing: set[tuple[str, str]] = set()
+        incoming: set[tuple[str, str]] = set()
         for child in await self._calls.synced_children(path, what):
             with contextlib.suppress(ValueError):  # not ours: ignored, as everywhere
-                parsed = decode_binding_id(child)
-                found.add((parsed.queue, parsed.routing_key))
-        return frozenset(found)
+                if is_exchange_binding_id(child):
+                    edge = decode_exchange_binding_id(child)
+                    if edge.source == exchange:
+                        outgoing.add((edge.destination, edge.routing_key))
+                    if edge.destination == exchange:
+                        incoming.add((edge.source, edge.routing_key))
+                else:
+                    parsed = decode_binding_id(child)
+                    queues.add((parsed.queue, parsed.routing_key))
+        return ExchangeEdges(frozenset(queues), frozenset(outgoing), frozenset(incoming))
 
     async def list_namespaces(self) -> list[str]:
         path = self._layout.vhosts
@@ -324,6 +348,24 @@ class ZooKeeperMetadataStore:
         drains: Mapping[str, DrainRecord] | None = None,
     ) -> bool:
         return await self._transactions.remove_binding(namespace, binding, drains=drains)
+
+    async def add_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        return await self._exchange_bindings.add(namespace, binding, drains=drains)
+
+    async def remove_exchange_binding(
+        self,
+        namespace: str,
+        binding: ExchangeBinding,
+        *,
+        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
+    ) -> bool:
+        return await self._exchange_bindings.remove(namespace, binding, drains=drains)
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         return await self._transactions.register_topic_key(namespace, exchange, routing_key)

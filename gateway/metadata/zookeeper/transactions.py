@@ -14,7 +14,7 @@ when the write returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,9 @@ from gateway.metadata.paths import (
     Layout,
     bucket_for,
     decode_binding_id,
+    decode_exchange_binding_id,
     encode_name,
+    is_exchange_binding_id,
 )
 from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.calls import (
@@ -67,7 +69,7 @@ from gateway.metadata.zookeeper.calls import (
 )
 from gateway.metadata.zookeeper.reclaim import EphemeralRecord, EphemeralRecords
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
-from gateway.model.entities import Binding, Exchange, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +89,20 @@ def binding_ref(layout: Layout, namespace: str, folder: Folder, name: str, bindi
     return f"{layout.node(namespace, folder, encode_name(name))}/{binding}"
 
 
+def exchange_binding_refs(layout: Layout, namespace: str, binding: str) -> list[str]:
+    """An exchange binding's refs (``binding``: its id): under its source and its
+    destination, one ref when they are the same exchange."""
+    parsed = decode_exchange_binding_id(binding)
+    ends = dict.fromkeys((parsed.source, parsed.destination))
+    return [binding_ref(layout, namespace, Folder.EXCHANGES, end, binding) for end in ends]
+
+
 def unbind_ops(layout: Layout, namespace: str, binding: str) -> list[Op]:
-    """Delete a binding (by id) with its two refs."""
+    """Delete a binding (by id: a queue's or an exchange's) with its refs."""
+    if is_exchange_binding_id(binding):
+        refs = exchange_binding_refs(layout, namespace, binding)
+        node = layout.node(namespace, Folder.EXCHANGE_BINDINGS, binding)
+        return [Delete(node), *(Delete(ref) for ref in refs)]
     parsed = decode_binding_id(binding)
     return [
         Delete(layout.node(namespace, Folder.BINDINGS, binding)),
@@ -402,21 +416,67 @@ class EntityTransactions:
         drains: Mapping[str, DrainRecord] | None = None,
     ) -> bool:
         what = f"bind queue {binding.queue!r} to exchange {binding.exchange!r}"
+
+        def missing(index: int) -> MissingEntity:
+            if index == 1:
+                return MissingEntity("queue", binding.queue)
+            return MissingEntity("exchange", binding.exchange)
+
+        return await self.create_binding(
+            namespace,
+            Folder.BINDINGS,
+            binding_id(binding),
+            binding,
+            self._binding_ops(namespace, binding, Create),
+            by_queue(binding.queue, drains),
+            what,
+            missing,
+        )
+
+    async def remove_binding(
+        self,
+        namespace: str,
+        binding: Binding,
+        *,
+        drains: Mapping[str, DrainRecord] | None = None,
+    ) -> bool:
+        what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
+        return await self.delete_binding(
+            namespace,
+            Folder.BINDINGS,
+            binding_id(binding),
+            self._binding_ops(namespace, binding, Delete),
+            by_queue(binding.queue, drains),
+            what,
+        )
+
+    async def create_binding(
+        self,
+        namespace: str,
+        folder: Folder,
+        child: str,
+        binding: Binding | ExchangeBinding,
+        base: list[Op],
+        drains: Mapping[tuple[str, str], DrainRecord],
+        what: str,
+        missing: Callable[[int], MissingEntity],
+    ) -> bool:
+        """Create a binding (a queue's or an exchange's): ``base`` creates its node (first)
+        and its refs, ``drains`` are written with them. False if it was there already;
+        ``missing(index)`` names the entity whose node the ref at ``base[index]`` lacked."""
         await self._calls.prepare(what)
-        child = binding_id(binding)
-        writes = self.drain_writes(namespace, by_queue(binding.queue, drains))
-        base = self._binding_ops(namespace, binding, Create)
+        writes = self.drain_writes(namespace, drains)
 
         def created() -> None:
             def apply(mirror: NamespaceMirror) -> None:
-                mirror.own_created(Folder.BINDINGS, child, binding)
+                mirror.own_created(folder, child, binding)
                 writes.applied(mirror)
 
             self._watcher.own(namespace, apply)
 
         def exists(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NodeExistsError):
-                self._watcher.own(namespace, lambda m: m.learned(Folder.BINDINGS, child, binding))
+                self._watcher.own(namespace, lambda m: m.learned(folder, child, binding))
 
         async def attempt() -> bool | Again:
             ops = base + writes.ops()
@@ -433,8 +493,7 @@ class EntityTransactions:
                 await self._calls.ensure_parents(namespace, ops[0].path, what)
                 return AGAIN
             if isinstance(error, NoNodeError):
-                kind = "queue" if index == 1 else "exchange"
-                raise MissingEntity(kind, binding.queue if index == 1 else binding.exchange)
+                raise missing(index)
             if isinstance(error, NodeExistsError):
                 # A ref without its binding (only a hand edit makes one): remove it, retry.
                 log.error("metadata: removing dangling binding ref %s", ops[index].path)
@@ -444,29 +503,30 @@ class EntityTransactions:
 
         return await retry_races(what, attempt)
 
-    async def remove_binding(
+    async def delete_binding(
         self,
         namespace: str,
-        binding: Binding,
-        *,
-        drains: Mapping[str, DrainRecord] | None = None,
+        folder: Folder,
+        child: str,
+        base: list[Op],
+        drains: Mapping[tuple[str, str], DrainRecord],
+        what: str,
     ) -> bool:
-        what = f"unbind queue {binding.queue!r} from exchange {binding.exchange!r}"
+        """Delete a binding: ``base`` deletes its node (first) and its refs, ``drains`` are
+        written with them. False if it was not there (then nothing is written)."""
         await self._calls.prepare(what)
-        child = binding_id(binding)
-        writes = self.drain_writes(namespace, by_queue(binding.queue, drains))
-        base = self._binding_ops(namespace, binding, Delete)
+        writes = self.drain_writes(namespace, drains)
 
         def deleted() -> None:
             def apply(mirror: NamespaceMirror) -> None:
-                mirror.own_deleted(Folder.BINDINGS, child)
+                mirror.own_deleted(folder, child)
                 writes.applied(mirror)
 
             self._watcher.own(namespace, apply)
 
         def gone(index: int, error: Exception) -> None:
             if index == 0 and isinstance(error, NoNodeError):
-                self._watcher.forget(namespace, Folder.BINDINGS, child)
+                self._watcher.forget(namespace, folder, child)
 
         repaired = False
 

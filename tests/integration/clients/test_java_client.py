@@ -117,6 +117,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
             "connection.blocked",
             "consumer_cancel_notify",
             "direct_reply_to",
+            "exchange_exchange_bindings",
             "per_consumer_qos",
             "publisher_confirms",
         ]
@@ -326,6 +327,34 @@ def test_exchange_types(java: str, gateway: GatewayInThread) -> None:
         "topic.q2": "a.b.z,a.z,z",  # #.z
         "headers.q1": "both",  # x-match all
         "headers.q2": "both,color,size",  # x-match any
+    }
+
+
+def test_exchange_bindings(java: str, gateway: GatewayInThread) -> None:
+    """exchangeBind/exchangeUnbind as RabbitMQ's e2e page has them, and topology recovery
+    declaring the exchange bindings again after the gateway closed the connection."""
+    facts = run_scenario(
+        java,
+        "exchange_bindings",
+        gateway.port,
+        on_wait={"break-connection": lambda: close_connections(gateway)},
+    )
+    source = facts["returned"].split(" ", 1)[1]
+    assert facts == {
+        "through": "audit,created",  # once each, through the chain and the cycle
+        "after_unbind": "audit-2",
+        "returned": f"312 {source}",
+        "missing_source.code": "404",
+        "missing_source.text": (
+            f"NOT_FOUND - no exchange '{source.removesuffix('.source')}.missing' in vhost '/'"
+        ),
+        "missing_source.hard": "false",
+        "default_destination.code": "403",
+        "default_destination.text": (
+            "ACCESS_REFUSED - operation not permitted on the default exchange"
+        ),
+        "default_destination.hard": "false",
+        "after_recovery": "recovered",
     }
 
 

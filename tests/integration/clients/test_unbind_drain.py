@@ -95,3 +95,31 @@ def test_an_unbind_of_a_drained_binding_removes_the_subscription_at_once(
     assert get_all(channel, 1) == [b"consumed"]
     channel.queue_unbind("q", "ex", "k")
     assert subscription_for("q") not in subscriptions(web_url, topic_for(namespace, "ex", "k"))
+
+
+def test_a_headers_unbind_keeps_what_its_bindings_routed(
+    setup: tuple[Any, Namespace, str],
+) -> None:
+    """A headers exchange's one topic is judged message by message: what was routed before
+    an unbind is judged by the bindings that routed it (drain records keep them), whether the
+    topic goes (last binding) or stays (one of two)."""
+    channel, _namespace, _web_url = setup
+    channel.exchange_declare("hx", "headers")
+    red = {"x-match": "all", "colour": "red"}
+    blue = {"x-match": "all", "colour": "blue"}
+    channel.queue_bind("q", "hx", arguments=red)
+    channel.queue_bind("q", "hx", arguments=blue)
+
+    def publish(colour: str, body: bytes) -> None:
+        properties = pika.BasicProperties(headers={"colour": colour})
+        channel.basic_publish("hx", "", body, properties)
+
+    publish("red", b"red 1")
+    publish("blue", b"blue 1")
+    publish("green", b"never")
+    channel.queue_unbind("q", "hx", arguments=blue)  # the topic stays: red still binds
+    publish("blue", b"blue 2")
+    publish("red", b"red 2")
+    channel.queue_unbind("q", "hx", arguments=red)  # the topic goes
+    publish("red", b"red 3")
+    assert get_all(channel, 3) == [b"red 1", b"blue 1", b"red 2"]

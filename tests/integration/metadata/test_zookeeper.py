@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from gateway.amqp.fieldtable import Field
 from gateway.metadata.store import MetadataUnavailable, QueueCondition
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 from tests.integration.metadata.conftest import DEADLINE, ZooKeeperFleet, wait_for
 from tests.integration.metadata.proxy import TcpProxy
 
@@ -40,6 +40,7 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
     await store.create_exchange(namespace, Exchange("ex", ExchangeType.TOPIC))
     await store.add_binding(namespace, Binding("a/b", "ex", "k.#"))
     await store.register_topic_key(namespace, "ex", "k.1")
+    await store.add_exchange_binding(namespace, ExchangeBinding("ex", "amq.topic", "k.*"))
 
     root = f"{zk_fleet.prefix}/vhosts/{namespace.replace('/', '%2F')}"
     data, _ = raw.get(root)
@@ -49,6 +50,7 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
         "consumers",
         "deliveries",
         "drains",
+        "exchange-bindings",
         "exchanges",
         "leader",
         "owners",
@@ -65,7 +67,10 @@ async def test_znode_layout(zk_fleet: ZooKeeperFleet, raw: KazooClient, namespac
     assert raw.get(f"{root}/bindings/{_bucket(binding)}/{binding}")[0] == b'{"v":1}'
     # Refs under the queue and the exchange: what a cascading delete lists and guards on.
     assert raw.get_children(queue_path) == [binding]
-    assert raw.get_children(f"{root}/exchanges/{_bucket('ex')}/ex") == [binding]
+    edge = ",ex,amq.topic,k.*"  # an exchange binding's id starts with ","
+    assert raw.get(f"{root}/exchange-bindings/{_bucket(edge)}/{edge}")[0] == b'{"v":1}'
+    assert sorted(raw.get_children(f"{root}/exchanges/{_bucket('ex')}/ex")) == [edge, binding]
+    assert raw.get_children(f"{root}/exchanges/{_bucket('amq.topic')}/amq.topic") == [edge]
     # An exchange's topic keys share the exchange's bucket: one listing gives them all.
     key = "ex,k.1"
     assert raw.exists(f"{root}/topic-keys/{_bucket('ex')}/{key}") is not None

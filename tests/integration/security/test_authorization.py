@@ -158,10 +158,11 @@ def admin(authz: Authz) -> Iterator[pika.BlockingConnection]:
 
 @dataclass
 class Names:
-    """Entities of one test: x (an exchange), q (a queue bound to x with key k, holding one
-    message), and names not yet used."""
+    """Entities of one test: x (an exchange), y (an exchange bound to x with key k), q (a
+    queue bound to x with key k, holding one message), and names not yet used."""
 
     x: str = field(default_factory=lambda: unique("x"))
+    y: str = field(default_factory=lambda: unique("y"))
     q: str = field(default_factory=lambda: unique("q"))
     new_x: str = field(default_factory=lambda: unique("new-x"))
     new_q: str = field(default_factory=lambda: unique("new-q"))
@@ -176,6 +177,8 @@ def _world(admin: pika.BlockingConnection) -> Names:
     channel = admin.channel()
     channel.confirm_delivery()
     channel.exchange_declare(names.x, "direct")
+    channel.exchange_declare(names.y, "fanout")
+    channel.exchange_bind(names.y, names.x, "k")
     channel.queue_declare(names.q)
     channel.queue_bind(names.q, names.x, "k")
     channel.basic_publish("", names.q, b"waiting", mandatory=True)
@@ -275,6 +278,16 @@ CASES = [
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
+        "exchange.bind",
+        lambda ch, n: ch.exchange_bind(n.y, n.x, "k2"),
+        [(Access.WRITE, "exchange", "y"), (Access.READ, "exchange", "x")],
+    ),
+    Case(
+        "exchange.unbind",
+        lambda ch, n: ch.exchange_unbind(n.y, n.x, "k"),
+        [(Access.WRITE, "exchange", "y"), (Access.READ, "exchange", "x")],
+    ),
+    Case(
         "basic.publish",
         _publish(lambda n: n.x, lambda n: "k"),
         [(Access.WRITE, "exchange", "x")],
@@ -321,6 +334,26 @@ def test_operation_matrix(authz: Authz, admin: pika.BlockingConnection, case: Ca
             return
         case.run(channel, names)
         channel.close()
+    finally:
+        connection.close()
+
+
+def test_exchange_bindings_of_the_default_exchange(
+    authz: Authz, admin: pika.BlockingConnection
+) -> None:
+    """rabbit_channel's order: write on the destination (the default exchange as amq.default),
+    then the default exchange refused at either end, then read on the source."""
+    names = _world(admin)
+    authz.grant(names.user, Permissions("", "", ""))
+    connection = authz.connect(names.user)
+    try:
+        with channel_closed(403, _refusal(names, (Access.WRITE, "exchange", "amq.default"))):
+            connection.channel().exchange_bind("", names.x, "k")
+        authz.grant(names.user, Permissions("", ".*", ""))
+        default = "ACCESS_REFUSED - operation not permitted on the default exchange"
+        for destination, source in (("", names.x), (names.y, "")):
+            with channel_closed(403, default):
+                connection.channel().exchange_bind(destination, source, "k")
     finally:
         connection.close()
 

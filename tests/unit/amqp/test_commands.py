@@ -5,7 +5,7 @@ from __future__ import annotations
 from pamqp import commands
 
 from gateway.amqp import commands as cmd
-from gateway.amqp.codec import decode_method
+from gateway.amqp.codec import decode_method, make_method
 
 
 def test_strip_cr_lf() -> None:
@@ -41,8 +41,28 @@ def test_tx_methods_are_commands_always_answered() -> None:
         assert isinstance(decode_method(cmd.encode_reply(reply)), expected)
 
 
-def test_unimplemented_methods_have_no_command() -> None:
-    assert cmd.command_from(commands.Exchange.Bind(destination="a", source="b")) is None
+def test_exchange_bind_and_unbind_are_commands() -> None:
+    for method, command in (
+        (
+            make_method(commands.Exchange.Bind, destination="d\r\n", source="s", routing_key="k\n"),
+            cmd.ExchangeBind("d", "s", "k\n"),
+        ),
+        (
+            make_method(commands.Exchange.Unbind, destination="d", source="s\n", nowait=True),
+            cmd.ExchangeUnbind("d", "s", nowait=True),
+        ),
+    ):
+        assert cmd.command_from(method) == command
+        assert (method.index >> 16, method.index & 0xFFFF) == command.METHOD
+    for reply, expected in (
+        (cmd.ExchangeBindOk(), commands.Exchange.BindOk),
+        (cmd.ExchangeUnbindOk(), commands.Exchange.UnbindOk),
+    ):
+        assert isinstance(decode_method(cmd.encode_reply(reply)), expected)
+
+
+def test_every_client_method_is_a_command() -> None:
+    assert all(cmd.command_from(spec()) is not None for spec in cmd._BUILDERS)
 
 
 def test_replies_encode_names_pamqp_would_refuse() -> None:

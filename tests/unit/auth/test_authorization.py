@@ -50,12 +50,13 @@ async def _declare_queue(
 
 
 async def _world() -> MemoryBackend:
-    """Exchanges x, ae, dlx and xae (whose alternate exchange is ae); queue q bound to x with
-    key k, holding one message."""
+    """Exchanges x, y, ae, dlx and xae (whose alternate exchange is ae), y bound to x with key
+    k; queue q bound to x with key k, holding one message."""
     backend = MemoryBackend()
     admin = await backend.open_vhost("/", ADMIN)
-    for name in ("x", "ae", "dlx"):
+    for name in ("x", "y", "ae", "dlx"):
         await _declare_exchange(admin, name)
+    await admin.bind_exchange(cmd.ExchangeBind("y", "x", "k"))
     await _declare_exchange(admin, "xae", {"alternate-exchange": Field("S", "ae")})
     await _declare_queue(admin, "q", ADMIN_OWNER)
     await admin.bind_queue(cmd.QueueBind("q", "x", "k"), ADMIN_OWNER)
@@ -180,6 +181,18 @@ CASES = [
         [(Access.WRITE, "queue", "q"), (Access.READ, "exchange", "x")],
     ),
     Case(
+        # rabbit_channel:binding_action_with_checks: write on the destination, read on the
+        # source, whatever kind the destination is.
+        "exchange.bind",
+        lambda v: v.bind_exchange(cmd.ExchangeBind("y", "x", "k2")),
+        [(Access.WRITE, "exchange", "y"), (Access.READ, "exchange", "x")],
+    ),
+    Case(
+        "exchange.unbind",
+        lambda v: v.unbind_exchange(cmd.ExchangeUnbind("y", "x", "k")),
+        [(Access.WRITE, "exchange", "y"), (Access.READ, "exchange", "x")],
+    ),
+    Case(
         "basic.publish",
         lambda v: v.publish(Message("x", "k", EMPTY_HEADER, b"m")),
         [(Access.WRITE, "exchange", "x")],
@@ -289,6 +302,42 @@ async def test_binding_to_the_default_exchange_is_refused_for_its_name() -> None
     assert refused.value.reply_text == (
         "ACCESS_REFUSED - operation not permitted on the default exchange"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "granted", "text"),
+    [
+        # As the source: write on the destination first, then the name, before any read.
+        (cmd.ExchangeBind("y", "", "k"), "^y$", "operation not permitted on the default exchange"),
+        (
+            cmd.ExchangeUnbind("y", "", "k"),
+            "^y$",
+            "operation not permitted on the default exchange",
+        ),
+        # As the destination: its write is checked as amq.default's, then the name.
+        (
+            cmd.ExchangeBind("", "x", "k"),
+            "",
+            "write access to exchange 'amq.default' in vhost '/' refused for user 'u'",
+        ),
+        (
+            cmd.ExchangeBind("", "x", "k"),
+            "^amq\\.default$",
+            "operation not permitted on the default exchange",
+        ),
+    ],
+)
+async def test_exchange_bindings_of_the_default_exchange(
+    command: cmd.ExchangeBind | cmd.ExchangeUnbind, granted: str, text: str
+) -> None:
+    vhost, _ = await _as_user(Permissions("", granted, ""))
+    with pytest.raises(AMQPError) as refused:
+        if isinstance(command, cmd.ExchangeBind):
+            await vhost.bind_exchange(command)
+        else:
+            await vhost.unbind_exchange(command)
+    assert refused.value.reply_code == ReplyCode.ACCESS_REFUSED
+    assert refused.value.reply_text == f"ACCESS_REFUSED - {text}"
 
 
 # ---------------------------------------------------------------------------- vhost access

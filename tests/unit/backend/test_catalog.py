@@ -16,7 +16,7 @@ from gateway.backend.interface import Message, Owner
 from gateway.metadata.errors import ConsumerConflict, MissingEntity
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataUnavailable
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 
 NS = "t/n"
 ALICE = Owner("conn-1", "alice")
@@ -160,3 +160,98 @@ async def test_an_auto_delete_exchange_goes_with_its_last_binding() -> None:
     assert await catalog.remove_binding(second)
     assert "temp" not in catalog.view.exchanges
     assert not await catalog.remove_binding(second)  # gone already
+
+
+# ------------------------------------------------------------------ exchange bindings
+
+
+async def test_exchange_binding_checks_in_rabbitmq_order() -> None:
+    catalog, store = await _catalog()
+    await store.create_exchange(NS, Exchange("h", ExchangeType.HEADERS))
+    default = "operation not permitted on the default exchange"
+    for command, code, text in (
+        (cmd.ExchangeBind("", "h"), ReplyCode.ACCESS_REFUSED, default),
+        (cmd.ExchangeBind("h", ""), ReplyCode.ACCESS_REFUSED, default),
+        (cmd.ExchangeBind("nope", "none"), ReplyCode.NOT_FOUND, "no exchange 'none' in vhost '/'"),
+        (cmd.ExchangeBind("nope", "h"), ReplyCode.NOT_FOUND, "no exchange 'nope' in vhost '/'"),
+        (
+            cmd.ExchangeBind("h", "h", arguments={"x-match": Field("S", "most")}),
+            ReplyCode.PRECONDITION_FAILED,
+            'Invalid x-match field value <<"most">>; expected all, any, all-with-x, or any-with-x',
+        ),
+    ):
+        with pytest.raises(ChannelError) as refused:
+            await catalog.exchange_binding(command)
+        assert refused.value.reply_code == code and text in refused.value.reply_text
+    binding = await catalog.exchange_binding(cmd.ExchangeBind("h", "amq.direct", "k"))
+    assert binding == ExchangeBinding("amq.direct", "h", "k")
+
+
+async def test_exchange_unbinding_is_idempotent() -> None:
+    catalog, store = await _catalog()
+    await store.create_exchange(NS, Exchange("d", ExchangeType.FANOUT))
+    binding = ExchangeBinding("amq.direct", "d", "k")
+    assert await catalog.add_exchange_binding(binding)
+    assert await catalog.exchange_unbinding(cmd.ExchangeUnbind("d", "amq.direct", "k")) == binding
+    assert await catalog.remove_exchange_binding(binding)
+    assert not await catalog.remove_exchange_binding(binding)
+    assert await catalog.exchange_unbinding(cmd.ExchangeUnbind("d", "missing", "k")) is None
+    with pytest.raises(ChannelError):
+        await catalog.exchange_unbinding(cmd.ExchangeUnbind("", "amq.direct", "k"))
+
+
+async def test_routing_follows_exchange_bindings_and_alternates() -> None:
+    catalog, store = await _catalog()
+    await store.create_queue(NS, Queue("q"))
+    await store.create_queue(NS, Queue("caught"))
+    await store.create_exchange(NS, Exchange("ae", ExchangeType.FANOUT))
+    ae = {"alternate-exchange": Field("S", "ae")}
+    await store.create_exchange(NS, Exchange("mid", ExchangeType.DIRECT, arguments=ae))
+    await catalog.add_binding(Binding("q", "mid", "k"))
+    await catalog.add_binding(Binding("caught", "ae"))
+    await catalog.add_exchange_binding(ExchangeBinding("amq.fanout", "mid"))
+    fanout = catalog.exchange(catalog.view, "amq.fanout")
+    assert fanout is not None
+    assert catalog.destinations(
+        catalog.view, fanout, Message("amq.fanout", "k", b"\x00\x00", b"")
+    ) == {"q"}
+    assert catalog.destinations(
+        catalog.view, fanout, Message("amq.fanout", "x", b"\x00\x00", b"")
+    ) == {"caught"}
+    # An exchange's own routes are its queue bindings only.
+    assert (
+        catalog.routes(catalog.view, fanout, Message("amq.fanout", "k", b"\x00\x00", b"")) == set()
+    )
+
+
+async def test_auto_delete_counts_bindings_as_source_and_cascades() -> None:
+    catalog, store = await _catalog()
+    for name in ("top", "middle", "sink"):
+        await store.create_exchange(NS, Exchange(name, ExchangeType.FANOUT, auto_delete=True))
+    await store.create_queue(NS, Queue("q"))
+    await catalog.add_exchange_binding(ExchangeBinding("top", "middle"))
+    await catalog.add_exchange_binding(ExchangeBinding("middle", "sink"))
+    await catalog.add_binding(Binding("q", "middle"))
+    # sink is only a destination: removing its binding deletes nothing but what it is the
+    # source of... middle keeps q's binding, sink stays.
+    assert await catalog.remove_exchange_binding(ExchangeBinding("middle", "sink"))
+    assert {"top", "middle", "sink"} <= set(catalog.view.exchanges)
+    # middle's last binding as source goes: middle goes, and top (whose last binding was to
+    # middle) goes with it.
+    assert await catalog.remove_binding(Binding("q", "middle"))
+    assert "middle" not in catalog.view.exchanges and "top" not in catalog.view.exchanges
+    assert "sink" in catalog.view.exchanges
+    # Deleting a destination: its sources may go (auto-delete, no binding left).
+    await store.create_exchange(NS, Exchange("upper", ExchangeType.FANOUT, auto_delete=True))
+    await catalog.add_exchange_binding(ExchangeBinding("upper", "sink"))
+    await catalog.delete_exchange(cmd.ExchangeDelete("sink"))
+    assert "upper" not in catalog.view.exchanges
+    # if-unused looks only at what it is the source of.
+    await store.create_exchange(NS, Exchange("a", ExchangeType.FANOUT))
+    await store.create_exchange(NS, Exchange("b", ExchangeType.FANOUT))
+    await catalog.add_exchange_binding(ExchangeBinding("a", "b"))
+    with pytest.raises(ChannelError) as in_use:
+        await catalog.delete_exchange(cmd.ExchangeDelete("a", if_unused=True))
+    assert in_use.value.reply_code == ReplyCode.PRECONDITION_FAILED
+    await catalog.delete_exchange(cmd.ExchangeDelete("b", if_unused=True))
+    assert catalog.view.exchange_bindings == frozenset()

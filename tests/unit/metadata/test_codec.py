@@ -16,16 +16,24 @@ from gateway.metadata.codec import (
     binding_from_child,
     binding_id,
     decode_binding,
+    decode_drain,
     decode_exchange,
+    decode_exchange_binding,
     decode_queue,
     encode_binding,
+    encode_drain,
     encode_exchange,
+    encode_exchange_binding,
     encode_queue,
+    exchange_binding_from_child,
+    exchange_binding_id,
     topic_key_child,
     topic_key_from_child,
 )
 from gateway.metadata.paths import encode_name
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.metadata.store import REMOVE, DrainRecord
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
+from gateway.model.graph import RouteSnapshot
 from tests.unit.amqp.strategies import tables
 
 names = st.text(max_size=30)
@@ -58,6 +66,67 @@ def test_bindings_round_trip(queue: str, exchange: str, key: str, args: dict[str
         assert binding_from_child(child) is None  # the data must be read
     else:
         assert binding_from_child(child) == binding  # the name says it all
+
+
+@given(names, names, names, tables())
+def test_exchange_bindings_round_trip(
+    source: str, destination: str, key: str, args: dict[str, Field]
+) -> None:
+    binding = ExchangeBinding(source, destination, key, args)
+    child = exchange_binding_id(binding)
+    assert decode_exchange_binding(child, encode_exchange_binding(binding)) == binding
+    if args:
+        assert exchange_binding_from_child(child) is None
+    else:
+        assert exchange_binding_from_child(child) == binding
+    with pytest.raises(ValueError):
+        decode_exchange_binding(
+            child, encode_exchange_binding(ExchangeBinding("", "", "", {"z": Field("t", True)}))
+        )
+
+
+@given(names, names, names, tables(), tables())
+def test_drain_records_keep_the_bindings_they_judge_by(
+    queue: str, exchange: str, key: str, args: dict[str, Field], edge_args: dict[str, Field]
+) -> None:
+    via = RouteSnapshot(
+        (Exchange(exchange, ExchangeType.HEADERS), Exchange(key, ExchangeType.TOPIC)),
+        (Binding(queue, key, key, args), Binding(queue, exchange, "")),
+        (ExchangeBinding(exchange, key, "", edge_args),),
+    )
+    judged = (((5, 6), via), ((7, 8), RouteSnapshot()))
+    for record in (
+        DrainRecord((1, 2)),
+        DrainRecord((1, 2), (3, 4)),
+        DrainRecord((7, 8), (7, 8), judged),
+        REMOVE,
+    ):
+        assert decode_drain(encode_drain(record)) == record
+    assert json.loads(encode_drain(DrainRecord((1, 2), via=(((1, 1), RouteSnapshot()),)))) == {
+        "v": 1,
+        "end": [1, 2],
+        "via": [{"until": [1, 1], "exchanges": [], "bindings": [], "exchange_bindings": []}],
+    }
+    record = DrainRecord((7, 8), (7, 8), judged)
+    assert record.judged_by((5, 6)) == via and record.judged_by((1, 1)) == via
+    assert record.judged_by((6, 0)) == RouteSnapshot()
+    assert record.judged_by((7, 9)) is None and not record.excludes((9, 9))
+
+
+@pytest.mark.parametrize(
+    "via",
+    [
+        {},
+        [[]],
+        [{"exchanges": []}],
+        [{"until": [1, 1], "exchanges": [["x"]]}],
+        [{"until": [1, 1], "bindings": [["q", "x", 1, None]]}],
+        [{"until": [1, 1], "exchanges": [["x", "nope"]]}],
+    ],
+)
+def test_malformed_drain_bindings_are_refused(via: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        decode_drain(json.dumps({"v": 1, "end": [1, 2], "via": via}).encode())
 
 
 def test_documents_are_small_and_readable() -> None:

@@ -13,12 +13,14 @@ from gateway.metadata.codec import (
     binding_id,
     encode_binding,
     encode_exchange,
+    encode_exchange_binding,
     encode_queue,
+    exchange_binding_id,
     topic_key_child,
 )
 from gateway.metadata.mirror import Entity, NamespaceMirror, make_view
 from gateway.metadata.paths import Folder, bucket_of, encode_name
-from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
+from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 
 Q = Folder.QUEUES
 
@@ -127,6 +129,29 @@ def test_bindings_and_topic_keys_need_no_reads_and_dangling_bindings_are_hidden(
     assert dict(mirror.snapshot().topic_keys) == {"x": frozenset({"a.b"})}
 
 
+def test_exchange_bindings_need_no_reads_and_show_while_both_exchanges_do() -> None:
+    mirror = NamespaceMirror("t/n")
+    plain = ExchangeBinding("x", "y", "k")
+    own = ExchangeBinding("x", "x", "")
+    with_args = ExchangeBinding("x", "y", "", {"a": Field("b", 1)})
+    folder = Folder.EXCHANGE_BINDINGS
+    to_read: list[str] = []
+    for binding in (plain, own, with_args):
+        child = exchange_binding_id(binding)
+        to_read += mirror.apply_bucket_listing(folder, bucket_of(child), [child], 1)
+    assert to_read == [exchange_binding_id(with_args)]
+    mirror.apply_data(folder, to_read[0], encode_exchange_binding(with_args))
+    mirror.own_created(Folder.EXCHANGES, "x", Exchange("x", ExchangeType.HEADERS))
+    assert mirror.snapshot().exchange_bindings == {own}
+    mirror.own_created(Folder.EXCHANGES, "y", Exchange("y", ExchangeType.DIRECT))
+    assert mirror.snapshot().exchange_bindings == {plain, own, with_args}
+    mirror.own_deleted(Folder.EXCHANGES, "y")
+    assert mirror.snapshot().exchange_bindings == {own}
+    mirror.own_deleted(folder, exchange_binding_id(own))
+    mirror.own_deleted(Folder.EXCHANGES, "x")
+    assert mirror.snapshot().exchange_bindings == frozenset()
+
+
 def test_foreign_children_are_ignored() -> None:
     mirror = NamespaceMirror("t/n")
     assert mirror.apply_bucket_listing(Folder.BINDINGS, "00", ["not-a-binding"], 1) == []
@@ -166,7 +191,13 @@ _BINDINGS = [
     for args in ({}, {"d": Field("D", Decimal("1.5"))}, {"d": Field("D", Decimal("1.50"))})
 ]
 _KEYS = [TopicKey(e, k) for e in "xy" for k in ("k1", "k2")]
-_ENTITIES: list[Entity] = [*_QUEUES, *_EXCHANGES, *_BINDINGS, *_KEYS]
+_EDGES = [
+    ExchangeBinding(s, d, "k", args)
+    for s in "xy"
+    for d in "xy"
+    for args in ({}, {"a": Field("t", True)})
+]
+_ENTITIES: list[Entity] = [*_QUEUES, *_EXCHANGES, *_BINDINGS, *_KEYS, *_EDGES]
 
 
 def _place(entity: Entity) -> tuple[Folder, str]:
@@ -176,6 +207,8 @@ def _place(entity: Entity) -> tuple[Folder, str]:
         return Folder.EXCHANGES, encode_name(entity.name)
     if isinstance(entity, Binding):
         return Folder.BINDINGS, binding_id(entity)
+    if isinstance(entity, ExchangeBinding):
+        return Folder.EXCHANGE_BINDINGS, exchange_binding_id(entity)
     return Folder.TOPIC_KEYS, topic_key_child(*entity)
 
 
@@ -200,6 +233,7 @@ def test_the_incremental_view_matches_a_rebuild(steps: list[tuple[Entity, str]])
             [e for e in everything if isinstance(e, Queue)],
             [e for e in everything if isinstance(e, Binding)],
             [e for e in everything if isinstance(e, TopicKey)],
+            exchange_bindings=[e for e in everything if isinstance(e, ExchangeBinding)],
         )
         assert mirror.snapshot() == expected
 

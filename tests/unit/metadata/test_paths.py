@@ -13,12 +13,15 @@ from gateway.metadata.paths import (
     Folder,
     Layout,
     ParsedBinding,
+    ParsedExchangeBinding,
     bucket_for,
     bucket_of,
     decode_binding_id,
+    decode_exchange_binding_id,
     decode_name,
     decode_topic_key,
     encode_binding_id,
+    encode_exchange_binding_id,
     encode_name,
     encode_topic_key,
 )
@@ -109,6 +112,28 @@ def test_malformed_binding_ids(child: str) -> None:
         decode_binding_id(child)
 
 
+@given(names, names, names, st.none() | st.just("AAAAAAAAAAAAAAAAAAAAAA"))
+def test_exchange_binding_ids_round_trip_and_never_read_as_queue_bindings(
+    source: str, destination: str, key: str, digest: str | None
+) -> None:
+    child = encode_exchange_binding_id(source, destination, key, digest)
+    assert_legal(child)
+    assert child.startswith(",")
+    assert decode_exchange_binding_id(child) == ParsedExchangeBinding(
+        source, destination, key, digest
+    )
+    with pytest.raises(ValueError):
+        decode_binding_id(child)  # a ref under an exchange node is one kind or the other
+    with pytest.raises(ValueError):
+        decode_exchange_binding_id(encode_binding_id(source, destination, key, digest))
+
+
+@pytest.mark.parametrize("child", [",s,d", ",s,d,k,", "s,d,k", ",s,d,k,g,h", ",s,%zz,k"])
+def test_malformed_exchange_binding_ids(child: str) -> None:
+    with pytest.raises(ValueError):
+        decode_exchange_binding_id(child)
+
+
 @given(names, names)
 def test_topic_keys_round_trip(exchange: str, key: str) -> None:
     child = encode_topic_key(exchange, key)
@@ -131,6 +156,7 @@ def test_layout() -> None:
         "/a/b/vhosts/t%2Fn/exchanges",
         "/a/b/vhosts/t%2Fn/queues",
         "/a/b/vhosts/t%2Fn/bindings",
+        "/a/b/vhosts/t%2Fn/exchange-bindings",
         "/a/b/vhosts/t%2Fn/topic-keys",
         "/a/b/vhosts/t%2Fn/owners",
         "/a/b/vhosts/t%2Fn/consumers",

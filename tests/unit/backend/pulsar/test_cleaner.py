@@ -65,6 +65,9 @@ class FakeVhost:
         self.store = store
         self.bound: dict[str, set[str]] = {}
         self.removed: list[tuple[str, str]] = []
+        # (queue, topic) reaching queues through exchange bindings (the reconciler checks
+        # those too).
+        self.fed: set[tuple[str, str]] = set()
 
     def topic(self, local: str) -> str:
         return PREFIX + local
@@ -77,6 +80,9 @@ class FakeVhost:
 
     def binding_topics(self, view: VhostView, binding: Binding) -> list[str]:
         return [PREFIX + key for key in sorted(view.topic_keys.get(binding.exchange, ()))]
+
+    def fed_through_exchanges(self, view: VhostView) -> set[tuple[str, str]]:
+        return set(self.fed)
 
     async def remove_subscription(self, queue: str, topic: str) -> bool:
         self.removed.append((queue, topic))
@@ -196,6 +202,11 @@ async def test_the_reconciler_repairs_a_pattern_binding_without_its_subscription
     assert admin.subscriptions == {(PREFIX + "a.b", subscription_for("q"))}
     await reconciler.round()  # verified this term: not asked again
     assert repaired == [("q", PREFIX + "a.b")]
+    # Topics that reach a queue through exchange bindings are checked too.
+    vhost.fed = {("q", PREFIX + "upstream")}
+    assert reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b"), *vhost.fed}
+    await reconciler.round()
+    assert repaired == [("q", PREFIX + "a.b"), ("q", PREFIX + "upstream")]
 
 
 async def test_rounds_go_on_after_a_failure_and_end_with_the_namespace() -> None:

@@ -87,6 +87,7 @@ public final class Scenarios {
       case "blocked" -> scenarios.blocked();
       case "settle_on_close" -> scenarios.settleOnClose();
       case "transactions" -> scenarios.transactions();
+      case "exchange_bindings" -> scenarios.exchangeBindings();
       case "streams" -> scenarios.streams();
       case "priority_queue" -> scenarios.priorityQueue();
       default -> throw new IllegalArgumentException("no scenario " + args[0]);
@@ -215,6 +216,23 @@ public final class Scenarios {
     }
     bodies.sort(null);
     return bodies;
+  }
+
+  /** How many times the connection recovered (automatic recovery), counted as it happens. */
+  private static AtomicInteger recoveries(Connection connection) {
+    AtomicInteger recoveries = new AtomicInteger();
+    ((Recoverable) connection)
+        .addRecoveryListener(
+            new RecoveryListener() {
+              @Override
+              public void handleRecovery(Recoverable recoverable) {
+                recoveries.incrementAndGet();
+              }
+
+              @Override
+              public void handleRecoveryStarted(Recoverable recoverable) {}
+            });
+    return recoveries;
   }
 
   private static void publishConfirmed(Channel channel, String exchange, String key, String body)
@@ -1337,20 +1355,9 @@ public final class Scenarios {
       addresses.add(new Address("127.0.0.1", Integer.parseInt(other)));
     }
     try (Connection connection = factory.newConnection(addresses)) {
-      AtomicInteger recoveries = new AtomicInteger();
+      AtomicInteger recoveries = recoveries(connection);
       AtomicReference<String> shutdown = new AtomicReference<>();
       List<String> renamed = new CopyOnWriteArrayList<>();
-      ((Recoverable) connection)
-          .addRecoveryListener(
-              new RecoveryListener() {
-                @Override
-                public void handleRecovery(Recoverable recoverable) {
-                  recoveries.incrementAndGet();
-                }
-
-                @Override
-                public void handleRecoveryStarted(Recoverable recoverable) {}
-              });
       ((AutorecoveringConnection) connection)
           .addQueueRecoveryListener((before, after) -> renamed.add(before + ">" + after));
       connection.addShutdownListener(
@@ -1398,6 +1405,75 @@ public final class Scenarios {
       channel.basicAck(held.envelopes.get(held.count() - 1).getDeliveryTag(), true);
       channel.queueDelete(durable);
       channel.exchangeDelete(exchange);
+    }
+  }
+
+  /**
+   * exchangeBind / exchangeUnbind (RabbitMQ's e2e bindings): routing through a chain and a
+   * cycle, a nowait bind, an idempotent unbind, a mandatory message that reaches only an
+   * exchange, RabbitMQ's refusals, and topology recovery declaring the bindings again.
+   */
+  private void exchangeBindings() throws Exception {
+    ConnectionFactory factory = factory();
+    factory.setNetworkRecoveryInterval(200);
+    try (Connection connection = factory.newConnection()) {
+      AtomicInteger recoveries = recoveries(connection);
+      Channel channel = connection.createChannel();
+      channel.confirmSelect();
+      String id = unique("jc.e2e");
+      String source = id + ".source";
+      String middle = id + ".middle";
+      String sink = id + ".sink";
+      String queue = id + ".q";
+      channel.exchangeDeclare(source, BuiltinExchangeType.TOPIC);
+      channel.exchangeDeclare(middle, BuiltinExchangeType.DIRECT);
+      channel.exchangeDeclare(sink, BuiltinExchangeType.FANOUT);
+      channel.queueDeclare(queue, false, false, false, null);
+      channel.queueBind(queue, sink, "");
+      channel.exchangeBind(middle, source, "orders.*");
+      channel.exchangeBind(sink, middle, "orders.created");
+      channel.exchangeBindNoWait(sink, source, "audit.#", null);
+      channel.exchangeBind(source, sink, ""); // a cycle: sink -> source -> ... -> sink
+      publishConfirmed(channel, source, "orders.created", "created");
+      publishConfirmed(channel, source, "orders.deleted", "deleted"); // middle: no match
+      publishConfirmed(channel, source, "audit.login", "audit");
+      fact("through", String.join(",", drain(channel, queue, 2)));
+      channel.exchangeUnbind(middle, source, "orders.*");
+      channel.exchangeUnbind(middle, source, "orders.*"); // idempotent
+      publishConfirmed(channel, source, "orders.created", "after-unbind");
+      publishConfirmed(channel, source, "audit.logout", "audit-2");
+      fact("after_unbind", String.join(",", drain(channel, queue, 1)));
+      // Mandatory: reaching an exchange is not reaching a queue.
+      AtomicReference<String> returned = new AtomicReference<>("none");
+      channel.addReturnListener(r -> returned.set(r.getReplyCode() + " " + r.getExchange()));
+      channel.basicPublish(source, "orders.created", true, null, bytes("to-middle"));
+      channel.waitForConfirmsOrDie(DEADLINE_MS);
+      fact("returned", returned.get());
+      // RabbitMQ's refusals, each closing its channel.
+      String missing = id + ".missing";
+      try {
+        connection.createChannel().exchangeBind(sink, missing, "");
+      } catch (IOException error) {
+        closeFacts("missing_source", error);
+      }
+      try {
+        connection.createChannel().exchangeBind("", source, "");
+      } catch (IOException error) {
+        closeFacts("default_destination", error);
+      }
+      // Topology recovery declares the exchanges, the queue, and the bindings again,
+      // exchange bindings included (the client records them).
+      waitForTest("break-connection");
+      mustWaitUntil("recovery", () -> recoveries.get() == 1);
+      Channel again = connection.createChannel();
+      again.confirmSelect();
+      publishConfirmed(again, source, "audit.recovered", "recovered");
+      fact("after_recovery", String.join(",", drain(again, queue, 1)));
+      again.exchangeUnbind(sink, source, "audit.#");
+      again.queueDelete(queue);
+      for (String exchange : List.of(source, middle, sink)) {
+        again.exchangeDelete(exchange);
+      }
     }
   }
 
