@@ -53,6 +53,18 @@ from gateway.model.entities import (
 __all__ = ["MemoryMetadataStore"]
 
 
+async def _first_of(*events: trio.Event) -> None:
+    """Until one of ``events`` is set."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
+
+
 @dataclass(frozen=True, slots=True)
 class _Consumer:
     queue: str
@@ -520,15 +532,7 @@ class MemoryMetadataStore:
 
     async def wait_connected(self, connected: bool = True) -> None:
         while self.connected != connected:
-            changed = self._availability
-            async with trio.open_nursery() as nursery:
-
-                async def wait(event: trio.Event) -> None:
-                    await event.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(wait, changed)
-                nursery.start_soon(wait, self._closed)
+            await _first_of(self._availability, self._closed)
 
     # ------------------------------------------------------------------ drains
 
@@ -602,14 +606,7 @@ class MemoryMetadataStore:
         while not self._closed.is_set():
             changed = state.deliveries_changed
             update({r: d for r, d in state.deliveries.items() if r != self._session})
-            async with trio.open_nursery() as nursery:
-
-                async def wait(event: trio.Event) -> None:
-                    await event.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(wait, changed)
-                nursery.start_soon(wait, self._closed)
+            await _first_of(changed, self._closed)
 
     async def delivery_recorders(self, namespace: str) -> set[str]:
         await trio.lowlevel.checkpoint()
