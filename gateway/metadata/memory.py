@@ -515,6 +515,10 @@ class MemoryMetadataStore:
             state.consumers[consumer] = replace(known, place=replace(known.place, active=False))
             state.touch()
 
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        known = self._namespace(namespace).consumers.get(consumer)
+        return known is not None and known.place is not None
+
     @property
     def available(self) -> bool:
         """False simulates losing ZooKeeper (see the module's docstring)."""

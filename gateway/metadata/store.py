@@ -340,6 +340,13 @@ class MetadataStore(Protocol):
         place in line (a quorum queue's consumer stepping down for a higher priority)."""
         ...
 
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        """Whether this replica's single-active-consumer record ``consumer`` still stands in
+        its queue's line: False once removed, or once the session that held it expired. A
+        view may miss it for a moment while it is replaced (a change of state), this does
+        not."""
+        ...
+
     @property
     def connected(self) -> bool:
         """Whether the store can be written now (ZooKeeper: the session is connected). An

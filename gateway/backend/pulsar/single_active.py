@@ -240,10 +240,16 @@ class SingleActiveSubscription:
             self.ended = True  # deleted: the session sends Basic.Cancel
             await self._stop_serving()
             return
-        line = view.lines.get(self.queue, ())
-        mine = next((p for p in line if p.consumer == self.registration), None)
-        if mine is None:
+        registration = self.registration
+        if registration is None or not self._store.in_line(self._namespace, registration):
             await self._rejoin()
+            return
+        line = view.lines.get(self.queue, ())
+        mine = next((p for p in line if p.consumer == registration), None)
+        if mine is None:
+            # Still ours, missing from this view only: being replaced (a change of state is
+            # a delete and a create, which a view may show one at a time). The next view
+            # has it.
             return
         if not mine.active:
             if self._serving is not None:
@@ -260,7 +266,8 @@ class SingleActiveSubscription:
 
     async def _rejoin(self) -> None:
         """Our record is gone while we still run: the session expired (its records went
-        with it). Whatever we delivered from is given back, and we join at the back."""
+        with it; the store says so, not a view that may lag). Whatever we delivered from is
+        given back, and we join at the back."""
         await self._stop_serving()
         if not self._store.connected:
             return

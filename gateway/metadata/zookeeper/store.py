@@ -395,6 +395,9 @@ class ZooKeeperMetadataStore:
     async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
         await self._lines.deactivate(namespace, queue, consumer)
 
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        return self._lines.holds(namespace, consumer)
+
     async def read_drain(
         self, namespace: str, queue: str, topic: str
     ) -> tuple[DrainRecord, int] | None:

@@ -116,6 +116,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
             "basic.nack",
             "connection.blocked",
             "consumer_cancel_notify",
+            "consumer_priorities",
             "direct_reply_to",
             "exchange_exchange_bindings",
             "per_consumer_qos",

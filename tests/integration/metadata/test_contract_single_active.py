@@ -172,3 +172,19 @@ async def test_a_line_goes_with_its_replica_and_with_its_queue(
     assert "sac" not in b.view(namespace).lines
     with pytest.raises(MissingEntity):
         await b.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
+
+
+async def test_in_line_follows_the_record_not_the_view(fleet: Fleet, namespace: str) -> None:
+    a = await _opened(fleet, namespace)
+    await a.create_queue(namespace, Queue("sac"))
+    first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
+    second = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing(2))
+    assert a.in_line(namespace, first) and a.in_line(namespace, second)
+    await a.deactivate_consumer(namespace, "sac", first)  # replaced: still in line
+    assert a.in_line(namespace, first)
+    assert await a.activate_consumer(namespace, "sac", first_waiting)
+    assert a.in_line(namespace, second)
+    await a.remove_consumer(namespace, "sac", first)
+    assert not a.in_line(namespace, first)
+    plain = await a.add_consumer(namespace, "sac", exclusive=False)  # not in a line
+    assert not a.in_line(namespace, plain)
