@@ -25,10 +25,15 @@ QUORUM_SAC = {"x-queue-type": "quorum", "x-single-active-consumer": True}
 QUIET = 1.0
 
 
-def pump(channels: list[Any], condition: Callable[[], bool], timeout: float = 20.0) -> None:
+def pump(
+    channels: list[Any],
+    condition: Callable[[], bool],
+    timeout: float = 20.0,
+    what: Callable[[], str] = lambda: "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
+        assert time.monotonic() < deadline, f"not met in time: {what()}"
         for channel in channels:
             channel.connection.process_data_events(time_limit=0.02)
 
@@ -118,13 +123,19 @@ def test_a_higher_priority_consumer_on_the_other_replica_gets_the_messages(
     producer = channel_on(replicas[0])
     producer.confirm_delivery()
     a.queue_declare("prio-fleet")
+    # The queue's topic is made when the first message is published to it (docs/fleet.md,
+    # "Lazy subscriptions"), and a consumer on the other replica reads it once its view
+    # shows it, milliseconds later: a first message taken on B makes sure it does, so that
+    # what follows shows the priorities alone.
+    producer.basic_publish("", "prio-fleet", b"first")
+    pump([b], lambda: b.basic_get("prio-fleet", auto_ack=True)[2] == b"first")
     low, high = Got(), Got()
     a.basic_consume("prio-fleet", low, auto_ack=True)  # registered first, priority 0
     b.basic_consume("prio-fleet", high, auto_ack=True, arguments={"x-priority": 10})
     sent = bodies(30)
     for body in sent:
         producer.basic_publish("", "prio-fleet", body)
-    pump([a, b], lambda: len(high.messages) == 30)
+    pump([a, b], lambda: len(high.messages) == 30, what=lambda: f"{high.bodies} {low.bodies}")
     quiet([a, b])
     assert high.bodies == sent
     assert low.messages == []
