@@ -61,8 +61,16 @@ _PREDECLARED = {exchange.name: exchange for exchange in PREDECLARED_EXCHANGES}
 
 
 class Catalog:
-    def __init__(self, vhost: str, namespace: str, store: MetadataStore) -> None:
+    def __init__(
+        self,
+        vhost: str,
+        namespace: str,
+        store: MetadataStore,
+        refused_arguments: Mapping[str, str] | None = None,
+    ) -> None:
         self.vhost = vhost
+        # Queue arguments this backend does not implement (check_queue_arguments).
+        self._refused_arguments = refused_arguments
         self.namespace = namespace
         self._store = store
         self._routers: dict[str, tuple[AbstractSet[Binding], Exchange, Router]] = {}
@@ -359,6 +367,7 @@ class Catalog:
             durable=requested.durable,
             exclusive=requested.exclusive,
             auto_delete=requested.auto_delete,
+            backend_refuses=self._refused_arguments,
         )
         existing = view.queues.get(name)
         if existing is None:

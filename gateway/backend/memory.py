@@ -94,7 +94,7 @@ class MemoryQueue:
     # Sends a message leaving the queue to its dead-letter exchange, if it has one.
     dead_letter: Callable[[str, Message, Reason], None]
     ttl: int | None = None  # x-message-ttl
-    limit: LengthLimit | None = None  # x-max-length, x-overflow
+    limit: LengthLimit | None = None  # x-max-length, x-max-length-bytes, x-overflow
     maximum: int | None = None  # x-max-priority (None: every message counts as priority 0)
     # (message, redelivered, when it entered the queue in ms), in delivery order: the highest
     # priority first, first in first out within one (model/priority.py)
@@ -109,6 +109,8 @@ class MemoryQueue:
     takes: int = 0
     deleted: bool = False
     changed: trio.Event = field(default_factory=trio.Event)
+    # The body bytes of the ready messages (RabbitMQ's message_bytes_ready).
+    ready_bytes: int = 0
 
     def _signal(self) -> None:
         self.changed.set()
@@ -173,6 +175,7 @@ class MemoryQueue:
 
     def push(self, message: Message) -> None:
         self.ready.push((message, False, now_ms()), self._priority(message))
+        self.ready_bytes += len(message.body)
         self._signal()
 
     def requeue(self, message: Message, enqueued: int, place: int) -> None:
@@ -180,11 +183,14 @@ class MemoryQueue:
             # RabbitMQ puts a requeued message back at its original position (in its own
             # priority, in a priority queue): ahead of everything that came after it.
             self.ready.restore((message, True, enqueued), self._priority(message), place)
+            self.ready_bytes += len(message.body)
+            self.drop_head()
             self._signal()
 
     def take(self) -> MemoryDelivery | None:
         while self.ready:
             place, (message, redelivered, enqueued) = self.ready.pop_entry()
+            self.ready_bytes -= len(message.body)
             if not self._expired(message, enqueued):
                 return MemoryDelivery(self, message, redelivered, enqueued, place)
             self.dead_letter(self.name, message, "expired")
@@ -201,12 +207,45 @@ class MemoryQueue:
         for message, _redelivered, _enqueued in self.ready.keep(
             lambda entry: not self._expired(entry[0], entry[2])
         ):
+            self.ready_bytes -= len(message.body)
             self.dead_letter(self.name, message, "expired")
         return len(self.ready)
 
+    def drop_head(self) -> None:
+        """x-overflow drop-head: while the queue is over either limit, its head leaves,
+        dead-lettered with reason ``maxlen``: the oldest message of the highest priority in a
+        priority queue (rabbit_priority_queue:drop), the oldest otherwise. RabbitMQ does it
+        after each publish and each requeue (rabbit_amqqueue_process:maybe_drop_head); a body
+        larger than the byte limit pushes everything out, itself included."""
+        limit = self.limit
+        if (
+            limit is None
+            or limit.rejects_publish
+            or not limit.over(len(self.ready), self.ready_bytes)
+        ):
+            return  # (expired messages only make a queue smaller: no need to look for them)
+        ready = self.count()  # expired messages leave first (and do not count)
+        while ready and limit.over(ready, self.ready_bytes):
+            message = self.ready.pop()[0]
+            self.ready_bytes -= len(message.body)
+            ready -= 1
+            self.dead_letter(self.name, message, "maxlen")
+
+    def has_room(self, limit: LengthLimit, message: Message) -> bool:
+        """Whether ``message`` fits within ``limit`` (reject-publish), expired messages left
+        out (looked for only when the queue would be full with them)."""
+        size = len(message.body)
+        if limit.has_room(len(self.ready), self.ready_bytes, size):
+            return True
+        return limit.has_room(self.count(), self.ready_bytes, size)
+
+    def clear(self) -> None:
+        self.ready.clear()
+        self.ready_bytes = 0
+
     def delete(self) -> None:
         self.deleted = True
-        self.ready.clear()
+        self.clear()
         self._signal()
 
 
@@ -367,7 +406,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
             raise refuse_purge(resource("queue", command.queue, self.name))
         queue = self._messages(command.queue)
         count = queue.count()
-        queue.ready.clear()
+        queue.clear()
         return count
 
     async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
@@ -408,17 +447,12 @@ class MemoryVirtualHost(CatalogVirtualHost):
             return True
         queue = self._messages(name)
         limit = queue.limit
-        if limit is not None and limit.rejects_publish and not limit.has_room(queue.count()):
+        if limit is not None and limit.rejects_publish and not queue.has_room(limit, message):
             if limit.dead_letters_rejected:
                 self._dead_letter(name, message, "maxlen")
             return False
         queue.push(message)
-        if limit is not None and not limit.rejects_publish:
-            # drop-head: the head goes, the oldest message of the highest priority in a
-            # priority queue (rabbit_priority_queue:drop), the oldest otherwise.
-            for _ in range(limit.excess(queue.count())):
-                oldest = queue.ready.pop()[0]
-                self._dead_letter(name, oldest, "maxlen")
+        queue.drop_head()
         return True
 
     def _route(self, exchange: Exchange, message: Message) -> set[str]:

@@ -142,6 +142,7 @@ IMPLEMENTED: Final = frozenset(
         "x-dead-letter-routing-key",
         "x-message-ttl",
         "x-max-length",
+        "x-max-length-bytes",
         "x-overflow",
         "x-expires",
         "x-max-priority",
@@ -373,10 +374,12 @@ def check_queue_arguments(
     durable: bool,
     exclusive: bool,
     auto_delete: bool,
+    backend_refuses: Mapping[str, str] | None = None,
 ) -> None:
     """Queue.Declare (not passive): 406 unless RabbitMQ would accept ``arguments`` and the
     gateway implements what they ask. ``where`` is ``queue 'q' in vhost '/'``; ``durable`` is
-    the queue's as recorded (an exclusive queue is never durable)."""
+    the queue's as recorded (an exclusive queue is never durable); ``backend_refuses``: the
+    classic and quorum queue arguments the backend does not implement, with why."""
     dlx = arguments.get("x-dead-letter-exchange")
     if dlx is not None and dlx.kind != "S":  # rabbit_channel checks it first
         raise _invalid_type("x-dead-letter-exchange", where, dlx)
@@ -386,6 +389,8 @@ def check_queue_arguments(
     for key in arguments:
         if key in NOT_IMPLEMENTED and key not in implemented:
             raise _invalid(key, where, _NOT_OURS)
+        if backend_refuses and key in backend_refuses and queue_type != "stream":
+            raise _invalid(key, where, backend_refuses[key])
     if queue_type in ("quorum", "stream"):
         # rabbit_quorum_queue:declare / rabbit_stream_queue:declare, via
         # rabbit_queue_type_util, in this order.

@@ -275,8 +275,13 @@ class TrioProducer:
         partition_key: str | None = None,
         ordering_key: str | None = None,
         deliver_after_ms: int | None = None,
+        sequence_id: int | None = None,
     ) -> SendHandle:
         """Start a send, first waiting for an in-flight slot (back-pressure).
+
+        ``sequence_id``: the message's own, instead of pulsar-client's next one (a broker with
+        deduplication on drops a message whose sequence id is not above the highest it stored
+        from this producer name; batching must be off, since a batch is judged by its first).
 
         Always a cancellation point; a schedule point only when it has to wait for a slot and
         on every ``_YIELD_EVERY``-th call. A full trio scheduling round per message cost ~20%
@@ -300,7 +305,13 @@ class TrioProducer:
             self._slots.release()
             self._check_open()
         return self._start(
-            payload, properties, event_timestamp, partition_key, ordering_key, deliver_after_ms
+            payload,
+            properties,
+            event_timestamp,
+            partition_key,
+            ordering_key,
+            deliver_after_ms,
+            sequence_id,
         )
 
     async def send(
@@ -332,6 +343,7 @@ class TrioProducer:
         partition_key: str | None,
         ordering_key: str | None,
         deliver_after_ms: int | None,
+        sequence_id: int | None = None,
     ) -> SendHandle:
         import _pulsar
 
@@ -352,6 +364,8 @@ class TrioProducer:
                 from datetime import timedelta
 
                 builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+            if sequence_id is not None:
+                builder.sequence_id(sequence_id)
             message = builder.build()
         except BaseException:
             self._slots.release()

@@ -94,6 +94,11 @@ class PulsarDelivery:
         subscription.delivery_made(received.topic)
 
     @property
+    def received(self) -> ReceivedMessage:
+        """The Pulsar message (its topic and id: the stream feed names its copy by them)."""
+        return self._received
+
+    @property
     def _consumer(self) -> TrioConsumer:
         return self._subscription.consumer
 

@@ -158,7 +158,7 @@ class NamespaceLeader:
         self.queue_expiry = QueueExpirer(vhost, admin, namespace)
         self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
         self.record_pruner = DeliveryRecordPruner(store, namespace)
-        self.stream_feed = StreamFeeder(vhost, namespace)
+        self.stream_feed = StreamFeeder(vhost, store, namespace)
         # Candidates of the previous tick, with when each became one: acted on when still
         # candidates in this one and for ``grace`` seconds.
         self._orphaned: dict[str, float] = {}

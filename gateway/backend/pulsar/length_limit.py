@@ -23,12 +23,18 @@ messages in the backlog of the queue's subscriptions (``analyzeBacklog``), less
   messages beyond the limit are read from the queue's head, dead-lettered (reason ``maxlen``)
   if the queue says so, and acknowledged. One trimmer for the fleet, so no message is dropped
   twice over; between a burst and the next trim the queue may hold more than the limit.
+
+``x-max-length-bytes`` is refused on classic and quorum queues (a stream's is its retention,
+streams.py): RabbitMQ counts the body bytes of the ready messages, and Pulsar knows only the
+sizes of whole entries (metadata, properties and batches included) in a subscription's backlog,
+so no replica can tell the fleet's ready body bytes without reading every message.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Final
 
 import trio
 
@@ -42,7 +48,13 @@ from gateway.pulsar.errors import NotFound
 
 log = logging.getLogger("gateway.pulsar.length_limit")
 
-__all__ = ["LengthLimits", "count_ready", "limits_in"]
+__all__ = ["REFUSED_ARGUMENTS", "LengthLimits", "count_ready", "limits_in"]
+
+# The queue arguments this backend refuses (406 naming them), with why.
+REFUSED_ARGUMENTS: Final = {
+    "x-max-length-bytes": "not implemented by Starlight for RabbitMQ on Pulsar "
+    "(the body bytes of a queue's ready messages are not known fleet-wide)"
+}
 
 # How old a queue's count may be when a reject-publish limit decides on it.
 COUNT_FRESH = 0.25
@@ -121,7 +133,8 @@ class LengthLimits:
         topic of the queue), so publishes on several replicas one after another are exact."""
         now = trio.current_time()
         known = self._counts.get(queue)
-        if known is not None and now - known[1] < COUNT_FRESH and known[0] * 2 < limit.max_length:
+        maximum = limit.max_length or 0  # set: Pulsar refuses x-max-length-bytes alone
+        if known is not None and now - known[1] < COUNT_FRESH and known[0] * 2 < maximum:
             return known
         counted = (await self._count_ready(queue), now)
         self._counts[queue] = counted

@@ -12,8 +12,10 @@ Messages is the subscriptions' backlog (every message not acknowledged; Pulsar c
 entries: with batching on, a batch counts once); ready is that backlog less what Pulsar has
 dispatched to the replicas' consumers (so messages a replica read ahead but no client holds yet
 count in neither ready nor unacked); consumers come from the metadata store (every replica's
-AMQP consumers), not from Pulsar (which sees one consumer per binding). Unacked is not from
-here: each replica exports what its own clients hold (PulsarBackend.held_by_queue).
+AMQP consumers, a stream's too), not from Pulsar (which sees one consumer per binding). A
+stream's messages are those in its log (besides any its leader has still to feed to it).
+Unacked is not from here: each replica exports what its own clients hold
+(PulsarBackend.held_by_queue).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 
 import trio
 
+from gateway.backend.pulsar.streams import stream_of
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.model.naming import subscription_for
 from gateway.observability.counters import COUNTERS, QueueGauge
@@ -84,6 +87,13 @@ class QueueStatsRefresher:
                 if found is not None:
                     ready += max(0, found.msg_backlog - found.unacked_messages)
                     messages += found.msg_backlog
+            if stream_of(view, queue) is not None:
+                # A stream's messages are its log's (rabbit_stream_queue reports them as
+                # messages and as ready), besides those still to be fed to it.
+                self.calls += 1
+                stored = await self._vhost.streams.stored(queue)
+                await trio.sleep(self._pause)
+                ready, messages = ready + stored, messages + stored
             gauges[queue] = QueueGauge(ready, messages, view.consumers.get(queue, 0))
         COUNTERS.queues[self._namespace] = gauges
 

@@ -26,7 +26,7 @@ from typing import Final
 
 from gateway.pulsar.ids import MessageId
 
-__all__ = ["LEDGER_BITS", "entry_start", "message_id_of", "offset_of"]
+__all__ = ["LEDGER_BITS", "entry_start", "exact_offset", "message_id_of", "offset_of"]
 
 BATCH_BITS: Final = 11
 ENTRY_BITS: Final = 20
@@ -44,6 +44,19 @@ def offset_of(message_id: MessageId) -> int:
     if message_id.entry_id > _ENTRY_MAX:
         batch = _BATCH_MAX  # past the limit: the ledger's largest offset
     return (ledger << (ENTRY_BITS + BATCH_BITS)) | (entry << BATCH_BITS) | batch
+
+
+def exact_offset(message_id: MessageId) -> int | None:
+    """``offset_of(message_id)`` when the id is within the limits above, else None: an offset
+    that other messages share (past a limit) cannot stand for this one alone, and the leader's
+    feed names each copy it appends by its original's offset (stream_copies.py)."""
+    if (
+        0 <= message_id.ledger_id <= _LEDGER_MAX
+        and 0 <= message_id.entry_id <= _ENTRY_MAX
+        and message_id.batch_index <= _BATCH_MAX
+    ):
+        return offset_of(message_id)
+    return None
 
 
 def message_id_of(offset: int) -> MessageId:

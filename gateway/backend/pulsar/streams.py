@@ -26,6 +26,8 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
+import trio
+
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
@@ -34,10 +36,12 @@ from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.backend.pulsar.stream_copies import DEDUPLICATION, LogCopier
 from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
 from gateway.metadata.store import VhostView
 from gateway.model.arguments import is_stream
 from gateway.model.entities import Queue, resource
+from gateway.model.naming import subscription_for
 from gateway.model.streams import (
     FIRST,
     LAST,
@@ -105,13 +109,16 @@ class PulsarStreamSubscription:
         reader: TrioReader,
         start: int | None,
         wanted: StreamFilter | None,
-        on_closed: Callable[[PulsarStreamSubscription], None],
+        on_closed: Callable[[PulsarStreamSubscription], Awaitable[None]],
+        registration: str,
     ) -> None:
         self.queue = queue
         self._reader = reader
         self._start = start  # skip messages below this offset (a numeric x-stream-offset)
         self._filter = wanted
         self._on_closed = on_closed
+        # Its record among the queue's consumers in the metadata store (StreamQueues.consume).
+        self.registration = registration
         self.ended = False
 
     async def receive(
@@ -142,9 +149,10 @@ class PulsarStreamSubscription:
         await self.close()
 
     async def close(self) -> None:
+        """Stop reading; returns once the consumer is unregistered (Cancel-Ok after it)."""
         if not self._reader.closed:
-            self._on_closed(self)
             await self._reader.aclose()
+            await self._on_closed(self)
 
 
 class StreamQueues:
@@ -156,6 +164,7 @@ class StreamQueues:
         self._topics = topics
         self.log_topic = topics.default_topic
         self._consumers: dict[str, set[PulsarStreamSubscription]] = {}
+        self._closing = False
 
     async def create(self, queue: str, arguments: Mapping[str, Field]) -> None:
         """Make the log of a new stream (before the stream becomes visible)."""
@@ -169,6 +178,9 @@ class StreamQueues:
             await admin.set_topic_policy(
                 topic, "retention", retention_policy(stream_retention(arguments))
             )
+            # The leader's copies of messages routed through exchanges are named after their
+            # originals: the broker drops a copy the log already holds (stream_copies.py).
+            await admin.set_topic_policy(topic, DEDUPLICATION, True)
             # Without subscriptions the broker would delete the log after a minute idle.
             await admin.set_topic_policy(
                 topic,
@@ -194,6 +206,22 @@ class StreamQueues:
         after an unbind, those still draining), never the log itself."""
         return self._topics.read_by(view, queue)
 
+    def copier(self, queue: str, in_flight: int) -> LogCopier:
+        """What the leader's feed appends the stream's copies with (stream_copies.py)."""
+        return LogCopier(
+            self._r, self.log_topic(queue), lambda message: self.append(queue, message), in_flight
+        )
+
+    async def subscribed(self, topic: str, queue: str) -> bool:
+        """Whether ``queue``'s subscription on ``topic`` exists (False if Pulsar cannot say)."""
+        try:
+            return subscription_for(queue) in await self._r.admin.list_subscriptions(topic)
+        except NotFound:
+            return False
+        except AdminError as error:
+            log.info("subscriptions of %s: %s", topic, error)
+            return False
+
     async def append(self, queue: str, message: Message) -> Stored:
         """Write ``message`` to the end of the stream's log (its exchange and routing key
         kept); the result completes once Pulsar stored it."""
@@ -213,16 +241,30 @@ class StreamQueues:
         )
         spec = parse_offset(where, command.arguments.get("x-stream-offset"), now_ms)
         wanted = stream_filter(command.arguments)
-        reader = await amqp_errors(
-            self._open(self.log_topic(entity.name), spec, min(qos.consumer, _MAX_READ_AHEAD)),
-            f"consuming from {where}",
+        # Registered as every queue's consumers are, so that the queue statistics count it
+        # (rabbitmq_queue_consumers; RabbitMQ's count of a stream's consumers is every
+        # node's). Never exclusive: RabbitMQ does not make a stream's consumer exclusive;
+        # and Declare-Ok still says 0 (status), as rabbit_stream_queue:stat does.
+        catalog = self._topics.catalog
+        registration = await catalog.write(
+            self._r.store.add_consumer(catalog.namespace, entity.name, exclusive=False)
         )
+        try:
+            reader = await amqp_errors(
+                self._open(self.log_topic(entity.name), spec, min(qos.consumer, _MAX_READ_AHEAD)),
+                f"consuming from {where}",
+            )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._unregister(entity.name, registration)
+            raise
         subscription = PulsarStreamSubscription(
             entity.name,
             reader,
             spec.offset if isinstance(spec, At) else None,
             wanted,
             self._closed,
+            registration,
         )
         self._consumers.setdefault(entity.name, set()).add(subscription)
         return subscription
@@ -253,17 +295,31 @@ class StreamQueues:
             return reader
         return await open_reader(client, topic, LATEST, read_ahead=read_ahead)  # next
 
-    def _closed(self, subscription: PulsarStreamSubscription) -> None:
+    async def _closed(self, subscription: PulsarStreamSubscription) -> None:
         consumers = self._consumers.get(subscription.queue)
         if consumers is not None:
             consumers.discard(subscription)
             if not consumers:
                 del self._consumers[subscription.queue]
+        if not self._closing:  # closing: the records go with this replica's session
+            await self._unregister(subscription.queue, subscription.registration)
+
+    async def _unregister(self, queue: str, registration: str) -> None:
+        catalog = self._topics.catalog
+        try:
+            await self._r.store.remove_consumer(catalog.namespace, queue, registration)
+        except Exception as error:  # it goes with our session at the latest
+            log.warning("unregistering a consumer of stream '%s' failed: %s", queue, error)
 
     async def count(self, queue: str) -> int:
-        """The messages in the log (RabbitMQ's count of a stream is approximate too)."""
+        """The messages in the log (RabbitMQ's count of a stream is approximate too), with
+        those this replica has sent and Pulsar not yet confirmed."""
+        await flush_writes(self._r, [self.log_topic(queue)])
+        return await self.stored(queue)
+
+    async def stored(self, queue: str) -> int:
+        """The messages in the log (its entries: a producer's batch counts once)."""
         topic = self.log_topic(queue)
-        await flush_writes(self._r, [topic])
         try:
             return await self._r.admin.entries_in(topic)
         except NotFound:
@@ -290,6 +346,7 @@ class StreamQueues:
                 await subscription.end()
 
     async def aclose(self) -> None:
+        self._closing = True
         for subscriptions in list(self._consumers.values()):
             for subscription in list(subscriptions):
                 await subscription.close()

@@ -58,7 +58,7 @@ from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscript
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
-from gateway.backend.pulsar.length_limit import LengthLimits, count_ready
+from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
 from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
@@ -89,7 +89,7 @@ from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
-from gateway.pulsar.consumer import ConsumerOptions
+from gateway.pulsar.consumer import ConsumerOptions, SubscriptionType
 from gateway.pulsar.errors import PreconditionFailed, amqp_errors, to_amqp_error
 from gateway.pulsar.priority_level import level_for, priority_levels
 
@@ -107,7 +107,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.name = name
         self.namespace = namespace
         self._r = resources
-        self.catalog = Catalog(name, str(namespace), resources.store)
+        self.catalog = Catalog(name, str(namespace), resources.store, REFUSED_ARGUMENTS)
         self.replies = ReplyForwarding(
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
         ).registry
@@ -617,6 +617,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         read_ahead: int | None = None,
         ordered: bool = True,
         priority: int = 0,
+        subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
@@ -634,6 +635,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await pending.wait()
         levels = priority_levels()
         options = ConsumerOptions(
+            subscription_type=subscription_type,
             receiver_queue_size=read_ahead,
             batch_index_ack=self._r.batch_index_acks,
             priority_level=level_for(priority) if levels.available else None,
@@ -668,13 +670,22 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
 
     async def sweeper(
-        self, queue: str, read_ahead: int, *, ordered: bool = False
+        self,
+        queue: str,
+        read_ahead: int,
+        *,
+        ordered: bool = False,
+        subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep (ttl_sweep.py) or drop-head trim
-        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) of
-        ``queue``."""
+        """A consumer for the leader's TTL sweep (ttl_sweep.py), drop-head trim
+        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) or
+        stream feed (stream_feed.py, an ``exclusive`` one) of ``queue``."""
         return await self._subscription(
-            queue, exclusive=False, read_ahead=read_ahead, ordered=ordered
+            queue,
+            exclusive=False,
+            read_ahead=read_ahead,
+            ordered=ordered,
+            subscription_type=subscription_type,
         )
 
     async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:

@@ -24,7 +24,6 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-max-length-bytes": 1024},
         {"x-delivery-limit": 3, "x-queue-type": "quorum"},
     ],
     ids=lambda arguments: "+".join(arguments),

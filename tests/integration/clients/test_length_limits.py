@@ -147,18 +147,18 @@ def test_overflow_without_a_limit_does_nothing(running: Running) -> None:
     channel.connection.close()
 
 
-def test_aio_pika_publish_to_a_full_queue_is_nacked(running: Running) -> None:
+def aio_pika_outcomes(port: int, arguments: dict[str, int | str], bodies: list[bytes]) -> list[str]:
+    """Declare a queue with ``arguments`` with aio-pika and publish ``bodies`` to it, confirms
+    on (aio-pika's default): "ack" or "nack" for each."""
     queue = unique("q")
 
     async def scenario() -> list[str]:
         outcomes = []
-        connection = await aio_pika.connect(amqp_url(running.port))
+        connection = await aio_pika.connect(amqp_url(port))
         async with connection:
-            channel = await connection.channel()  # confirms on, as aio-pika's default
-            await channel.declare_queue(
-                queue, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
-            )
-            for body in (b"fits", b"does not"):
+            channel = await connection.channel()
+            await channel.declare_queue(queue, arguments=arguments)
+            for body in bodies:
                 try:
                     await channel.default_exchange.publish(aio_pika.Message(body), queue)
                     outcomes.append("ack")
@@ -166,4 +166,9 @@ def test_aio_pika_publish_to_a_full_queue_is_nacked(running: Running) -> None:
                     outcomes.append("nack")
         return outcomes
 
-    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == ["ack", "nack"]
+    return asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_aio_pika_publish_to_a_full_queue_is_nacked(running: Running) -> None:
+    arguments: dict[str, int | str] = {"x-max-length": 1, "x-overflow": "reject-publish"}
+    assert aio_pika_outcomes(running.port, arguments, [b"fits", b"does not"]) == ["ack", "nack"]

@@ -122,6 +122,26 @@ def process_of(replicas: list[GatewayProcess], replica_id: str | None) -> Gatewa
     return next((replica for replica in replicas if replica.pid == pid), None)
 
 
+def two_replicas_and_their_leader(
+    fleet: Fleet,
+) -> tuple[
+    list[GatewayProcess], dict[str, pika.BlockingConnection], GatewayProcess, GatewayProcess
+]:
+    """Two replicas, a connection to each (both stand), which of them leads the namespace,
+    and the other (the survivor of the leader's death)."""
+    replicas = fleet.replicas(2)
+    connections = {replica.name: connect(replica.port) for replica in replicas}
+    wait_until(
+        lambda: process_of(replicas, leader_of(fleet)) is not None,
+        timeout=30,
+        what="a leader among the replicas",
+    )
+    leader = process_of(replicas, leader_of(fleet))
+    assert leader is not None
+    [survivor] = [replica for replica in replicas if replica is not leader]
+    return replicas, connections, leader, survivor
+
+
 # ---------------------------------------------------------------------- exclusive queues
 
 
@@ -295,16 +315,7 @@ def test_an_auto_delete_exchange_goes_with_its_last_binding_on_any_replica(fleet
 def test_leadership_moves_when_the_leader_dies_and_the_new_leader_cleans(
     fleet: Fleet, pulsar_stack: Any
 ) -> None:
-    replicas = fleet.replicas(2)
-    connections = {replica.name: connect(replica.port) for replica in replicas}  # both stand
-    wait_until(
-        lambda: process_of(replicas, leader_of(fleet)) is not None,
-        timeout=30,
-        what="a leader among the replicas",
-    )
-    leader = process_of(replicas, leader_of(fleet))
-    assert leader is not None
-    [survivor] = [replica for replica in replicas if replica is not leader]
+    replicas, connections, leader, survivor = two_replicas_and_their_leader(fleet)
     assert any(
         re.search(rf"now leads namespace public/{fleet.namespace}", line)
         for line in leader.output()

@@ -193,3 +193,48 @@ def test_queue_gauges_come_from_pulsar_on_the_leader_only(fleet: Fleet, pulsar_s
     )
     channel.basic_ack(held[-1], multiple=True)
     connection.close()
+
+
+def test_a_streams_gauges_count_its_consumers_on_every_replica_and_its_log(
+    fleet: Fleet, pulsar_stack: Any
+) -> None:
+    """A stream with a consumer on each of two replicas: the leader exports consumers 2 and
+    the messages in the log (RabbitMQ's metrics count a stream's consumers on every node, and
+    its messages as ready), while Declare-Ok still says 0 consumers (rabbit_stream_queue:stat)."""
+    first, second = fleet.replicas(2)
+    ports = [metrics_port(first), metrics_port(second)]
+    connections = [
+        pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", replica.port))
+        for replica in (first, second)
+    ]
+    channels = [connection.channel() for connection in connections]
+    channels[0].confirm_delivery()
+    channels[0].queue_declare("logged", durable=True, arguments={"x-queue-type": "stream"})
+    for index in range(5):
+        channels[0].basic_publish("", "logged", f"m{index}".encode())
+    for channel in channels:
+        channel.basic_qos(prefetch_count=10)
+        channel.basic_consume("logged", lambda *args: None, arguments={"x-stream-offset": "first"})
+    ok = channels[1].queue_declare("logged", passive=True).method
+    assert ok.consumer_count == 0
+
+    def fleet_sum(name: str) -> tuple[float, ...]:
+        return tuple(
+            sum(
+                v
+                for (n, labels), v in scrape(port)[1].items()
+                if n == name and ("queue", "logged") in labels
+            )
+            for port in ports
+        )
+
+    deadline = time.monotonic() + 60
+    while sorted(fleet_sum("rabbitmq_queue_consumers")) != [0, 2]:
+        assert time.monotonic() < deadline, fleet_sum("rabbitmq_queue_consumers")
+        for connection in connections:
+            connection.process_data_events(time_limit=0.5)
+    leader = fleet_sum("rabbitmq_queue_consumers").index(2)
+    assert fleet_sum("rabbitmq_queue_messages")[leader] == 5
+    assert fleet_sum("rabbitmq_queue_messages_ready")[leader] == 5
+    for connection in connections:
+        connection.close()

@@ -54,7 +54,8 @@ def test_every_known_argument_is_either_accepted_or_refused() -> None:
         ({"x-expires": Field("b", 0)}, "{value_zero,0}"),
         ({"x-max-priority": Field("s", 256)}, "{max_value_exceeded,256}"),
         ({"x-single-active-consumer": Field("S", "true")}, "{unacceptable_type,longstr}"),
-        ({"x-max-length-bytes": Field("I", 1024)}, NOT_OURS),
+        ({"x-max-length-bytes": Field("I", -1)}, "{value_negative,-1}"),
+        ({"x-max-length-bytes": Field("S", "1k")}, '"expected integer, got longstr"'),
         ({"x-overflow": Field("I", 1)}, "{unacceptable_type,signedint}"),
         ({"x-queue-version": Field("I", 3)}, "\"unsupported queue version '3'\""),
         ({"x-queue-leader-locator": Field("S", "nearest")}, "invalid_queue_locator_arg"),
@@ -80,6 +81,39 @@ def test_implemented_arguments_are_accepted() -> None:
     assert refusal({"x-dead-letter-exchange": Field("S", "d")}) is None
     assert refusal({"x-expires": Field("I", 1000)}) is None
     assert refusal({"x-max-length": Field("I", 10), "x-overflow": Field("S", "drop-head")}) is None
+    assert refusal({"x-max-length-bytes": Field("l", 0)}) is None
+    assert refusal({"x-max-length-bytes": Field("I", 1024), "x-max-length": Field("b", 3)}) is None
+
+
+def test_a_backend_refuses_what_it_does_not_implement_after_rabbitmqs_checks() -> None:
+    refuses = {"x-max-length-bytes": "not here"}
+
+    def check(arguments: dict[str, Field]) -> str | None:
+        try:
+            check_queue_arguments(
+                WHERE,
+                arguments,
+                durable=True,
+                exclusive=False,
+                auto_delete=False,
+                backend_refuses=refuses,
+            )
+        except ChannelError as error:
+            return error.reply_text.removeprefix("PRECONDITION_FAILED - ")
+        return None
+
+    size = Field("l", 10)
+    assert (
+        check({"x-max-length-bytes": size})
+        == f"invalid arg 'x-max-length-bytes' for {WHERE}: not here"
+    )
+    quorum = {"x-queue-type": Field("S", "quorum"), "x-max-length-bytes": size}
+    assert check(quorum) == f"invalid arg 'x-max-length-bytes' for {WHERE}: not here"
+    assert check({"x-max-length-bytes": Field("l", -1)}) == (
+        f"invalid arg 'x-max-length-bytes' for {WHERE}: {{value_negative,-1}}"
+    )
+    assert check({"x-queue-type": Field("S", "stream"), "x-max-length-bytes": size}) is None
+    assert check({"x-max-length": size}) is None
 
 
 def test_dead_letter_exchange_type_is_checked_first() -> None:
