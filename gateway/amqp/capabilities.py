@@ -12,11 +12,11 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
   version whose behaviour we follow, and our own version under ``starlight_version``.
 
 Advertised is exactly what the gateway implements (a client that sees a capability uses it):
-``consumer_priorities`` (``x-priority`` is refused, docs/compatibility.md) is not; nor is
-anything false listed, as RabbitMQ lists only what it has. ``direct_reply_to`` is RabbitMQ's
-name for ``amq.rabbitmq.reply-to`` (backend/replies.py); ``exchange_exchange_bindings`` says
-that Exchange.Bind and Exchange.Unbind work (docs/compatibility.md, "Exchange-to-exchange
-bindings").
+nothing false is listed, as RabbitMQ lists only what it has. ``consumer_priorities`` is
+``x-priority`` on Basic.Consume (docs/compatibility.md, "Consumer priorities").
+``direct_reply_to`` is RabbitMQ's name for ``amq.rabbitmq.reply-to`` (backend/replies.py);
+``exchange_exchange_bindings`` says that Exchange.Bind and Exchange.Unbind work
+(docs/compatibility.md, "Exchange-to-exchange bindings").
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ SERVER_CAPABILITIES: dict[str, bool] = {
     "consumer_cancel_notify": True,
     "connection.blocked": True,
     "per_consumer_qos": True,
+    "consumer_priorities": True,
     "authentication_failure_close": True,
     "direct_reply_to": True,
     "exchange_exchange_bindings": True,

@@ -27,7 +27,10 @@ from gateway.model.arguments import (
     check_consume_arguments,
     check_exchange_arguments,
     check_queue_arguments,
+    queue_type_named,
 )
+from gateway.model.consumers import refuse_exclusive, single_active
+from gateway.model.consumers import refuse_get as refuse_single_active_get
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     PREDECLARED_EXCHANGES,
@@ -77,6 +80,10 @@ class Catalog:
     def view(self) -> VhostView:
         return self._store.view(self.namespace)
 
+    @property
+    def store(self) -> MetadataStore:
+        return self._store
+
     async def write(self, change: Awaitable[T]) -> T:
         """Run a store write; its failures become what a RabbitMQ client expects
         (``ConditionNotMet`` is the caller's to answer)."""
@@ -116,11 +123,22 @@ class Catalog:
         return exchange
 
     def check_consume(self, queue: Queue, command: cmd.BasicConsume) -> None:
-        """Basic.Consume's arguments, for ``queue`` (406 for what is not implemented)."""
+        """Basic.Consume's arguments, for ``queue`` (406 for what is not implemented); an
+        exclusive consumer of a classic single-active-consumer queue (403)."""
+        where = resource("queue", queue.name, self.vhost)
         if command.arguments:
-            check_consume_arguments(
-                resource("queue", queue.name, self.vhost), queue.arguments, command.arguments
-            )
+            check_consume_arguments(where, queue.arguments, command.arguments)
+        if (
+            command.exclusive
+            and single_active(queue.arguments)
+            and queue_type_named(queue.arguments) == "classic"
+        ):
+            raise refuse_exclusive(where)
+
+    def check_get(self, queue: Queue) -> None:
+        """Basic.Get on a quorum single-active-consumer queue (405)."""
+        if single_active(queue.arguments) and queue_type_named(queue.arguments) == "quorum":
+            raise refuse_single_active_get(resource("queue", queue.name, self.vhost))
 
     def queue(self, view: VhostView, name: str, owner: Owner) -> Queue:
         """The queue, if it exists (404) and ``owner`` may use it (405)."""

@@ -213,7 +213,8 @@ class VirtualHost(Protocol):
         qos: ConsumerQos = NO_QOS,
     ) -> QueueSubscription:
         """A new consumer on ``command.queue``; 403 if someone holds it exclusively, and vice
-        versa; 406 for consumer ``arguments`` the backend does not implement (``x-priority``).
+        versa; 406 for consumer ``arguments`` the backend does not implement
+        (``x-consumer-timeout``; ``x-priority`` where it cannot honour it).
 
         ``prefetch`` is the most unacknowledged deliveries the client will take (0: no
         limit); a backend may size what it reads ahead by it. ``qos`` is the channel's

@@ -32,7 +32,15 @@ from gateway.backend.overflow import RefusedStored
 from gateway.backend.replies import ReplyRegistry
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore
-from gateway.model.arguments import is_stream
+from gateway.model.arguments import is_stream, queue_type_named
+from gateway.model.consumers import (
+    LinePlace,
+    consumer_credit,
+    consumer_priority,
+    preempting,
+    single_active,
+    successor,
+)
 from gateway.model.dead_letter import Reason
 from gateway.model.entities import Exchange, resource
 from gateway.model.length_limit import LengthLimit, length_limit
@@ -70,11 +78,13 @@ class MemoryDelivery:
 
     def ack_now(self) -> None:
         self.settled = True
+        self.queue.settled()
 
     async def reject(self, requeue: bool) -> None:
         if self.settled:
             return
         self.settled = True
+        self.queue.settled()
         if requeue:
             self.queue.requeue(self.message, self.enqueued, self.place)
         else:
@@ -94,6 +104,12 @@ class MemoryQueue:
     ready: PriorityBuffer[tuple[Message, bool, int]] = field(default_factory=PriorityBuffer)
     subscriptions: list[MemorySubscription] = field(default_factory=list)
     exclusive_consumer: bool = False
+    # x-single-active-consumer: the queue's type ("classic" or "quorum", whose rules differ:
+    # model/consumers.py); None without.
+    single_active: str | None = None
+    # Consumers so far (each one's place in registration order), and messages they took.
+    registered: int = 0
+    takes: int = 0
     deleted: bool = False
     changed: trio.Event = field(default_factory=trio.Event)
     # The body bytes of the ready messages (RabbitMQ's message_bytes_ready).
@@ -102,6 +118,58 @@ class MemoryQueue:
     def _signal(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
+
+    def wake(self) -> None:
+        self._signal()
+
+    def line(self) -> list[LinePlace]:
+        return [s.place for s in self.subscriptions]
+
+    def rearrange(self) -> None:
+        """A single-active-consumer queue's consumers changed (one came, went, or settled
+        what it held): on a quorum queue the active one starts stepping down when one of
+        higher priority waits (and goes on once started: rabbit_fifo's ``quiescing``),
+        steps down once it holds nothing unsettled, and the next one becomes active
+        (model/consumers.py)."""
+        if self.single_active is None:
+            return
+        kind = self.single_active
+        active = next((s for s in self.subscriptions if s.active), None)
+        if active is not None:
+            if preempting(self.line(), kind) is not None:
+                active.quiescing = True
+            if active.quiescing and not active.unsettled():
+                active.active = active.quiescing = False
+                active = None
+        if active is None:
+            chosen = successor(self.line(), kind)
+            for subscription in self.subscriptions:
+                subscription.active = subscription.place == chosen
+        self._signal()
+
+    def settled(self) -> None:
+        """A delivery was settled: a quiescing active consumer may now step down."""
+        if self.single_active is not None:
+            self.rearrange()
+
+    def may_take(self, subscription: MemorySubscription) -> bool:
+        """Whether ``subscription`` may take a message now: the active consumer of a
+        single-active-consumer queue (and not stepping down), or, among competing consumers,
+        one that no consumer of higher priority waiting for a message outranks (RabbitMQ
+        delivers to the highest priority that is not blocked; a consumer waits in ``receive``
+        only while it has prefetch credit)."""
+        if self.single_active is not None:
+            return subscription.active and not subscription.quiescing
+        # Round-robin among equals: the one that took least recently goes first.
+        rank = (-subscription.priority, subscription.last_take)
+        return not any(
+            other.waiting and (-other.priority, other.last_take) < rank
+            for other in self.subscriptions
+        )
+
+    def took(self, subscription: MemorySubscription) -> None:
+        self.takes += 1
+        subscription.last_take = self.takes
 
     def _priority(self, message: Message) -> int:
         if self.maximum is None:
@@ -193,15 +261,46 @@ class MemorySubscription:
     expire_all: Callable[[], None] = lambda: None
     outstanding: list[MemoryDelivery] = field(default_factory=list)
     closed: bool = False
+    priority: int = 0  # x-priority
+    # Where it stands among a single-active-consumer queue's consumers (credit and place in
+    # registration order), and whether it is the active one.
+    credit: int = 0
+    sequence: int = 0
+    active: bool = False
+    quiescing: bool = False  # active, stepping down for a higher priority (quorum queues)
+    # In ``receive`` (so not blocked by its prefetch): consumers of lower priority wait.
+    waiting: bool = False
+    last_take: int = 0  # when it last took a message (the queue's count of takes then)
+
+    @property
+    def place(self) -> LinePlace:
+        return LinePlace(
+            str(self.sequence), "", self.sequence, self.priority, self.credit, self.active
+        )
+
+    def unsettled(self) -> bool:
+        return any(not d.settled for d in self.outstanding)
 
     async def receive(
         self, before_wait: Callable[[], Awaitable[None]] | None = None
     ) -> MemoryDelivery:
+        self.waiting = True
+        try:
+            return await self._receive(before_wait)
+        finally:
+            self.waiting = False
+            if self.queue.ready:
+                # Others may have left messages to this one (priority, round-robin): they
+                # look again now that it stopped waiting.
+                self.queue.wake()
+
+    async def _receive(self, before_wait: Callable[[], Awaitable[None]] | None) -> MemoryDelivery:
         while True:
             if self.queue.deleted:
                 raise SubscriptionEnded(self.queue.name)
-            delivery = self.queue.take()
+            delivery = self.queue.take() if self.queue.may_take(self) else None
             if delivery is not None:
+                self.queue.took(self)
                 self.outstanding = [d for d in self.outstanding if not d.settled]
                 self.outstanding.append(delivery)
                 return delivery
@@ -222,6 +321,7 @@ class MemorySubscription:
         self.outstanding.clear()
         self.queue.subscriptions.remove(self)
         self.queue.exclusive_consumer = False
+        self.queue.rearrange()
         await self.on_closed(self.queue)
 
 
@@ -246,6 +346,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
                 queue_message_ttl(arguments),
                 length_limit(arguments),
                 max_priority(arguments),
+                single_active=queue_type_named(arguments) if single_active(arguments) else None,
             )
         return queue
 
@@ -410,14 +511,23 @@ class MemoryVirtualHost(CatalogVirtualHost):
             )
         self._used(queue)
         target = self._messages(queue)
+        where = resource("queue", queue, self.name)
+        if target.single_active is not None:
+            exclusive = False  # quorum queues ignore it (rabbit_quorum_queue:consume)
         if target.exclusive_consumer or (exclusive and target.subscriptions):
-            raise ChannelError(
-                ReplyCode.ACCESS_REFUSED,
-                f"{resource('queue', queue, self.name)} in exclusive use",
-            )
-        subscription = MemorySubscription(target, self._consumer_gone, self._expire_all)
+            raise ChannelError(ReplyCode.ACCESS_REFUSED, f"{where} in exclusive use")
+        target.registered += 1
+        subscription = MemorySubscription(
+            target,
+            self._consumer_gone,
+            self._expire_all,
+            priority=consumer_priority(command.arguments),
+            credit=consumer_credit(0 if command.no_ack else qos.consumer),
+            sequence=target.registered,
+        )
         target.subscriptions.append(subscription)
         target.exclusive_consumer = exclusive
+        target.rearrange()
         return subscription
 
     async def _reader_gone(self, _subscription: MemoryStreamSubscription) -> None:
@@ -457,7 +567,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[MemoryDelivery, int] | None:
         queue = command.queue
         await self._expire_queues()
-        self.catalog.queue(self.catalog.view, queue, owner)
+        self.catalog.check_get(self.catalog.queue(self.catalog.view, queue, owner))
         if self._stream(queue) is not None:
             raise refuse_get(resource("queue", queue, self.name))
         self._used(queue)

@@ -33,6 +33,7 @@ from gateway.metadata.paths import (
     encode_topic_key,
 )
 from gateway.metadata.store import DrainRecord, Position
+from gateway.model.consumers import LinePlace
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 from gateway.model.graph import RouteSnapshot
 
@@ -64,6 +65,7 @@ __all__ = [
     "exchange_binding_from_child",
     "exchange_binding_id",
     "is_consumed",
+    "line_child",
     "mark_consumed",
     "namespace_document",
     "owner_child",
@@ -88,11 +90,14 @@ class OwnerKey(NamedTuple):
 
 
 class ConsumerKey(NamedTuple):
-    """One registered consumer of ``queue``; ``serial`` None is the exclusive consumer."""
+    """One registered consumer of ``queue``; ``serial`` None is the exclusive consumer.
+    ``place`` is set for a consumer of a single-active-consumer queue: its place in the
+    queue's line (model/consumers.py)."""
 
     queue: str
     replica: str
     serial: int | None
+    place: LinePlace | None = None
 
 
 class DrainKey(NamedTuple):
@@ -104,6 +109,8 @@ class DrainKey(NamedTuple):
 # The name of a queue's exclusive consumer record, after "<queue>,": one per queue, so that
 # two exclusive consumers on two replicas collide on creating it.
 EXCLUSIVE_MARK: Final = "!"
+# The last part of a single-active-consumer queue's consumer record: waiting, or active.
+_LINE_STATES: Final = {"w": False, "a": True}
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -337,12 +344,42 @@ def consumer_child(queue: str, replica: str | None, serial: int | None) -> str:
     return SEPARATOR.join((encode_name(queue), encode_name(replica), str(serial)))
 
 
+def line_child(queue: str, replica: str, serial: int, place: LinePlace) -> str:
+    """A single-active-consumer queue's consumer record:
+    ``<queue>,<replica>,<serial>,<sequence>,<priority>,<credit>,<w|a>``, all of its place in
+    the name, so that replicas learn it from the name alone. ``place.consumer`` is the record's
+    first three parts (``consumer_child``): what stays the same while it waits and is active."""
+    state = "a" if place.active else "w"
+    numbers = (place.sequence, place.priority, place.credit)
+    return SEPARATOR.join((consumer_child(queue, replica, serial), *map(str, numbers), state))
+
+
+def _integer(text: str) -> int:
+    value = int(text)
+    if str(value) != text:
+        raise ValueError(f"not a canonical integer: {text!r}")
+    return value
+
+
 def consumer_from_child(child: str) -> ConsumerKey:
     parts = child.split(SEPARATOR)
     if len(parts) == 2 and parts[1] == EXCLUSIVE_MARK:
         return ConsumerKey(decode_name(parts[0]), "", None)
-    if len(parts) == 3 and parts[2].isdigit() and str(int(parts[2])) == parts[2]:
-        return ConsumerKey(decode_name(parts[0]), decode_name(parts[1]), int(parts[2]))
+    if len(parts) in (3, 7) and parts[2].isdigit() and str(int(parts[2])) == parts[2]:
+        queue, replica, serial = decode_name(parts[0]), decode_name(parts[1]), int(parts[2])
+        if len(parts) == 3:
+            return ConsumerKey(queue, replica, serial)
+        if parts[6] in _LINE_STATES:
+            sequence, priority, credit = map(_integer, parts[3:6])
+            place = LinePlace(
+                SEPARATOR.join(parts[:3]),
+                replica,
+                sequence,
+                priority,
+                credit,
+                _LINE_STATES[parts[6]],
+            )
+            return ConsumerKey(queue, replica, serial, place)
     raise ValueError(f"not a consumer record: {child!r}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -37,9 +37,11 @@ from gateway.metadata.store import (
     DrainRecord,
     ExchangeEdges,
     MetadataUnavailable,
+    PickActive,
     QueueCondition,
     VhostView,
 )
+from gateway.model.consumers import LinePlace, Standing
 from gateway.model.entities import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -51,11 +53,25 @@ from gateway.model.entities import (
 __all__ = ["MemoryMetadataStore"]
 
 
+async def _first_of(*events: trio.Event) -> None:
+    """Until one of ``events`` is set."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
+
+
 @dataclass(frozen=True, slots=True)
 class _Consumer:
     queue: str
     session: str
     exclusive: bool
+    # A single-active-consumer queue's consumer: its place in line.
+    place: LinePlace | None = None
 
 
 @dataclass(eq=False)
@@ -80,6 +96,9 @@ class _Namespace:
     # Sessions standing for leader, first = leader; set-and-replaced when it changes.
     candidates: list[str] = field(default_factory=list)
     election: trio.Event = field(default_factory=trio.Event)
+    # The last sequence given to a single-active-consumer queue's consumer (one counter per
+    # namespace: a queue's line only needs them increasing).
+    sequence: int = 0
     version: int = 0
     opened: bool = False
     event: trio.Event = field(default_factory=trio.Event)
@@ -99,7 +118,9 @@ class _Namespace:
                 self.bindings.values(),
                 self.topic_keys,
                 owned=self.owners,
-                consumers=[ConsumerKey(c.queue, c.session, 0) for c in self.consumers.values()],
+                consumers=[
+                    ConsumerKey(c.queue, c.session, 0, c.place) for c in self.consumers.values()
+                ],
                 drains=[DrainKey(q, t, record) for (q, t), (record, _) in self.drains.items()],
                 exchange_bindings=self.exchange_bindings.values(),
             )
@@ -139,7 +160,8 @@ class MemoryMetadataStore:
         self._opened: list[str] = []
         self._opened_changed = trio.Event()
         self._closed = trio.Event()
-        self.available = True
+        self._available = True
+        self._availability = trio.Event()  # set and replaced when ``available`` changes
 
     @property
     def replica_id(self) -> str:
@@ -434,7 +456,9 @@ class MemoryMetadataStore:
 
     # ------------------------------------------------------------------ consumers
 
-    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+    async def add_consumer(
+        self, namespace: str, queue: str, *, exclusive: bool, standing: Standing | None = None
+    ) -> str:
         state = await self._write(namespace)
         target = state.queues.get(queue)
         if target is None:
@@ -443,7 +467,19 @@ class MemoryMetadataStore:
         if any(c.exclusive for c in others) or (exclusive and others):
             raise ConsumerConflict(queue)
         consumer = f"{self._session},{next(self._serials)}"
-        state.consumers[consumer] = _Consumer(queue, self._session, exclusive)
+        place = None
+        if standing is not None:
+            state.sequence += 1
+            alone = not any(c.place for c in others)  # the first one is active at once
+            place = LinePlace(
+                consumer,
+                self._session,
+                state.sequence,
+                standing.priority,
+                standing.credit,
+                active=alone,
+            )
+        state.consumers[consumer] = _Consumer(queue, self._session, exclusive, place)
         if target.auto_delete:
             state.consumed.add(queue)
         state.touch()
@@ -453,6 +489,54 @@ class MemoryMetadataStore:
         state = await self._write(namespace)
         if state.consumers.pop(consumer, None) is not None:
             state.touch()
+
+    async def activate_consumer(self, namespace: str, queue: str, pick: PickActive) -> bool:
+        state = await self._write(namespace)
+        line = sorted(
+            (c.place for c in state.consumers.values() if c.queue == queue and c.place),
+            key=lambda place: place.sequence,
+        )
+        if any(place.active for place in line):
+            return False
+        chosen = pick(line)
+        if chosen is None or chosen.replica != self._session:
+            return False
+        known = state.consumers.get(chosen.consumer)
+        if known is None or known.place is None:
+            return False
+        state.consumers[chosen.consumer] = replace(known, place=replace(known.place, active=True))
+        state.touch()
+        return True
+
+    async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        state = await self._write(namespace)
+        known = state.consumers.get(consumer)
+        if known is not None and known.place is not None and known.place.active:
+            state.consumers[consumer] = replace(known, place=replace(known.place, active=False))
+            state.touch()
+
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        known = self._namespace(namespace).consumers.get(consumer)
+        return known is not None and known.place is not None
+
+    @property
+    def available(self) -> bool:
+        """False simulates losing ZooKeeper (see the module's docstring)."""
+        return self._available
+
+    @available.setter
+    def available(self, available: bool) -> None:
+        self._available = available
+        self._availability.set()
+        self._availability = trio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self._available and not self._closed.is_set()
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        while self.connected != connected:
+            await _first_of(self._availability, self._closed)
 
     # ------------------------------------------------------------------ drains
 
@@ -526,14 +610,7 @@ class MemoryMetadataStore:
         while not self._closed.is_set():
             changed = state.deliveries_changed
             update({r: d for r, d in state.deliveries.items() if r != self._session})
-            async with trio.open_nursery() as nursery:
-
-                async def wait(event: trio.Event) -> None:
-                    await event.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(wait, changed)
-                nursery.start_soon(wait, self._closed)
+            await _first_of(changed, self._closed)
 
     async def delivery_recorders(self, namespace: str) -> set[str]:
         await trio.lowlevel.checkpoint()

@@ -45,6 +45,7 @@ from gateway.metadata.codec import (
 )
 from gateway.metadata.paths import Folder, bucket_for
 from gateway.metadata.store import DrainRecord, VhostView
+from gateway.model.consumers import LinePlace
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 
 __all__ = ["Entity", "NamespaceMirror", "make_view"]
@@ -82,8 +83,11 @@ def make_view(
     for key in topic_keys:
         keys.setdefault(key.exchange, set()).add(key.routing_key)
     counts: dict[str, int] = {}
+    lines: dict[str, list[LinePlace]] = {}
     for consumer in consumers:
         counts[consumer.queue] = counts.get(consumer.queue, 0) + 1
+        if consumer.place is not None:
+            lines.setdefault(consumer.queue, []).append(consumer.place)
     return VhostView(
         version=version,
         exchanges=MappingProxyType(exchange_map),
@@ -99,7 +103,12 @@ def make_view(
         owned=frozenset(owned),
         consumers=MappingProxyType(counts),
         drains=MappingProxyType({(d.queue, d.topic): d.record for d in drains}),
+        lines=MappingProxyType({q: _in_line(places) for q, places in lines.items()}),
     )
+
+
+def _in_line(places: Iterable[LinePlace]) -> tuple[LinePlace, ...]:
+    return tuple(sorted(places, key=lambda place: place.sequence))
 
 
 def name_only_entity(folder: Folder, child: str) -> Entity | None:
@@ -183,6 +192,11 @@ class _Index:
         self.owned: set[str] = set()
         self.consumers: dict[str, int] = {}
         self.drains: dict[tuple[str, str], DrainRecord] = {}
+        # Single-active-consumer queues' consumers: queue -> record name -> place; the
+        # frozen lines of the last view, and the queues whose line changed since.
+        self.places: dict[str, dict[str, LinePlace]] = {}
+        self.lines: dict[str, tuple[LinePlace, ...]] = {}
+        self.stale_lines: set[str] = set()
         # Which parts of the last view are stale: a change to queues does not copy the
         # bindings again (at 100,000 each, a copy is 4 ms for the dict, 10 for the frozenset).
         self.last: VhostView | None = None
@@ -265,9 +279,11 @@ class _Index:
             self.keys.setdefault(entity.exchange, set()).add(entity.routing_key)
             self.stale_keys.add(entity.exchange)
         else:
-            self._queue_state(entity, 1)
+            self._queue_state(entity, 1, child)
 
-    def _queue_state(self, entity: OwnerKey | ConsumerKey | DrainKey, delta: int) -> None:
+    def _queue_state(
+        self, entity: OwnerKey | ConsumerKey | DrainKey, delta: int, child: str
+    ) -> None:
         self.state_changed = True
         if isinstance(entity, OwnerKey):
             if delta > 0:
@@ -280,6 +296,8 @@ class _Index:
                 self.consumers[entity.queue] = count
             else:
                 self.consumers.pop(entity.queue, None)
+            if entity.place is not None:
+                self._place(entity.queue, child, entity.place if delta > 0 else None)
         elif delta > 0:
             self.drains[(entity.queue, entity.topic)] = entity.record
         else:
@@ -314,13 +332,34 @@ class _Index:
                 del self.keys[entity.exchange]
             self.stale_keys.add(entity.exchange)
         else:
-            self._queue_state(entity, -1)
+            self._queue_state(entity, -1, child)
+
+    def _place(self, queue: str, child: str, place: LinePlace | None) -> None:
+        places = self.places.setdefault(queue, {})
+        if place is None:
+            places.pop(child, None)
+            if not places:
+                del self.places[queue]
+        else:
+            places[child] = place
+        self.stale_lines.add(queue)
+
+    def _frozen_lines(self) -> None:
+        for queue in self.stale_lines:
+            places = self.places.get(queue)
+            if places:
+                self.lines[queue] = _in_line(places.values())
+            else:
+                self.lines.pop(queue, None)
+        self.stale_lines.clear()
 
     def view(self, version: int) -> VhostView:
         last = self.last
         if self.stale_queues:
             self._refresh_queue_bindings()
         topic_keys = None if last is None or self.stale_keys else last.topic_keys
+        lines = None if last is None or self.stale_lines else last.lines
+        self._frozen_lines()
         for exchange in self.stale_keys:
             keys = self.keys.get(exchange)
             if keys:
@@ -365,6 +404,7 @@ class _Index:
                 if last is None or self.state_changed
                 else last.drains
             ),
+            lines=MappingProxyType(dict(self.lines)) if lines is None else lines,
         )
         self.exchanges_changed = self.queues_changed = self.bindings_changed = False
         self.edges_changed = self.state_changed = False

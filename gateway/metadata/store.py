@@ -14,11 +14,12 @@ the store) then deletes what they kept alive (docs/metadata.md, "Lifetimes").
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Mapping, Set
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from gateway.model.consumers import LinePlace, Standing
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 from gateway.model.graph import RouteSnapshot
 
@@ -117,6 +118,14 @@ class VhostView:
     drains: Mapping[tuple[str, str], DrainRecord] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # The consumers of each single-active-consumer queue on every replica, in registration
+    # order (queues without any are absent; model/consumers.py).
+    lines: Mapping[str, tuple[LinePlace, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+
+# Chooses, from a single-active-consumer queue's consumers as the store has them now (in
+# registration order, none active), the one to make active; None: none of them.
+PickActive = Callable[[Sequence[LinePlace]], LinePlace | None]
 
 
 @dataclass(frozen=True)
@@ -297,16 +306,56 @@ class MetadataStore(Protocol):
         """Remove the record of ``routing_key``'s topic; False if it was not there."""
         ...
 
-    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+    async def add_consumer(
+        self, namespace: str, queue: str, *, exclusive: bool, standing: Standing | None = None
+    ) -> str:
         """Register a consumer of ``queue`` for as long as this replica's session lasts;
         returns its id. Raises ``ConsumerConflict`` when ``exclusive`` and the queue has a
         consumer on any replica, or when another consumer holds it exclusively (checked
         atomically), ``MissingEntity`` when the queue is gone. Marks an auto-delete queue as
-        having had a consumer (``QueueCondition.ABANDONED``)."""
+        having had a consumer (``QueueCondition.ABANDONED``).
+
+        With ``standing`` (a single-active-consumer queue's consumer, never exclusive) the
+        consumer joins the queue's line (``VhostView.lines``), waiting, behind every consumer
+        registered before it: its ``sequence`` is above theirs, fleet-wide. Into an empty
+        line it joins active (RabbitMQ's first consumer is active as it registers),
+        atomically: of two joining at once on two replicas, one is. Such a record is
+        not claimed again after a lost session (its replica registers it again, at the back
+        of the line, if it still runs: a claimed active record could make two active)."""
         ...
 
     async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
         """Unregister (nothing happens if it is gone already, e.g. with its queue)."""
+        ...
+
+    async def activate_consumer(self, namespace: str, queue: str, pick: PickActive) -> bool:
+        """Make the consumer that ``pick`` chooses from ``queue``'s line, as the store has it
+        now, the active one, if none is and it is one of this replica's; atomically with the
+        line as read (a consumer registered meanwhile makes the store read it again). True if
+        this call made it active (the view shows it when this returns)."""
+        ...
+
+    async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        """This replica's active consumer ``consumer`` goes back to waiting, keeping its
+        place in line (a quorum queue's consumer stepping down for a higher priority)."""
+        ...
+
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        """Whether this replica's single-active-consumer record ``consumer`` still stands in
+        its queue's line: False once removed, or once the session that held it expired. A
+        view may miss it for a moment while it is replaced (a change of state), this does
+        not."""
+        ...
+
+    @property
+    def connected(self) -> bool:
+        """Whether the store can be written now (ZooKeeper: the session is connected). An
+        active consumer pauses while it cannot be: its session may be expiring, and another
+        replica then makes another consumer active."""
+        ...
+
+    async def wait_connected(self, connected: bool = True) -> None:
+        """Until ``connected`` is as asked."""
         ...
 
     async def read_drain(

@@ -146,14 +146,17 @@ IMPLEMENTED: Final = frozenset(
         "x-overflow",
         "x-expires",
         "x-max-priority",
+        "x-single-active-consumer",
     }
 )
 # Known to RabbitMQ, changing what it does, and not implemented here: refused.
 NOT_IMPLEMENTED: Final = frozenset(
     set().union(*QUEUE_ARGUMENTS.values()) - set(ACCEPTED_WITHOUT_EFFECT) - IMPLEMENTED
 )
+# Consumer priorities (x-priority) are implemented (model/consumers.py); a backend that cannot
+# honour them refuses them itself.
 _CONSUMER_NOT_IMPLEMENTED: Final = frozenset(
-    set().union(*CONSUMER_ARGUMENTS.values()) - CONSUMER_ARGUMENTS["stream"]
+    set().union(*CONSUMER_ARGUMENTS.values()) - CONSUMER_ARGUMENTS["stream"] - {"x-priority"}
 )
 # rabbit_stream_queue's declare checks (?MAX_STREAM_MAX_SEGMENT_SIZE is 3 GB).
 _MAX_SEGMENT_SIZE: Final = 3_000_000_000
@@ -423,7 +426,7 @@ def check_consume_arguments(
     where: str, queue_arguments: Mapping[str, Field], arguments: Mapping[str, Field]
 ) -> None:
     """Basic.Consume on a queue declared with ``queue_arguments``: RabbitMQ's checks, then
-    406 for consumer arguments the gateway does not implement (``x-priority``). A stream's
+    406 for consumer arguments the gateway does not implement (``x-consumer-timeout``). A stream's
     own (``x-stream-offset``, ``x-stream-filter``, …) are checked where they are read
     (model/streams.py)."""
     queue_type = queue_type_named(queue_arguments)

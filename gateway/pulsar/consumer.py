@@ -48,6 +48,7 @@ from gateway.model.priority import PriorityBuffer
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
@@ -80,6 +81,9 @@ class ConsumerOptions:
     # first out among equals). Called on the listener thread: it must be quick, and an
     # exception counts as priority 0.
     priority_of: Callable[[Any], int] | None = None
+    # Pulsar's consumer priority level on the subscription (0 is the highest; priority_level.py);
+    # None leaves pulsar-client's default, 0.
+    priority_level: int | None = None
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -115,6 +119,8 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
         conf.batch_index_ack_enabled(True)
     if options.consumer_name:
         conf.consumer_name(options.consumer_name)
+    if options.priority_level is not None:
+        priority_levels().apply(conf, options.priority_level)
     conf.message_listener(listener)
     return conf
 
@@ -212,6 +218,9 @@ class TrioConsumer:
         # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
         # by the listener thread.
         self._natives: dict[str, Any] = {}
+        # Topics being subscribed (add_topic in progress): a second add_topic of one waits
+        # for the first instead of subscribing it twice.
+        self._adding: dict[str, trio.Event] = {}
         self._buffer: deque[tuple[Any, Any]] = deque()  # (native consumer, native message)
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
@@ -432,13 +441,22 @@ class TrioConsumer:
     async def add_topic(self, topic: str) -> None:
         """Also consume ``topic`` (same subscription name). No-op if already consumed."""
         self._check_open()
+        adding = self._adding.get(topic)
+        if adding is not None:
+            await adding.wait()
+            return
         if topic in self._natives:
             return
-        native = await _subscribe_one(self, topic)
-        if self._closed:  # closed while we were subscribing
-            native.close_async(ignore_result)
-            self._check_open()
-        self._attach(topic, native)
+        adding = self._adding[topic] = trio.Event()
+        try:
+            native = await _subscribe_one(self, topic)
+            if self._closed:  # closed while we were subscribing
+                native.close_async(ignore_result)
+                self._check_open()
+            self._attach(topic, native)
+        finally:
+            del self._adding[topic]
+            adding.set()
 
     async def remove_topic(self, topic: str) -> int:
         """Stop consuming ``topic``: close its consumer, drop its buffered messages.

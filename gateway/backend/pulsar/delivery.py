@@ -211,8 +211,10 @@ class PulsarQueueSubscription:
         expiry: QueueExpiry | None = None,
         returned: Returned | None = None,
         fill: Fill | None = None,
+        priority: int = 0,
     ) -> None:
         self.queue = queue
+        self.priority = priority  # its consumer priority (x-priority)
         self._returned = returned
         # When this consumer last gave a message back (trio time), if it did.
         self._last_nack: float | None = None
@@ -227,6 +229,9 @@ class PulsarQueueSubscription:
         # Deliveries handed out and not yet acknowledged or rejected, in all and per topic.
         self.outstanding = 0
         self._outstanding_from: dict[str, int] = {}
+        # Called when the last outstanding delivery is settled (a single active consumer
+        # stepping down waits for it: single_active.py).
+        self.on_idle: Callable[[], None] | None = None
         # Set once retired (a Basic.Get consumer no longer used): runs the async work of
         # letting go of it, topic by topic as their deliveries are settled.
         self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
@@ -329,6 +334,8 @@ class PulsarQueueSubscription:
         del self._outstanding_from[topic]
         if self._retired is not None:
             self._let_go(self._retired, topic)
+        if self.on_idle is not None and not self.outstanding:
+            self.on_idle()
 
     def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
         """Stop fetching and give back what was fetched and not handed out: a retired

@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from gateway.amqp import commands as cmd
-from gateway.amqp.errors import ChannelError, ReplyCode
+from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
@@ -70,14 +70,17 @@ from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
+from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
 from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import DrainRecord, QueueCondition, VhostView
 from gateway.model.arguments import is_stream
+from gateway.model.consumers import consumer_priority, refuse_priority, single_active
 from gateway.model.entities import (
     DEFAULT_EXCHANGE,
     Binding,
     ExchangeType,
+    Queue,
     resource,
 )
 from gateway.model.naming import subscription_for, topic_for
@@ -88,6 +91,7 @@ from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, SubscriptionType
 from gateway.pulsar.errors import PreconditionFailed, amqp_errors, to_amqp_error
+from gateway.pulsar.priority_level import level_for, priority_levels
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -108,6 +112,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
         ).registry
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
+        # (queue, topic) -> set once this replica's creation of that subscription is done.
+        self._subscribing: dict[tuple[str, str], trio.Event] = {}
         # Each consumer's registration in the metadata store (its id there), and, once the
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
@@ -187,6 +193,27 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return self._topics.full_name(local_name)
 
     async def _subscribe_topic(self, topic: str, queue: str) -> None:
+        """Make sure ``queue``'s subscription on ``topic`` exists, then give the topic to
+        this replica's consumers of the queue, highest priority first. One creation per
+        (queue, topic) at a time on this replica: a consumer attached while Pulsar creates
+        the subscription would be disconnected by it (a create that finds the subscription
+        made meanwhile resets its cursor), and come back a moment later, after other
+        consumers had the first messages."""
+        key = (queue, topic)
+        pending = self._subscribing.get(key)
+        if pending is not None:
+            await pending.wait()
+        else:
+            done = self._subscribing[key] = trio.Event()
+            try:
+                await self._create_subscription(topic, queue)
+            finally:
+                del self._subscribing[key]
+                done.set()
+        for subscription in self._by_priority(queue):
+            await subscription.add_topic(topic)
+
+    async def _create_subscription(self, topic: str, queue: str) -> None:
         what = f"subscribing queue '{queue}' to {topic}"
         for attempt in range(SUBSCRIBE_ATTEMPTS):
             try:
@@ -201,8 +228,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await trio.sleep(0.05 * (attempt + 1))
             except Exception as error:
                 raise to_amqp_error(error, what) from None
-        for subscription in self._consumers.get(queue, ()):
-            await subscription.add_topic(topic)
+
+    def _by_priority(self, queue: str) -> list[PulsarQueueSubscription]:
+        """This replica's consumers of ``queue``, highest priority first: the order they are
+        given a new topic in, so that its first messages go to the highest (a Pulsar
+        consumer gets messages from the moment it is attached)."""
+        return sorted(self._consumers.get(queue, ()), key=lambda s: -s.priority)
 
     async def _unsubscribe_topic(self, topic: str, queue: str) -> None:
         for subscription in self._consumers.get(queue, ()):
@@ -594,22 +625,29 @@ class PulsarVirtualHost(CatalogVirtualHost):
         prefetch: int = 0,
         read_ahead: int | None = None,
         ordered: bool = True,
+        priority: int = 0,
         subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
         queue (unless not ``ordered``), it holds up to its window of messages and delivers
-        the highest priority of them first (docs/compatibility.md, "Priority queues")."""
+        the highest priority of them first (docs/compatibility.md, "Priority queues").
+        ``priority``: its consumer priority (Pulsar's priority level, when it can be set)."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         await self.records.ready()  # the other replicas' deliveries, before any of ours
+        for (pending_queue, _topic), pending in list(self._subscribing.items()):
+            if pending_queue == queue:  # attached meanwhile, it would be disconnected
+                await pending.wait()
+        levels = priority_levels()
         options = ConsumerOptions(
             subscription_type=subscription_type,
             receiver_queue_size=read_ahead,
             batch_index_ack=self._r.batch_index_acks,
+            priority_level=level_for(priority) if levels.available else None,
         )
         entity = view.queues.get(queue)
         ordering = None
@@ -631,6 +669,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             expiry=self._expiry(view, queue),
             returned=self.records.returned,
             fill=None if ordering is None else to_read(self._r),
+            priority=priority,
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
@@ -706,7 +745,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
                     await subscription.end()
                 continue
             wanted = self._topics.read_by(view, queue)
-            for subscription in list(subscriptions):
+            held = [set(s.consumer.topics) for s in subscriptions]
+            for topic in sorted(t for t in wanted if any(t not in h for h in held)):
+                await self._subscribe_topic(topic, queue)  # it became active
+            for subscription in self._by_priority(queue):
                 await self._retopic(subscription, wanted)
         for queue, getter in list(self._basic_gets.by_queue.items()):
             if queue not in view.queues:
@@ -729,13 +771,19 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         prefetch: int = 0,
         qos: ConsumerQos = NO_QOS,
-    ) -> RegisteredSubscription | PulsarStreamSubscription:
+    ) -> RegisteredSubscription | PulsarStreamSubscription | SingleActiveSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)
         if is_stream(entity.arguments):
             return await self.streams.consume(entity, command, qos, int(time.time() * 1000))
         await self._queue_use.used(queue, entity.arguments)
+        if single_active(entity.arguments):
+            return await self._consume_single_active(entity, command, prefetch, qos)
+        priority = consumer_priority(command.arguments)
+        if "x-priority" in command.arguments and not priority_levels().available:
+            where = resource("queue", queue, self.name)
+            raise refuse_priority(where, priority_levels().why_not)
         existing = self._consumers.get(queue, set())
         if any(s.exclusive for s in existing) or (exclusive and existing):
             raise self.catalog.exclusive_use(queue)  # known here, no need to ask the store
@@ -748,14 +796,48 @@ class PulsarVirtualHost(CatalogVirtualHost):
         try:
             # Messages the Basic.Get consumer holds would never reach this consumer.
             await self._basic_gets.close(queue)
-            subscription = await self._subscription(queue, exclusive=exclusive, prefetch=prefetch)
+            subscription = await self._subscription(
+                queue, exclusive=exclusive, prefetch=prefetch, priority=priority
+            )
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._unregister(queue, registration)
             raise
         self._consumers.setdefault(queue, set()).add(subscription)
         self._registrations[subscription] = registration
+        await self._catch_up(queue, subscription)
         return RegisteredSubscription(subscription, lambda: self._settled(subscription))
+
+    async def _catch_up(self, queue: str, subscription: PulsarQueueSubscription) -> None:
+        """Topics of ``queue`` that became active while ``subscription`` was being made (it
+        read them from the view before, and was not among the consumers given new ones)."""
+        missing = self._topics.read_by(self._view, queue) - set(subscription.consumer.topics)
+        for topic in sorted(missing):
+            try:
+                await self._subscribe_topic(topic, queue)
+            except AMQPError as error:  # the next change of the view tries again
+                log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
+
+    async def _consume_single_active(
+        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
+    ) -> SingleActiveSubscription:
+        """A consumer in the queue's line, with a Pulsar consumer only while it is the active
+        one (single_active.py)."""
+        queue = entity.name
+
+        async def open_consumer() -> PulsarQueueSubscription:
+            await self._basic_gets.close(queue)  # what it holds would never reach this one
+            subscription = await self._subscription(queue, exclusive=False, prefetch=prefetch)
+            self._consumers.setdefault(queue, set()).add(subscription)
+            await self._catch_up(queue, subscription)
+            return subscription
+
+        async def gone(registration: str) -> None:
+            now = self._view.queues.get(queue)
+            await self._consumer_gone(queue, registration, now is not None and now.auto_delete)
+
+        nursery = self._r.nursery
+        return await join_line(self.catalog, entity, command, qos, open_consumer, gone, nursery)
 
     async def _settled(self, subscription: PulsarQueueSubscription) -> None:
         """Until the closed consumer's unregistration (and auto-delete) is done."""
@@ -778,7 +860,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # queue itself went: ``ended``).
         abandoned = queue is not None and queue.auto_delete and not subscription.ended
         done = self._leaving[subscription] = trio.Event()
-        self._r.nursery.start_soon(self._consumer_gone, subscription, registration, abandoned, done)
+
+        async def gone() -> None:
+            try:
+                await self._consumer_gone(subscription.queue, registration, abandoned, done)
+            finally:
+                self._leaving.pop(subscription, None)
+
+        self._r.nursery.start_soon(gone)
 
     async def _unregister(self, queue: str, registration: str) -> None:
         try:
@@ -787,13 +876,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             log.warning("unregistering a consumer of queue '%s' failed: %s", queue, error)
 
     async def _consumer_gone(
-        self,
-        subscription: PulsarQueueSubscription,
-        registration: str,
-        abandoned: bool,
-        done: trio.Event,
+        self, name: str, registration: str, abandoned: bool, done: trio.Event | None = None
     ) -> None:
-        name = subscription.queue
         try:
             await self._unregister(name, registration)
             if not abandoned or self._consumers.get(name):
@@ -808,14 +892,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 "auto-deleting queue '%s' in vhost '%s' failed", name, self.name, exc_info=True
             )
         finally:
-            done.set()
-            self._leaving.pop(subscription, None)
+            if done is not None:
+                done.set()
 
     async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
         queue = command.queue
         entity = await self.catalog.find_queue(queue, owner)
         if is_stream(entity.arguments):
             raise refuse_get(resource("queue", queue, self.name))
+        self.catalog.check_get(entity)
         await self._queue_use.used(queue, entity.arguments)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 

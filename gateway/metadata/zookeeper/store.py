@@ -38,6 +38,7 @@ from gateway.metadata.store import (
     DrainRecord,
     ExchangeEdges,
     MetadataUnavailable,
+    PickActive,
     QueueCondition,
     VhostView,
 )
@@ -48,9 +49,11 @@ from gateway.metadata.zookeeper.deletes import EntityDeletes
 from gateway.metadata.zookeeper.deliveries import DeliveryRecords
 from gateway.metadata.zookeeper.exchange_bindings import ExchangeBindingWrites
 from gateway.metadata.zookeeper.leadership import Leadership
+from gateway.metadata.zookeeper.lines import ConsumerLines
 from gateway.metadata.zookeeper.reclaim import EphemeralRecords
 from gateway.metadata.zookeeper.transactions import EntityTransactions
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
+from gateway.model.consumers import Standing
 from gateway.model.entities import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -99,6 +102,9 @@ class ZooKeeperMetadataStore:
             self._calls, self._watcher, self._ephemerals, self._replica_id
         )
         self._deletes = EntityDeletes(self._calls, self._watcher, self._ephemerals)
+        self._lines = ConsumerLines(
+            self._calls, self._watcher, self._replica_id, self._transactions.next_serial
+        )
         self._exchange_bindings = ExchangeBindingWrites(self._calls, self._transactions)
         self._leadership = Leadership(self._session, self._calls, self._replica_id)
         self._deliveries = DeliveryRecords(self._session, self._calls, self._replica_id)
@@ -179,6 +185,7 @@ class ZooKeeperMetadataStore:
         self._watcher.resync_all()
         if new_session:
             self._ephemerals.claim_again()
+            self._lines.forget_session()
 
     # ================================================================== views
 
@@ -369,11 +376,27 @@ class ZooKeeperMetadataStore:
     async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         return await self._transactions.unregister_topic_key(namespace, exchange, routing_key)
 
-    async def add_consumer(self, namespace: str, queue: str, *, exclusive: bool) -> str:
+    async def add_consumer(
+        self, namespace: str, queue: str, *, exclusive: bool, standing: Standing | None = None
+    ) -> str:
+        if standing is not None:
+            return await self._lines.join(namespace, queue, standing)
         return await self._transactions.add_consumer(namespace, queue, exclusive=exclusive)
 
     async def remove_consumer(self, namespace: str, queue: str, consumer: str) -> None:
-        await self._transactions.remove_consumer(namespace, queue, consumer)
+        if self._lines.holds(namespace, consumer):
+            await self._lines.leave(namespace, queue, consumer)
+        else:
+            await self._transactions.remove_consumer(namespace, queue, consumer)
+
+    async def activate_consumer(self, namespace: str, queue: str, pick: PickActive) -> bool:
+        return await self._lines.activate(namespace, queue, pick)
+
+    async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
+        await self._lines.deactivate(namespace, queue, consumer)
+
+    def in_line(self, namespace: str, consumer: str) -> bool:
+        return self._lines.holds(namespace, consumer)
 
     async def read_drain(
         self, namespace: str, queue: str, topic: str

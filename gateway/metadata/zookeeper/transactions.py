@@ -251,6 +251,11 @@ class EntityTransactions:
         # Numbers this replica's consumer records (unique with the replica id).
         self._serials = 0
 
+    def next_serial(self) -> int:
+        """A number for a new consumer record of this replica."""
+        self._serials += 1
+        return self._serials
+
     def drain_writes(
         self, namespace: str, records: Mapping[tuple[str, str], DrainRecord]
     ) -> DrainWrites:
@@ -622,11 +627,8 @@ class EntityTransactions:
         queue_path = self._layout.node(namespace, Folder.QUEUES, encode_name(queue))
         marker = consumer_child(queue, None, None)
         marker_path = self._layout.node(namespace, Folder.CONSUMERS, marker)
-        if exclusive:
-            child = marker
-        else:
-            self._serials += 1
-            child = consumer_child(queue, self._replica_id, self._serials)
+        serial = None if exclusive else self.next_serial()
+        child = marker if serial is None else consumer_child(queue, self._replica_id, serial)
         path = self._layout.node(namespace, Folder.CONSUMERS, child)
         entity = consumer_from_child(child)
 

@@ -24,7 +24,7 @@ def _invalid(arg: str, kind: str, name: str, reason: str) -> str:
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"x-single-active-consumer": True},
+        {"x-delivery-limit": 3, "x-queue-type": "quorum"},
     ],
     ids=lambda arguments: "+".join(arguments),
 )
@@ -135,11 +135,12 @@ def test_other_exchange_arguments_are_kept(channel: BlockingChannel) -> None:
     channel.exchange_declare(unique("x"), "topic", arguments={"x-custom": 1})
 
 
-def test_consumer_priority_is_refused(channel: BlockingChannel) -> None:
+def test_consumer_priority_must_be_an_integer(channel: BlockingChannel) -> None:
     name = unique("q")
     channel.queue_declare(name)
-    with channel_closed(406, _invalid("x-priority", "queue", name, NOT_OURS)):
-        channel.basic_consume(name, lambda *_: None, arguments={"x-priority": 5})
+    reason = '"expected integer, got longstr"'
+    with channel_closed(406, _invalid("x-priority", "queue", name, reason)):
+        channel.basic_consume(name, lambda *_: None, arguments={"x-priority": "high"})
 
 
 def test_stream_offset_on_a_classic_queue(channel: BlockingChannel) -> None:

@@ -1,17 +1,15 @@
-"""Connection.Start advertises exactly what the gateway implements, and what it leaves out is
-refused when a client asks for it anyway (consumer priorities)."""
+"""Connection.Start advertises exactly what the gateway implements."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pika
-import pika.exceptions
 import pytest
 
 from gateway.amqp.capabilities import SERVER_CAPABILITIES
 from gateway.backend.memory import MemoryBackend
-from tests.support.clients import channel_closed, connect
+from tests.support.clients import connect
 from tests.support.gateway_thread import GatewayInThread
 
 IMPLEMENTED = {
@@ -20,6 +18,7 @@ IMPLEMENTED = {
     "consumer_cancel_notify",  # Basic.Cancel when a queue is deleted under a consumer
     "connection.blocked",  # Connection.Blocked while Pulsar holds publishes back
     "per_consumer_qos",  # Basic.Qos global=false is per consumer
+    "consumer_priorities",  # x-priority on Basic.Consume (test_consumer_priorities.py)
     "authentication_failure_close",  # Connection.Close 403 on a refused login
     "direct_reply_to",  # amq.rabbitmq.reply-to (test_direct_reply_to.py)
     "exchange_exchange_bindings",  # Exchange.Bind/Unbind (test_exchange_bindings.py)
@@ -39,11 +38,3 @@ def test_exactly_the_implemented_capabilities(connection: pika.BlockingConnectio
     advertised = connection._impl.server_capabilities
     assert advertised == dict.fromkeys(IMPLEMENTED, True)
     assert dict.fromkeys(IMPLEMENTED, True) == SERVER_CAPABILITIES
-
-
-def test_consumer_priorities_are_refused() -> None:
-    with GatewayInThread(backend=MemoryBackend()) as gateway:
-        channel = connect(gateway.port).channel()
-        channel.queue_declare("q")
-        with channel_closed(406):
-            channel.basic_consume("q", lambda *_: None, arguments={"x-priority": 1})

@@ -116,6 +116,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
             "basic.nack",
             "connection.blocked",
             "consumer_cancel_notify",
+            "consumer_priorities",
             "direct_reply_to",
             "exchange_exchange_bindings",
             "per_consumer_qos",
@@ -451,8 +452,9 @@ def test_refused_arguments_are_406_naming_them(java: str, gateway: GatewayInThre
         for name, value in QUEUE_ARGUMENTS.items()
         if name in NOT_IMPLEMENTED
     ]
-    # Consumer priorities are not implemented (docs/compatibility.md, Basic.Consume).
-    specs = [*refused, "queue:x-max-length=int:-1", "consume:x-priority=int:5"]
+    # RabbitMQ's own checks: x-priority must be an integer (consumer priorities are
+    # implemented: docs/compatibility.md, "Consumer priorities").
+    specs = [*refused, "queue:x-max-length=int:-1", "consume:x-priority=str:high"]
     facts = facts_of(java, "refused_arguments", gateway, *specs)
     for spec in specs:
         target, _, rest = spec.partition(":")
@@ -464,6 +466,7 @@ def test_refused_arguments_are_406_naming_them(java: str, gateway: GatewayInThre
         assert facts[f"{key}.hard"] == "false", spec
     # RabbitMQ's own validation, whatever is implemented.
     assert facts["queue.x-max-length.text"].endswith(": {value_negative,-1}")
+    assert facts["consume.x-priority.text"].endswith(': "expected integer, got longstr"')
     assert facts["connection_open"] == "true"
 
 

@@ -49,12 +49,12 @@ def test_handshake_transcript_as_pika_sends_it() -> None:
         "consumer_cancel_notify",
         "connection.blocked",
         "per_consumer_qos",
+        "consumer_priorities",
         "authentication_failure_close",
         "direct_reply_to",
         "exchange_exchange_bindings",
     ):
         assert caps[name] is True, name
-    assert "consumer_priorities" not in caps  # not implemented
 
     [login] = client.send(start_ok())
     assert login == ev.LoginRequested(

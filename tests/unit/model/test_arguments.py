@@ -169,8 +169,9 @@ def test_quorum() -> None:
 def test_consumer_arguments() -> None:
     classic: dict[str, Field] = {}
     check_consume_arguments(WHERE, classic, {"x-custom": Field("I", 1)})
-    with pytest.raises(ChannelError, match="'x-priority' for queue 'q' in vhost '/': not impl"):
-        check_consume_arguments(WHERE, classic, {"x-priority": Field("I", 1)})
+    # Consumer priorities are implemented: any integer type, negative too.
+    for kind, value in (("I", 1), ("b", -3), ("l", 2**40), ("B", 7)):
+        check_consume_arguments(WHERE, classic, {"x-priority": Field(kind, value)})
     with pytest.raises(ChannelError, match='"expected integer, got longstr"'):
         check_consume_arguments(WHERE, classic, {"x-priority": Field("S", "high")})
     quorum = {"x-queue-type": Field("S", "quorum")}
