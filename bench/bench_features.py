@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,39 +157,6 @@ async def declare(client: AmqpClient, feature: Feature, queue: str) -> None:
         )
 
 
-async def consume(
-    client: AmqpClient, feature: Feature, queue: str, args: argparse.Namespace
-) -> float:
-    """Seconds from consume to the last ack (stream queues need their consume arguments)."""
-    if not feature.consume_arguments:
-        return await amqp_consume(client, queue, args.count, args.prefetch, args.phase_timeout)
-    done = asyncio.Event()
-    received = 0
-
-    def on_delivery(tag: int, _head: bytes) -> None:
-        nonlocal received
-        received += 1
-        client.ack(tag)
-        if received >= args.count:
-            done.set()
-
-    await client.call(commands.Basic.Qos(prefetch_count=args.prefetch), commands.Basic.QosOk)
-    client.on_delivery = on_delivery
-    started = time.perf_counter()
-    await client.call(
-        commands.Basic.Consume(
-            queue=queue, consumer_tag="bench", arguments=feature.consume_arguments
-        ),
-        commands.Basic.ConsumeOk,
-    )
-    await asyncio.wait_for(done.wait(), args.phase_timeout)
-    elapsed = time.perf_counter() - started
-    client.on_delivery = None
-    client.send(CHANNEL, commands.Basic.Cancel(consumer_tag="bench"))
-    await client.expect(commands.Basic.CancelOk)
-    return elapsed
-
-
 @dataclass
 class Samples:
     rate: dict[str, list[float]] = field(default_factory=dict)
@@ -229,7 +195,14 @@ async def measure(
             )
         samples.add("publish", args.count, seconds, meter)
         with CpuMeter(pids) as meter:
-            seconds = await consume(client, feature, queue, args)
+            seconds = await amqp_consume(
+                client,
+                queue,
+                args.count,
+                args.prefetch,
+                args.phase_timeout,
+                feature.consume_arguments or None,
+            )
         samples.add("consume", args.count, seconds, meter)
         await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
     finally:

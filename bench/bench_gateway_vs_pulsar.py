@@ -596,9 +596,15 @@ async def amqp_publish_confirmed(
 
 
 async def amqp_consume(
-    client: AmqpClient, queue: str, count: int, prefetch: int, timeout: float
+    client: AmqpClient,
+    queue: str,
+    count: int,
+    prefetch: int,
+    timeout: float,
+    arguments: dict[str, Any] | None = None,
 ) -> float:
-    """basic.consume with prefetch, ack each delivery; seconds from consume to the last ack."""
+    """basic.consume (with ``arguments``, e.g. a stream's offset) with prefetch, ack each
+    delivery; seconds from consume to the last ack."""
     done = asyncio.Event()
     received = 0
 
@@ -613,7 +619,8 @@ async def amqp_consume(
     client.on_delivery = on_delivery
     started = time.perf_counter()
     await client.call(
-        commands.Basic.Consume(queue=queue, consumer_tag="bench"), commands.Basic.ConsumeOk
+        commands.Basic.Consume(queue=queue, consumer_tag="bench", arguments=arguments),
+        commands.Basic.ConsumeOk,
     )
     try:
         await asyncio.wait_for(done.wait(), timeout)
