@@ -325,19 +325,8 @@ class TrioProducer:
         Cancellation before it returns sends nothing; once it returns, the message is with
         pulsar-client and its handle will complete.
         """
-        self._check_open()
-        await trio.lowlevel.checkpoint_if_cancelled()
         self._submits += 1
-        if self._submits % _YIELD_EVERY == 0:
-            await self._slots.acquire()
-        else:
-            try:
-                self._slots.acquire_nowait()
-            except trio.WouldBlock:
-                await self._slots.acquire()
-        if self._closed:
-            self._slots.release()
-            self._check_open()
+        await self._take_slot(always_yield=self._submits % _YIELD_EVERY == 0)
         return self._start(
             payload,
             properties,
@@ -356,17 +345,26 @@ class TrioProducer:
         a chunking producer, are sent on their own (plain ``submit``)."""
         if len(payload) > GROUP_MAX_BYTES or self.options.chunking_enabled:
             return await self.submit(payload, properties)
+        # Waiting for a slot yields, which sends the group collected so far: slots come back.
+        await self._take_slot()
+        return self._add_to_group(payload, properties)
+
+    async def _take_slot(self, *, always_yield: bool = False) -> None:
+        """An in-flight slot, waiting for one if none is free (``always_yield``: through
+        ``acquire``, which yields even when one is); raises if the producer is closed, before
+        or while waiting."""
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self._slots.acquire_nowait()
-        except trio.WouldBlock:
-            # Waiting yields, which sends the group collected so far: the slots come back.
+        if always_yield:
             await self._slots.acquire()
+        else:
+            try:
+                self._slots.acquire_nowait()
+            except trio.WouldBlock:
+                await self._slots.acquire()
         if self._closed:
             self._slots.release()
             self._check_open()
-        return self._add_to_group(payload, properties)
 
     def submit_grouped_nowait(
         self, payload: bytes, properties: Mapping[str, str] | None = None
