@@ -120,6 +120,9 @@ class SessionChannel:
     tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)
+    # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
+    # their subscriptions close once those are settled, or with the channel.
+    retired: list[Consumer] = field(default_factory=list)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
     reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
 
@@ -128,7 +131,11 @@ class SessionChannel:
         self.credit_changed = trio.Event()
 
     def consumers_unacked(self) -> int:
-        return sum(c.unacked for c in self.consumers.values())
+        # A cancelled consumer's unacknowledged deliveries count too (RabbitMQ's limiter
+        # hears of them when they are settled).
+        return sum(c.unacked for c in self.consumers.values()) + sum(
+            c.unacked for c in self.retired
+        )
 
     def has_credit(self, consumer: Consumer) -> bool:
         return self.prefetch.allows(
@@ -664,9 +671,33 @@ class AMQPSession:
         if consumer is not None:
             self._counts.consumers -= 1
             consumer.scope.cancel()
-            await self._forget_consumer(state, consumer)
+            retire = getattr(consumer.subscription, "retire", None)
+            if consumer.unacked and retire is not None:
+                await self._retire_consumer(state, consumer, retire)
+            else:
+                await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
         self._protocol.send_reply(state.number, command, cmd.BasicCancelOk(command.consumer_tag))
+
+    async def _retire_consumer(
+        self,
+        state: SessionChannel,
+        consumer: Consumer,
+        retire: Callable[[Callable[[Callable[[], Awaitable[None]]], None]], Awaitable[None]],
+    ) -> None:
+        """Basic.Cancel of a consumer with deliveries unacknowledged: as RabbitMQ, they stay
+        with the channel (rabbit_channel keeps them in its unacked queue): acks, nacks and
+        rejects of their tags settle them, and the channel closing gives them back. Giving
+        them back at once would hand them to the queue's next consumer, which may be this
+        channel's no-ack consumer that the client cancels next (pika's channel close cancels
+        each consumer before Channel.Close, and drops what arrives meanwhile): lost. The
+        consumer leaves the queue now; its subscription closes once they are settled."""
+        # (Those whose deliveries are all settled by now have closed their subscriptions.)
+        state.retired = [c for c in state.retired if c.unacked]
+        state.retired.append(consumer)
+        with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
+            scope.shield = True
+            await retire(self._link.nursery.start_soon)
 
     async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
@@ -784,7 +815,7 @@ class AMQPSession:
 
     async def _settle_all(self, state: SessionChannel, *, requeue: bool) -> None:
         entries = state.tags.take_all()
-        for consumer in state.consumers.values():
+        for consumer in [*state.consumers.values(), *state.retired]:
             consumer.unacked = 0
         for entry in entries:
             await entry.delivery.reject(requeue)
@@ -808,9 +839,10 @@ class AMQPSession:
             # Messages fetched with Basic.Get have no subscription to give them back.
             for entry in state.tags.take_all():
                 await entry.delivery.reject(True)
-            for consumer in state.consumers.values():
+            for consumer in [*state.consumers.values(), *state.retired]:
                 await consumer.subscription.close()
             state.consumers.clear()
+            state.retired.clear()
 
     # ------------------------------------------------------------------ direct reply-to
     # RabbitMQ's direct-reply-to.md and rabbit_channel's fast reply-to clauses; the names and

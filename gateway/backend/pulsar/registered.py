@@ -30,3 +30,11 @@ class RegisteredSubscription:
     async def close(self) -> None:
         await self.subscription.close()
         await self._settled()
+
+    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+        """Basic.Cancel with deliveries unacknowledged: the consumer stops receiving and is
+        unregistered now (as ``close``), and its Pulsar consumer stays open until they are
+        settled (acknowledged, or given back when the channel closes), then closes."""
+        self.subscription.retire(spawn)
+        self.subscription.leave()
+        await self._settled()
