@@ -312,14 +312,18 @@ class MemorySubscription:
                 await self.queue.changed.wait()
             self.expire_all()
 
-    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> bool:
         """Basic.Cancel with deliveries unacknowledged: leave the queue's consumers; those
         deliveries stay unsettled, with the channel (settled later, or given back when it
-        closes). ``spawn`` is unused here (nothing to close later)."""
-        if self.closed:
-            return
-        self.closed = True
-        await self._leave()
+        closes). ``spawn`` is unused here (nothing to close later). False (nothing done) on a
+        single-active-consumer queue, whose next consumer takes over what the cancelled one
+        held, as on Pulsar (docs/compatibility.md): the caller closes it then."""
+        if self.queue.single_active is not None:
+            return False
+        if not self.closed:
+            self.closed = True
+            await self._leave()
+        return True
 
     async def close(self) -> None:
         if self.closed:

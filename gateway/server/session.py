@@ -11,6 +11,7 @@ channel, consumer or connection goes away. Replies go out through ``send_reply``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -672,9 +673,9 @@ class AMQPSession:
             self._counts.consumers -= 1
             consumer.scope.cancel()
             retire = getattr(consumer.subscription, "retire", None)
-            if consumer.unacked and retire is not None:
+            if not (consumer.unacked and retire is not None) or not (
                 await self._retire_consumer(state, consumer, retire)
-            else:
+            ):
                 await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
         self._protocol.send_reply(state.number, command, cmd.BasicCancelOk(command.consumer_tag))
@@ -683,21 +684,33 @@ class AMQPSession:
         self,
         state: SessionChannel,
         consumer: Consumer,
-        retire: Callable[[Callable[[Callable[[], Awaitable[None]]], None]], Awaitable[None]],
-    ) -> None:
+        retire: Callable[[Callable[[Callable[[], Awaitable[None]]], None]], Awaitable[bool]],
+    ) -> bool:
         """Basic.Cancel of a consumer with deliveries unacknowledged: as RabbitMQ, they stay
         with the channel (rabbit_channel keeps them in its unacked queue): acks, nacks and
         rejects of their tags settle them, and the channel closing gives them back. Giving
         them back at once would hand them to the queue's next consumer, which may be this
         channel's no-ack consumer that the client cancels next (pika's channel close cancels
         each consumer before Channel.Close, and drops what arrives meanwhile): lost. The
-        consumer leaves the queue now; its subscription closes once they are settled."""
+        consumer leaves the queue now; its subscription closes once they are settled.
+        False when the subscription cannot keep them (a single-active-consumer queue hands
+        them to its next consumer): the caller gives them back."""
         # (Those whose deliveries are all settled by now have closed their subscriptions.)
         state.retired = [c for c in state.retired if c.unacked]
         state.retired.append(consumer)
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
-            await retire(self._link.nursery.start_soon)
+            if not await retire(self._spawn_closing):
+                state.retired.remove(consumer)
+                return False
+        return True
+
+    def _spawn_closing(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run a retired consumer's closing in the background: not once the connection's
+        tasks are ending (settling its last delivery as the channel closes), when
+        ``_release_channel`` closes it itself."""
+        with contextlib.suppress(RuntimeError):  # the nursery is closed to new arrivals
+            self._link.nursery.start_soon(work)
 
     async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.

@@ -31,10 +31,12 @@ class RegisteredSubscription:
         await self.subscription.close()
         await self._settled()
 
-    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> bool:
         """Basic.Cancel with deliveries unacknowledged: the consumer stops receiving and is
         unregistered now (as ``close``), and its Pulsar consumer stays open until they are
-        settled (acknowledged, or given back when the channel closes), then closes."""
+        settled (acknowledged, or given back when the channel closes), then closes. True:
+        the deliveries stay valid."""
         self.subscription.retire(spawn)
         self.subscription.leave()
         await self._settled()
+        return True
