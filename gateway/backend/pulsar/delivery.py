@@ -348,18 +348,21 @@ class PulsarQueueSubscription:
         if self.on_idle is not None and not self.outstanding:
             self.on_idle()
 
-    def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+    def retire(
+        self, spawn: Callable[[Callable[[], Awaitable[None]]], None], *, hand_back: bool = True
+    ) -> None:
         """Stop fetching and give back what was fetched and not handed out: a retired
         Basic.Get consumer closes each topic's Pulsar consumer once the deliveries made from
         that topic are settled, and closes altogether once all are. (Closing a Pulsar consumer
         earlier would make Pulsar redeliver messages a client still holds; keeping one longer
         would keep the message its read-ahead took meanwhile from every other consumer.)
-        ``spawn`` starts the async work in the background."""
+        ``spawn`` starts the async work in the background. Without ``hand_back`` what was
+        fetched stays until its topic's consumer closes (``TrioConsumer.stop_receiving``)."""
         if self._retired is not None:
             return
         self._retired = spawn
         if not self.closed:
-            self.consumer.stop_receiving(self._given_back)
+            self.consumer.stop_receiving(self._given_back, hand_back=hand_back)
         if self.outstanding == 0:
             spawn(self.close)
             return

@@ -35,8 +35,10 @@ class RegisteredSubscription:
         """Basic.Cancel with deliveries unacknowledged: the consumer stops receiving and is
         unregistered now (as ``close``), and its Pulsar consumer stays open until they are
         settled (acknowledged, or given back when the channel closes), then closes. True:
-        the deliveries stay valid."""
-        self.subscription.retire(spawn)
+        the deliveries stay valid. What it read ahead goes back as it closes, uncounted: a
+        negative acknowledgement now would have consumers on other replicas, which do not
+        know it was never delivered, mark it redelivered."""
+        self.subscription.retire(spawn, hand_back=False)
         self.subscription.leave()
         await self._settled()
         return True
