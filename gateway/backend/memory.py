@@ -312,6 +312,19 @@ class MemorySubscription:
                 await self.queue.changed.wait()
             self.expire_all()
 
+    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> bool:
+        """Basic.Cancel with deliveries unacknowledged: leave the queue's consumers; those
+        deliveries stay unsettled, with the channel (settled later, or given back when it
+        closes). ``spawn`` is unused here (nothing to close later). False (nothing done) on a
+        single-active-consumer queue, whose next consumer takes over what the cancelled one
+        held, as on Pulsar (docs/compatibility.md): the caller closes it then."""
+        if self.queue.single_active is not None:
+            return False
+        if not self.closed:
+            self.closed = True
+            await self._leave()
+        return True
+
     async def close(self) -> None:
         if self.closed:
             return
@@ -319,6 +332,9 @@ class MemorySubscription:
         for delivery in self.outstanding:
             await delivery.reject(requeue=True)
         self.outstanding.clear()
+        await self._leave()
+
+    async def _leave(self) -> None:
         self.queue.subscriptions.remove(self)
         self.queue.exclusive_consumer = False
         self.queue.rearrange()

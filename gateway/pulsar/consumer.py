@@ -399,8 +399,13 @@ class TrioConsumer:
         self._waker.wake()
         return True
 
-    def stop_receiving(self, given_back: Callable[[ReceivedMessage], None] | None = None) -> int:
-        """Stop taking new messages and hand the buffered ones back; returns how many.
+    def stop_receiving(
+        self, given_back: Callable[[ReceivedMessage], None] | None = None, *, hand_back: bool = True
+    ) -> int:
+        """Stop taking new messages and hand the buffered ones back; returns how many. With
+        ``hand_back`` false they stay buffered instead, and go back, uncounted, when the
+        consumer closes (a negative acknowledgement raises the redelivery count that other
+        replicas read as "delivered before"); returns 0.
 
         For AMQP basic.cancel: deliveries already made can still be acknowledged on this
         consumer, so it stays open; buffered messages are negatively acknowledged so that they
@@ -415,6 +420,8 @@ class TrioConsumer:
             self._paused = True
             for native in self._natives.values():
                 native.pause_message_listener()
+            if not hand_back:
+                return 0
             returned = self._take_all()
         for native_consumer, native in returned:
             # A negative acknowledgement sends the whole entry back, and the other messages

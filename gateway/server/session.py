@@ -11,6 +11,7 @@ channel, consumer or connection goes away. Replies go out through ``send_reply``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -120,6 +121,9 @@ class SessionChannel:
     tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)
+    # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
+    # their subscriptions close once those are settled, or with the channel.
+    retired: list[Consumer] = field(default_factory=list)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
     reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
 
@@ -128,7 +132,11 @@ class SessionChannel:
         self.credit_changed = trio.Event()
 
     def consumers_unacked(self) -> int:
-        return sum(c.unacked for c in self.consumers.values())
+        # A cancelled consumer's unacknowledged deliveries count too (RabbitMQ's limiter
+        # hears of them when they are settled).
+        return sum(c.unacked for c in self.consumers.values()) + sum(
+            c.unacked for c in self.retired
+        )
 
     def has_credit(self, consumer: Consumer) -> bool:
         return self.prefetch.allows(
@@ -664,9 +672,45 @@ class AMQPSession:
         if consumer is not None:
             self._counts.consumers -= 1
             consumer.scope.cancel()
-            await self._forget_consumer(state, consumer)
+            retire = getattr(consumer.subscription, "retire", None)
+            if not (consumer.unacked and retire is not None) or not (
+                await self._retire_consumer(state, consumer, retire)
+            ):
+                await self._forget_consumer(state, consumer)
         # Cancelling an unknown tag is not an error in RabbitMQ.
         self._protocol.send_reply(state.number, command, cmd.BasicCancelOk(command.consumer_tag))
+
+    async def _retire_consumer(
+        self,
+        state: SessionChannel,
+        consumer: Consumer,
+        retire: Callable[[Callable[[Callable[[], Awaitable[None]]], None]], Awaitable[bool]],
+    ) -> bool:
+        """Basic.Cancel of a consumer with deliveries unacknowledged: as RabbitMQ, they stay
+        with the channel (rabbit_channel keeps them in its unacked queue): acks, nacks and
+        rejects of their tags settle them, and the channel closing gives them back. Giving
+        them back at once would hand them to the queue's next consumer, which may be this
+        channel's no-ack consumer that the client cancels next (pika's channel close cancels
+        each consumer before Channel.Close, and drops what arrives meanwhile): lost. The
+        consumer leaves the queue now; its subscription closes once they are settled.
+        False when the subscription cannot keep them (a single-active-consumer queue hands
+        them to its next consumer): the caller gives them back."""
+        # (Those whose deliveries are all settled by now have closed their subscriptions.)
+        state.retired = [c for c in state.retired if c.unacked]
+        state.retired.append(consumer)
+        with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
+            scope.shield = True
+            if not await retire(self._spawn_closing):
+                state.retired.remove(consumer)
+                return False
+        return True
+
+    def _spawn_closing(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run a retired consumer's closing in the background: not once the connection's
+        tasks are ending (settling its last delivery as the channel closes), when
+        ``_release_channel`` closes it itself."""
+        with contextlib.suppress(RuntimeError):  # the nursery is closed to new arrivals
+            self._link.nursery.start_soon(work)
 
     async def _forget_consumer(self, state: SessionChannel, consumer: Consumer) -> None:
         """Close the consumer's subscription; its unacknowledged messages go back to the queue.
@@ -784,7 +828,7 @@ class AMQPSession:
 
     async def _settle_all(self, state: SessionChannel, *, requeue: bool) -> None:
         entries = state.tags.take_all()
-        for consumer in state.consumers.values():
+        for consumer in [*state.consumers.values(), *state.retired]:
             consumer.unacked = 0
         for entry in entries:
             await entry.delivery.reject(requeue)
@@ -808,9 +852,10 @@ class AMQPSession:
             # Messages fetched with Basic.Get have no subscription to give them back.
             for entry in state.tags.take_all():
                 await entry.delivery.reject(True)
-            for consumer in state.consumers.values():
+            for consumer in [*state.consumers.values(), *state.retired]:
                 await consumer.subscription.close()
             state.consumers.clear()
+            state.retired.clear()
 
     # ------------------------------------------------------------------ direct reply-to
     # RabbitMQ's direct-reply-to.md and rabbit_channel's fast reply-to clauses; the names and

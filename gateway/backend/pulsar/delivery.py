@@ -173,8 +173,12 @@ class PulsarDelivery:
         self._settle(requeued=False)
 
     async def _requeue_copy(self) -> None:
-        """Requeue one message of a batch: a copy goes in, then the original goes out."""
-        self._settle(requeued=False)  # the original is done with; the copy is marked
+        """Requeue one message of a batch: a copy goes in, then the original goes out.
+
+        Counted as settled only once the original is acknowledged: a retired consumer closes
+        when its last delivery is settled, and closing before that acknowledgement would
+        give the whole entry back (duplicates of the others of the batch)."""
+        self._settled = True  # the original is done with (the copy is marked requeued)
         try:
             received = self._received
             await self._subscription.requeue_copy(
@@ -190,8 +194,11 @@ class PulsarDelivery:
                 error,
             )
             self._subscription.negative_acknowledge(self._received)
-            return
-        self._acknowledge()
+        else:
+            self._acknowledge()
+        finally:
+            self._subscription.redeliveries.settled(self._key)
+            self._subscription.delivery_settled(self._received.topic)
 
 
 class PulsarQueueSubscription:
@@ -237,6 +244,10 @@ class PulsarQueueSubscription:
         self._retired: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self.ended = False
         self.closed = False
+        # Set once closed (``close`` called again meanwhile waits for it); ``left`` once it is
+        # no longer one of the queue's consumers (``leave``).
+        self._close_done = trio.Event()
+        self.left = False
         # A priority queue's consumer orders what it reads ahead (priority.py); before its
         # first delivery it reads the queue's backlog, up to its window.
         self.prioritized = consumer.options.priority_of is not None
@@ -337,18 +348,21 @@ class PulsarQueueSubscription:
         if self.on_idle is not None and not self.outstanding:
             self.on_idle()
 
-    def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+    def retire(
+        self, spawn: Callable[[Callable[[], Awaitable[None]]], None], *, hand_back: bool = True
+    ) -> None:
         """Stop fetching and give back what was fetched and not handed out: a retired
         Basic.Get consumer closes each topic's Pulsar consumer once the deliveries made from
         that topic are settled, and closes altogether once all are. (Closing a Pulsar consumer
         earlier would make Pulsar redeliver messages a client still holds; keeping one longer
         would keep the message its read-ahead took meanwhile from every other consumer.)
-        ``spawn`` starts the async work in the background."""
+        ``spawn`` starts the async work in the background. Without ``hand_back`` what was
+        fetched stays until its topic's consumer closes (``TrioConsumer.stop_receiving``)."""
         if self._retired is not None:
             return
         self._retired = spawn
         if not self.closed:
-            self.consumer.stop_receiving(self._given_back)
+            self.consumer.stop_receiving(self._given_back, hand_back=hand_back)
         if self.outstanding == 0:
             spawn(self.close)
             return
@@ -380,11 +394,27 @@ class PulsarQueueSubscription:
         self.ended = True
         await self.close()
 
+    def leave(self) -> None:
+        """No longer one of the queue's consumers (unregistered; an auto-delete queue may go),
+        while the deliveries it made can still be settled (Basic.Cancel: ``retire``)."""
+        if not self.left:
+            self.left = True
+            self._on_closed(self)
+
     async def close(self) -> None:
         if self.closed:
+            # Closing already (a retired consumer whose last delivery was settled): the
+            # caller gets on once its messages are given back.
+            await self._close_done.wait()
             return
         self.closed = True
-        self._on_closed(self)
+        try:
+            await self._close()
+        finally:
+            self._close_done.set()
+
+    async def _close(self) -> None:
+        self.leave()
         if self.expiry is not None:
             await self.expiry.idle()
         if self._returned is not None and self._last_nack is not None:

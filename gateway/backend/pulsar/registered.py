@@ -30,3 +30,15 @@ class RegisteredSubscription:
     async def close(self) -> None:
         await self.subscription.close()
         await self._settled()
+
+    async def retire(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> bool:
+        """Basic.Cancel with deliveries unacknowledged: the consumer stops receiving and is
+        unregistered now (as ``close``), and its Pulsar consumer stays open until they are
+        settled (acknowledged, or given back when the channel closes), then closes. True:
+        the deliveries stay valid. What it read ahead goes back as it closes, uncounted: a
+        negative acknowledgement now would have consumers on other replicas, which do not
+        know it was never delivered, mark it redelivered."""
+        self.subscription.retire(spawn, hand_back=False)
+        self.subscription.leave()
+        await self._settled()
+        return True

@@ -113,8 +113,8 @@ def publish_through_gateway(setup: Setup, queue: str) -> None:
     connection.close()
 
 
-def publish_native_batch(setup: Setup, queue: str) -> None:
-    """COUNT messages in one Pulsar entry, as a batching native producer writes them."""
+def publish_native_batch(setup: Setup, queue: str, count: int = COUNT) -> None:
+    """``count`` messages in one Pulsar entry, as a batching native producer writes them."""
     connection = setup.connect()
     connection.channel().queue_declare(queue)
     connection.close()
@@ -123,10 +123,10 @@ def publish_native_batch(setup: Setup, queue: str) -> None:
         producer = client.create_producer(
             topic_for(setup.namespace, "", queue),
             batching_enabled=True,
-            batching_max_messages=COUNT,
+            batching_max_messages=count,
             batching_max_publish_delay_ms=10_000,
         )
-        for i in range(COUNT):
+        for i in range(count):
             producer.send_async(b"m%d" % i, None)
         producer.flush()
         producer.close()
@@ -206,3 +206,36 @@ def test_native_batch_requeue_per_message(setup: Setup) -> None:
         first.connection.process_data_events(time_limit=0.1)
     assert len(first.got) == COUNT + 1
     first.connection.close()
+
+
+def test_native_batch_held_when_the_connection_closes_beside_a_no_ack_consumer(
+    setup: Setup,
+) -> None:
+    """Issue 12 (found by test_settlement_property.py): one channel with an ack-mode consumer
+    holding a whole native batch and a no-ack consumer of the same queue; the connection
+    closes. Every message of the batch comes back, marked redelivered, once."""
+    count = 6
+    publish_native_batch(setup, "mixed", count)
+    first = consume(setup, "mixed", prefetch=0)
+    first.wait_for(lambda: len(first.got) == count)
+    assert sorted(bodies(first.got)) == sorted(b"m%d" % i for i in range(count))
+    no_ack: list[bytes] = []
+    first.channel.basic_consume(
+        "mixed", lambda _ch, _m, _p, body: no_ack.append(body), auto_ack=True
+    )
+    first.connection.process_data_events(time_limit=0)
+    first.connection.close()
+    assert no_ack == []  # the whole batch is held by the ack-mode consumer
+
+    second = consume(setup, "mixed", prefetch=0)
+    second.wait_for(lambda: len(second.got) >= count)
+    assert sorted(bodies(second.got)) == sorted(b"m%d" % i for i in range(count))
+    assert all(g.redelivered for g in second.got)
+    for g in second.got:
+        second.channel.basic_ack(g.tag)
+    deadline = time.monotonic() + 15
+    while setup.stats("mixed")["msgBacklog"] != 0:
+        assert time.monotonic() < deadline, setup.stats("mixed")
+        second.connection.process_data_events(time_limit=0.1)
+    assert len(second.got) == count, bodies(second.got)
+    second.connection.close()

@@ -9,9 +9,9 @@ recovers, cancels and channel closes keeps RabbitMQ's contract.
 - When everything is closed (channels, consumers, the whole connection), every unsettled
   message is in the queue, marked redelivered if it had been delivered.
 
-Cancelling a consumer gives its unacknowledged messages back at once (docs/mapping.md: the
-gateway closes the Pulsar consumers behind it); later acks of those tags are accepted and do
-nothing. The in-memory backend runs many examples (the channel logic); the Pulsar backend runs
+Cancelling a consumer leaves its unacknowledged messages with the channel, as RabbitMQ does:
+they are settled by later acks, nacks and rejects, and go back when the channel closes. The
+in-memory backend runs many examples (the channel logic); the Pulsar backend runs
 a bounded number, with messages published through the gateway and with messages written as
 one batch by a native producer (consumers without a prefetch limit, no Basic.Get: a Pulsar
 consumer that read ahead part of a batch and closes gives the whole entry back on a broker
@@ -169,6 +169,15 @@ class Run:
             self.connection.process_data_events(time_limit=0)
             if any(c.no_ack for channel in self.channels for c in channel.consumers.values()):
                 self.ledger.no_ack_consumer_cancelled()
+            # pika closes the channels in the order they were opened, each by cancelling its
+            # consumers, then Channel.Close: what one channel gives back may reach a no-ack
+            # consumer of a channel closed after it, and pika drops that with its channel (on
+            # RabbitMQ too). What a channel's own consumers held stays with it until its
+            # Channel.Close (Basic.Cancel leaves it there), when none of them consumes.
+            for index, channel in enumerate(self.channels):
+                later = self.channels[index + 1 :]
+                if any(c.no_ack for other in later for c in other.consumers.values()):
+                    self.ledger.uncertain |= {body for body, _ in channel.unacked.values()}
             self.connection.close()
             for channel in self.channels:
                 self._release(channel, sorted(channel.unacked), requeue=True)
@@ -232,8 +241,7 @@ class Run:
             self.ledger.delivered(body, method.redelivered, held=False)
         if consumer.no_ack:
             self.ledger.no_ack_consumer_cancelled()
-        # The gateway gives a cancelled consumer's unacknowledged messages back.
-        self._release(channel, sorted(consumer.held), requeue=True)
+        # Its unacknowledged messages stay with the channel (still held, settled later).
 
     def _close(self, channel: Channel) -> None:
         """Close a channel; no-ack consumers are cancelled first, so that what they were sent
