@@ -102,6 +102,13 @@ def test_a_quorum_queue_hands_over_to_a_higher_priority_on_the_other_replica(
     a.basic_consume("sac-fleet-quorum", first)
     pump([a], lambda: len(first.messages) == 2)
     b.basic_consume("sac-fleet-quorum", higher, auto_ack=True, arguments={"x-priority": 3})
+    # A's replica hears of B's consumer through its view, milliseconds after Consume-Ok on B
+    # (docs/compatibility.md, "Single active consumer"): an ack before that frees a place
+    # that A's consumer, not yet quiescing, would fill. Once A's view counts both consumers:
+    pump(
+        [a, b],
+        lambda: a.queue_declare("sac-fleet-quorum", passive=True).method.consumer_count == 2,
+    )
     # A's consumer quiesces: nothing new while it holds one of its two.
     a.basic_ack(first.messages[0][2])
     quiet([a, b])
