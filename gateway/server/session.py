@@ -15,24 +15,19 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar, assert_never
+from dataclasses import replace
+from typing import TypeVar, assert_never
 
 import trio
 
 from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
-from gateway.amqp.connection import ServerConnection
-from gateway.amqp.deliveries import DeliveryTags, Prefetch
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
-from gateway.amqp.properties import encode_properties
 from gateway.backend.interface import (
     ConsumerQos,
     Delivery,
     Message,
-    Owner,
     PublishOutcome,
-    QueueSubscription,
     SubscriptionEnded,
     VirtualHost,
 )
@@ -40,14 +35,15 @@ from gateway.backend.replies import (
     REPLY_PREFIX,
     REPLY_TO,
     REPLY_TO_BYTES,
-    ReplyConsumer,
     is_reply_name,
 )
-from gateway.model.entities import check_queue_declare, not_found
+from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
+from gateway.server.channel_state import Consumer, SessionChannel, SessionLink, Unacked
 from gateway.server.confirms import ConfirmQueue
+from gateway.server.direct_replies import DirectReplies
 from gateway.server.stall_watch import StallWatch
 from gateway.server.transaction import Transaction
 
@@ -76,78 +72,6 @@ NamesQueue = TypeVar(
 )
 
 
-class SessionLink(Protocol):
-    """What the session needs from its connection."""
-
-    protocol: ServerConnection
-    owner: Owner
-    nursery: trio.Nursery
-
-    async def flush(self) -> None: ...
-
-    async def fail(self, channel: int, error: AMQPError) -> None:
-        """Close ``channel`` (soft error) or the connection (hard error) from a background task."""
-        ...
-
-
-@dataclass(eq=False)
-class Consumer:
-    tag: str
-    queue: str
-    no_ack: bool
-    prefetch: int  # 0 = unlimited (Basic.Qos global=false at the time of Basic.Consume)
-    subscription: QueueSubscription
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    unacked: int = 0
-
-
-@dataclass(eq=False)
-class Unacked:
-    delivery: Delivery
-    consumer: Consumer | None  # None for Basic.Get
-
-
-@dataclass(eq=False)
-class SessionChannel:
-    """The session's side of one open channel: its consumers, the deliveries not yet settled
-    (their tags and the prefetch credit are ``amqp.deliveries``' sans-IO rules), confirms."""
-
-    number: int
-    tags: DeliveryTags[Unacked] = field(default_factory=DeliveryTags)
-    prefetch: Prefetch = field(default_factory=Prefetch)
-    consumers: dict[str, Consumer] = field(default_factory=dict)
-    confirms: ConfirmQueue | None = None
-    confirm_scope: trio.CancelScope | None = None
-    tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
-    last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
-    credit_changed: trio.Event = field(default_factory=trio.Event)
-    # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
-    # their subscriptions close once those are settled, or with the channel.
-    retired: list[Consumer] = field(default_factory=list)
-    publisher: bool = False  # has published: one of rabbitmq_global_publishers
-    reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
-
-    def signal_credit(self) -> None:
-        self.credit_changed.set()
-        self.credit_changed = trio.Event()
-
-    def consumers_unacked(self) -> int:
-        # A cancelled consumer's unacknowledged deliveries count too (RabbitMQ's limiter
-        # hears of them when they are settled).
-        return sum(c.unacked for c in self.consumers.values()) + sum(
-            c.unacked for c in self.retired
-        )
-
-    def has_credit(self, consumer: Consumer) -> bool:
-        return self.prefetch.allows(
-            consumer.no_ack, consumer.prefetch, consumer.unacked, self.consumers_unacked
-        )
-
-    async def wait_for_credit(self, consumer: Consumer) -> None:
-        while not self.has_credit(consumer):
-            await self.credit_changed.wait()
-
-
 class AMQPSession:
     def __init__(
         self, vhost: VirtualHost, link: SessionLink, counts: VhostCounters | None = None
@@ -160,6 +84,7 @@ class AMQPSession:
         self._protocol = link.protocol
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
         self._channels: dict[int, SessionChannel] = {}
+        self._replies = DirectReplies(vhost, link, self._counts)
 
     # ------------------------------------------------------------------ event entry points
 
@@ -286,7 +211,7 @@ class AMQPSession:
 
     async def _queue_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
         if is_reply_name(command.queue):
-            self._reply_declare(state, command)
+            self._replies.declare(state, command)
             return
         if command.queue:
             # The name rules need no lookup; server-named queues are exempt from them.
@@ -381,7 +306,7 @@ class AMQPSession:
         # A refusal names Basic.Publish: the connection passes the event to ``refuse``.
         check_user_id(event.header, self._link.owner.user)
         if REPLY_TO_BYTES in event.header:  # a byte search: no decode for other messages
-            message = self._reply_to_rewritten(state, message)
+            message = self._replies.rewritten(state, message)
         if state.tx is not None:
             state.tx.hold_publish(message, event.mandatory)  # published at Tx.Commit
             return None
@@ -391,7 +316,7 @@ class AMQPSession:
         """Publish ``message`` to the backend (a direct reply to its requester); Basic.Return
         it if it is mandatory and unroutable."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
-            outcome = await self._send_reply(message)
+            outcome = await self._replies.send(message)
         else:
             outcome = await self._publish_or_block(message, mandatory)
         self._routed(channel, message, mandatory, outcome)
@@ -541,7 +466,7 @@ class AMQPSession:
             # RabbitMQ treats a reused tag as a connection error.
             raise amqp_error(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if command.queue == REPLY_TO:
-            await self._reply_consume(state, command, tag)
+            await self._replies.consume(state, command, tag)
             return
         subscription = await self._vhost.consume(
             command,
@@ -667,7 +592,7 @@ class AMQPSession:
 
     async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:
         if state.reply is not None and state.reply.tag == command.consumer_tag:
-            self._reply_cancel(state)
+            self._replies.cancel(state)
         consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
@@ -844,7 +769,7 @@ class AMQPSession:
             # published, the deliveries it settled go back to the queue with the rest.
             state.tags.restore(state.tx.held_entries())
         if state.reply is not None:
-            self._reply_cancel(state)
+            self._replies.cancel(state)
         with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
             scope.shield = True
             for consumer in state.consumers.values():
@@ -856,77 +781,3 @@ class AMQPSession:
                 await consumer.subscription.close()
             state.consumers.clear()
             state.retired.clear()
-
-    # ------------------------------------------------------------------ direct reply-to
-    # RabbitMQ's direct-reply-to.md and rabbit_channel's fast reply-to clauses; the names and
-    # their registry are direct_reply.py's.
-
-    async def _reply_consume(
-        self, state: SessionChannel, command: cmd.BasicConsume, tag: str
-    ) -> None:
-        if not command.no_ack:
-            # No queue to give a reply back to: RabbitMQ refuses acknowledgement mode.
-            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
-        if state.reply is not None:
-            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "reply consumer already set")
-        reply = await self._vhost.replies.register(tag)
-        state.reply = reply
-        self._counts.consumers += 1
-        self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))
-        await self._link.flush()
-        self._link.nursery.start_soon(self._reply_loop, state, reply)
-
-    async def _reply_loop(self, state: SessionChannel, reply: ReplyConsumer) -> None:
-        """Deliver the replies; ends when the consumer is cancelled (its inbox closed)."""
-        counts = self._counts
-        async with reply.outbox:
-            async for message in reply.outbox:
-                if state.reply is not reply:
-                    return
-                counts.delivered_bytes += len(message.body)
-                counts.acknowledged_bytes += len(message.body)
-                counts.delivered_consume_auto_ack += 1
-                self._protocol.send_deliver(
-                    state.number,
-                    reply.tag,
-                    state.tags.next(),
-                    False,
-                    message.exchange,
-                    message.routing_key,
-                    message.header,
-                    message.body,
-                )
-                if not reply.outbox.statistics().current_buffer_used:
-                    await self._link.flush()
-
-    def _reply_cancel(self, state: SessionChannel) -> None:
-        if state.reply is not None:
-            self._vhost.replies.unregister(state.reply)
-            state.reply = None
-            self._counts.consumers -= 1
-
-    def _reply_to_rewritten(self, state: SessionChannel, message: Message) -> Message:
-        """A request's ``reply_to=amq.rabbitmq.reply-to`` becomes the channel's reply name."""
-        if message.properties.reply_to != REPLY_TO:
-            return message
-        if state.reply is None:
-            # The requester must consume on the channel it publishes the request on.
-            raise amqp_error(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
-        header = encode_properties(replace(message.properties, reply_to=state.reply.name))
-        return replace(message, header=header)
-
-    async def _send_reply(self, message: Message) -> PublishOutcome:
-        """A reply: to the requester's channel or dropped; either way "routed" (no
-        Basic.Return even when mandatory) and confirmed at once, as RabbitMQ does."""
-        await self._vhost.send_reply(message)
-        return PublishOutcome(routed=True)
-
-    def _reply_declare(self, state: SessionChannel, command: cmd.QueueDeclare) -> None:
-        """The pseudo-queue cannot be created, only checked (passive or not): 0 messages and
-        1 consumer while the requester is there, 404 once it is gone."""
-        if command.queue != REPLY_TO and not self._vhost.replies.alive(command.queue):
-            # A name of another replica too: whether its requester is still there is not
-            # known here, and answering "there" could keep a server working for nobody.
-            raise not_found("queue", command.queue, self._vhost.name)
-        state.last_queue = command.queue
-        self._protocol.send_reply(state.number, command, cmd.QueueDeclareOk(command.queue, 0, 1))

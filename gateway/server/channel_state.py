@@ -1,0 +1,91 @@
+"""The session's records of one connection: what it needs from the connection
+(``SessionLink``), its channels (``SessionChannel``), their consumers and their
+unacknowledged deliveries. Plain data with the prefetch arithmetic of ``amqp/deliveries.py``;
+the behaviour is ``session.py``'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from gateway.amqp.connection import ServerConnection
+from gateway.amqp.deliveries import DeliveryTags, Prefetch
+from gateway.amqp.errors import AMQPError
+from gateway.backend.interface import Delivery, Owner, QueueSubscription
+from gateway.backend.replies import ReplyConsumer
+from gateway.server.confirms import ConfirmQueue
+from gateway.server.transaction import Transaction
+
+
+class SessionLink(Protocol):
+    """What the session needs from its connection."""
+
+    protocol: ServerConnection
+    owner: Owner
+    nursery: trio.Nursery
+
+    async def flush(self) -> None: ...
+
+    async def fail(self, channel: int, error: AMQPError) -> None:
+        """Close ``channel`` (soft error) or the connection (hard error) from a background task."""
+        ...
+
+
+@dataclass(eq=False)
+class Consumer:
+    tag: str
+    queue: str
+    no_ack: bool
+    prefetch: int  # 0 = unlimited (Basic.Qos global=false at the time of Basic.Consume)
+    subscription: QueueSubscription
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    unacked: int = 0
+
+
+@dataclass(eq=False)
+class Unacked:
+    delivery: Delivery
+    consumer: Consumer | None  # None for Basic.Get
+
+
+@dataclass(eq=False)
+class SessionChannel:
+    """The session's side of one open channel: its consumers, the deliveries not yet settled
+    (their tags and the prefetch credit are ``amqp.deliveries``' sans-IO rules), confirms."""
+
+    number: int
+    tags: DeliveryTags[Unacked] = field(default_factory=DeliveryTags)
+    prefetch: Prefetch = field(default_factory=Prefetch)
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    confirms: ConfirmQueue | None = None
+    confirm_scope: trio.CancelScope | None = None
+    tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
+    last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
+    credit_changed: trio.Event = field(default_factory=trio.Event)
+    # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
+    # their subscriptions close once those are settled, or with the channel.
+    retired: list[Consumer] = field(default_factory=list)
+    publisher: bool = False  # has published: one of rabbitmq_global_publishers
+    reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
+
+    def signal_credit(self) -> None:
+        self.credit_changed.set()
+        self.credit_changed = trio.Event()
+
+    def consumers_unacked(self) -> int:
+        # A cancelled consumer's unacknowledged deliveries count too (RabbitMQ's limiter
+        # hears of them when they are settled).
+        return sum(c.unacked for c in self.consumers.values()) + sum(
+            c.unacked for c in self.retired
+        )
+
+    def has_credit(self, consumer: Consumer) -> bool:
+        return self.prefetch.allows(
+            consumer.no_ack, consumer.prefetch, consumer.unacked, self.consumers_unacked
+        )
+
+    async def wait_for_credit(self, consumer: Consumer) -> None:
+        while not self.has_credit(consumer):
+            await self.credit_changed.wait()
