@@ -43,7 +43,7 @@ Drains = Mapping[tuple[str, str], DrainRecord]
 
 
 class PlanDrains(Protocol):
-    """What the vhost's ``_plan_drains`` is: the records a change writes."""
+    """What ``BindingChanges._plan_drains`` is: the records a change writes."""
 
     async def __call__(
         self, before: VhostView, queues: Iterable[str], *, after: VhostView | None = None
@@ -70,7 +70,8 @@ class BindingSubscriptions:
         self.catalog = self._catalog = catalog
         self.topics = self._topics = topics
         self._r = resources
-        # subscribe(topic, queue): the vhost's, which also adds the topic to its consumers.
+        # subscribe(topic, queue): queue_subscriptions.py's, which also adds the topic to the
+        # queue's consumers.
         self._subscribe = subscribe
 
     async def before_write(
@@ -175,7 +176,7 @@ class ExchangeBindingChanges:
         self._subscriptions = subscriptions
         self._catalog = subscriptions.catalog
         self._topics = subscriptions.topics
-        # refresh(view): the drains index after a write; plan: the vhost's drain records
+        # refresh(view): the drains index after a write; plan: the drain records
         # for a change; unsubscribe(before, drains): what drained at once goes.
         self._refresh = refresh
         self._plan = plan

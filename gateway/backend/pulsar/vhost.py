@@ -21,11 +21,8 @@ drained or recorded subscriptions.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
 
 import trio
 
@@ -41,29 +38,22 @@ from gateway.backend.interface import (
     PublishOutcome,
     QueueStatus,
 )
-from gateway.backend.pulsar.activation import (
-    Activation,
-    activation_for,
-    default_activation,
-)
+from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import BasicGetConsumers
-from gateway.backend.pulsar.binding_subscriptions import (
-    BindingSubscriptions,
-    ExchangeBindingChanges,
-    Prepared,
-)
+from gateway.backend.pulsar.binding_changes import BindingChanges
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
-from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
+from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
 from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
-from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view
+from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
+from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
@@ -73,30 +63,21 @@ from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
 from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
 from gateway.metadata.errors import ConditionNotMet
-from gateway.metadata.store import DrainRecord, QueueCondition, VhostView
+from gateway.metadata.store import QueueCondition, VhostView
 from gateway.model.arguments import is_stream
 from gateway.model.consumers import consumer_priority, refuse_priority, single_active
-from gateway.model.entities import (
-    DEFAULT_EXCHANGE,
-    Binding,
-    ExchangeType,
-    Queue,
-    resource,
-)
+from gateway.model.entities import DEFAULT_EXCHANGE, Binding, Queue, resource
 from gateway.model.naming import subscription_for, topic_for
-from gateway.model.routing import binding_topics
 from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, SubscriptionType
-from gateway.pulsar.errors import PreconditionFailed, amqp_errors, to_amqp_error
+from gateway.pulsar.errors import amqp_errors
 from gateway.pulsar.priority_level import level_for, priority_levels
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
-# Tries at creating a subscription that another replica is creating at the same moment.
-SUBSCRIBE_ATTEMPTS = 5
 # How long Basic.Cancel waits for the consumer's unregistration (ZooKeeper answers in
 # milliseconds; without ZooKeeper the record goes with the session anyway).
 GONE_WAIT = 10.0
@@ -112,8 +93,6 @@ class PulsarVirtualHost(CatalogVirtualHost):
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
         ).registry
         self._consumers: dict[str, set[PulsarQueueSubscription]] = {}
-        # (queue, topic) -> set once this replica's creation of that subscription is done.
-        self._subscribing: dict[tuple[str, str], trio.Event] = {}
         # Each consumer's registration in the metadata store (its id there), and, once the
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
@@ -122,26 +101,23 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, lazy_subscriptions=resources.lazy_subscriptions
         )
         self._drains = Drains(self._topics.prefix)
+        self._basic_gets = BasicGetConsumers(
+            lambda task: self._r.nursery.start_soon(task),
+            lambda queue: self._subscription(queue, exclusive=False, read_ahead=1),
+            lambda queue: self._message_count(self._view, queue),
+        )
+        self._subscriptions = QueueSubscriptions(
+            self.catalog, self._topics, resources, self._consumers, self._basic_gets.by_queue
+        )
         self._publish_routes = PublishRoutes(
-            self.catalog, namespace, resources, self._subscribe_topic
+            self.catalog, namespace, resources, self._subscriptions.subscribe
         )
         self._redeliveries = Redeliveries()
         # The fleet's delivery records (AMQP's redelivered across replicas), once started.
         self.records = DeliveryRecord(resources.store, str(namespace), self._redeliveries)
         self._admission = Admission(self.catalog, self._topics, self._drains, self._redeliveries)
-        self._binding_subscriptions = BindingSubscriptions(
-            self.catalog, self._topics, resources, self._subscribe_topic
-        )
-        self._exchange_bindings = ExchangeBindingChanges(
-            self._binding_subscriptions,
-            self._drains.refresh,
-            self._plan_drains,
-            self._unsubscribe_drained,
-        )
-        self._basic_gets = BasicGetConsumers(
-            lambda task: self._r.nursery.start_soon(task),
-            lambda queue: self._subscription(queue, exclusive=False, read_ahead=1),
-            lambda queue: self._message_count(self._view, queue),
+        self._bindings = BindingChanges(
+            self.catalog, namespace, self._topics, resources, self._drains, self._subscriptions
         )
         # Sending and dead-lettering need each other: a dead letter is sent, and a message a
         # full queue refuses may be dead-lettered (x-overflow reject-publish-dlx).
@@ -192,118 +168,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         """The full name of a topic of this namespace (records name topics locally)."""
         return self._topics.full_name(local_name)
 
-    async def _subscribe_topic(self, topic: str, queue: str) -> None:
-        """Make sure ``queue``'s subscription on ``topic`` exists, then give the topic to
-        this replica's consumers of the queue, highest priority first. One creation per
-        (queue, topic) at a time on this replica: a consumer attached while Pulsar creates
-        the subscription would be disconnected by it (a create that finds the subscription
-        made meanwhile resets its cursor), and come back a moment later, after other
-        consumers had the first messages."""
-        key = (queue, topic)
-        pending = self._subscribing.get(key)
-        if pending is not None:
-            await pending.wait()
-        else:
-            done = self._subscribing[key] = trio.Event()
-            try:
-                await self._create_subscription(topic, queue)
-            finally:
-                del self._subscribing[key]
-                done.set()
-        for subscription in self._by_priority(queue):
-            await subscription.add_topic(topic)
-
-    async def _create_subscription(self, topic: str, queue: str) -> None:
-        what = f"subscribing queue '{queue}' to {topic}"
-        for attempt in range(SUBSCRIBE_ATTEMPTS):
-            try:
-                await self._r.admin.create_subscription(topic, subscription_for(queue), "latest")
-                break
-            except PreconditionFailed as error:
-                # Two replicas creating the same subscription at once: Pulsar answers the
-                # second "Subscription Busy" (412) while the first completes. Once it has,
-                # the next attempt finds it (409, fine).
-                if attempt == SUBSCRIBE_ATTEMPTS - 1:
-                    raise to_amqp_error(error, what) from None
-                await trio.sleep(0.05 * (attempt + 1))
-            except Exception as error:
-                raise to_amqp_error(error, what) from None
-
-    def _by_priority(self, queue: str) -> list[PulsarQueueSubscription]:
-        """This replica's consumers of ``queue``, highest priority first: the order they are
-        given a new topic in, so that its first messages go to the highest (a Pulsar
-        consumer gets messages from the moment it is attached)."""
-        return sorted(self._consumers.get(queue, ()), key=lambda s: -s.priority)
-
-    async def _unsubscribe_topic(self, topic: str, queue: str) -> None:
-        for subscription in self._consumers.get(queue, ()):
-            await subscription.remove_topic(topic)
-        getter = self._basic_gets.by_queue.get(queue)
-        if getter is not None:
-            await getter.remove_topic(topic)
-        await self.remove_subscription(queue, topic)
-
-    def _alone(self, view: VhostView, queue: str) -> bool:
-        """Whether no other replica has a consumer of ``queue`` (as far as ``view`` knows).
-        Only then is a subscription deleted at once: a consumer elsewhere still reading it
-        would be disconnected, and its reconnection would create it again, with no record
-        left to remove it. Otherwise the leader deletes it a round later (cleaner.py)."""
-        return view.consumers.get(queue, 0) <= len(self._consumers.get(queue, ()))
-
     # ------------------------------------------------------------------ exchanges
 
     async def delete_exchange(self, command: cmd.ExchangeDelete) -> None:
-        bindings = await self.catalog.exchange_bindings(command)
-        view = self._view
-        name = command.exchange
-        # The queues that lose topics: those bound to it, and those its exchange bindings
-        # lead to (they read its topics, and those of the exchanges leading to it).
-        queues = {binding.queue for binding in bindings or ()}
-        if any(name in (e.source, e.destination) for e in view.exchange_bindings):
-            queues |= self._topics.affected(view, [name])
-        if not queues:
-            await self.catalog.delete_exchange(command)
-            return
-        if view.exchange_bindings:
-            drains = await self._plan_drains(
-                view, queues, after=changed_view(view, deleted_exchange=name)
-            )
-        else:  # every topic of its queues either stays as it is or goes
-            drains = await self._plan_drains(view, queues, without=bindings or ())
-        await self.catalog.delete_exchange(command, drains=drains)
-        await self._unsubscribe_drained(view, drains)
-
-    async def _plan_drains(
-        self,
-        before: VhostView,
-        queues: Iterable[str],
-        *,
-        after: VhostView | None = None,
-        without: Iterable[Binding] = (),
-    ) -> dict[tuple[str, str], DrainRecord]:
-        """The drain records a change writes (drains.py), by (queue, local topic name), as
-        the store takes them."""
-        drains, _ = await plan_drains(
-            self._topics, self._r.admin, before, queues, after=after, without=without
-        )
-        return {(q, self._topics.local(t)): record for (q, t), record in drains.items()}
-
-    async def _unsubscribe_drained(
-        self, before: VhostView, drains: Mapping[tuple[str, str], DrainRecord]
-    ) -> None:
-        """After the unbind: drop subscriptions that held nothing (their ``REMOVE``
-        records), unless a binding made meanwhile needs the topic again or another replica
-        may still read it (then the leader does, from the records)."""
-        view = self._view
-        self._drains.refresh(view)
-        for (queue, local), record in drains.items():
-            topic = self.topic(local)
-            if (
-                record.removing
-                and not self.needs(view, queue, topic)
-                and self._alone(before, queue)
-            ):
-                await self._unsubscribe_topic(topic, queue)
+        await self._bindings.delete_exchange(command)
 
     # ------------------------------------------------------------------ queues
 
@@ -322,7 +190,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await self.streams.create(name, command.arguments)
                 subscribed = True
             elif self._topics.active(self._view, activation):
-                await self._subscribe_topic(topic, name)
+                await self._subscriptions.subscribe(topic, name)
                 subscribed = True
 
         queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
@@ -333,36 +201,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await self.catalog.write(
                     self._r.store.register_topic_key(self.catalog.namespace, *activation)
                 )
-            await self._subscribe_if_active(activation, topic, name, undo=self.drop_queue)
+            await self._subscriptions.subscribe_if_active(
+                activation, topic, name, undo=self.drop_queue
+            )
         if not command.passive:  # a redeclare renews an x-expires lease (queue_use.py)
             await self._queue_use.used(name, queue.arguments)
         if created:
             return QueueStatus(name, 0, 0, created=True)
         return await self._status(self._view, name)
-
-    async def _subscribe_if_active(
-        self,
-        activation: Activation,
-        topic: str,
-        queue: str,
-        *,
-        undo: Callable[[str], Awaitable[Any]],
-    ) -> None:
-        """The binder's half of the handshake (activation.py), after its write: subscribe
-        ``queue`` on ``topic`` if ZooKeeper has the key now. If Pulsar fails, ``undo`` the
-        write (a queue or binding answered without its subscription would lose messages)."""
-        store = self._r.store
-        registered = await self.catalog.write(
-            store.sync_topic_key(self.catalog.namespace, *activation)
-        )
-        if not registered:
-            return
-        try:
-            await self._subscribe_topic(topic, queue)
-        except BaseException:
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await undo(queue)
-            raise
 
     async def _status(self, view: VhostView, queue: str) -> QueueStatus:
         if stream_of(view, queue) is not None:  # rabbit_stream_queue:stat counts no consumers
@@ -437,7 +283,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         subscriptions; False if it was not there. The subscriptions are recorded for removal
         in the same write as the delete, so the leader removes them if we cannot."""
         view = self._view
-        alone = self._alone(view, name)
+        alone = self._subscriptions.alone(view, name)
         # Its subscriptions, and those an earlier queue of the same name left to remove.
         topics = self._topics.read_by(view, name) | {
             self.topic(local)
@@ -462,28 +308,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return deleted
 
     async def remove_subscription(self, queue: str, topic: str) -> bool:
-        """Delete the queue's subscription on ``topic`` from Pulsar, then its ``REMOVE``
-        record; False (leaving both to the leader's next round) if Pulsar or ZooKeeper
-        refused."""
-        try:
-            await self._r.admin.delete_subscription(topic, subscription_for(queue), force=True)
-            store = self._r.store
-            local = self._topics.local(topic)
-            stored = await store.read_drain(self.catalog.namespace, queue, local)
-            if stored is not None and stored[0].removing:
-                await store.update_drain(
-                    self.catalog.namespace, queue, local, None, version=stored[1]
-                )
-        except Exception as error:  # the records stay; the leader tries again
-            log.warning(
-                "removing the subscription of queue '%s' on %s failed (the leader will try "
-                "again): %s",
-                queue,
-                topic,
-                error,
-            )
-            return False
-        return True
+        """Delete the queue's subscription on ``topic`` and its ``REMOVE`` record (for the
+        leader's cleaner and key sweeper); False if Pulsar or ZooKeeper refused."""
+        return await self._subscriptions.remove(queue, topic)
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
         name = command.queue
@@ -502,87 +329,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
     # ------------------------------------------------------------------ bindings
 
     async def bind_queue(self, command: cmd.QueueBind, owner: Owner) -> None:
-        queue, exchange, routing_key = command.queue, command.exchange, command.routing_key
-        binding, target = await self.catalog.binding(command, owner)
-        view = self._view
-        activation = activation_for(target, routing_key)
-        # Subscriptions first, so a publisher that sees the binding finds them in place; a
-        # lazy topic nobody has published to yet is left to the handshake after the write.
-        subscribed = self._topics.of_binding(view, binding)
-        drains: dict[str, DrainRecord] = {}
-        pending: list[str] = []
-        for topic in subscribed:
-            record = view.drains.get((queue, self._topics.local(topic)))
-            if record is not None and record.end is not None and record.resumed is None:
-                # Bound again while draining: messages from now on are the queue's again;
-                # only the unbound window is skipped (recorded with the binding).
-                last = await amqp_errors(self._r.admin.last_message_id(topic), "binding")
-                drains[self._topics.local(topic)] = DrainRecord(record.end, position_of(last))
-            elif not self._topics.active(view, activation):
-                pending.append(topic)
-                continue
-            await self._subscribe_topic(topic, queue)
-        # Through exchange bindings into the exchange, the queue may now read other topics.
-        prepared = Prepared()
-        if view.exchange_bindings:
-            prepared = await self._binding_subscriptions.before_write(
-                view, changed_view(view, added=[binding]), [queue]
-            )
-            drains.update({local: record for (_, local), record in prepared.drains.items()})
-        existed = binding in view.bindings
-        await self.catalog.add_binding(binding, drains=drains or None)
-        self._drains.refresh(self._view)
-        try:
-            await self._binding_subscriptions.after_queue_binding(binding, prepared)
-        except BaseException:
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                if not existed:
-                    await self.catalog.remove_binding(binding, drains={})
-            raise
-        if activation is not None:
-
-            async def unbind(_queue: str) -> None:
-                if not existed:
-                    await self.catalog.remove_binding(binding, drains={})
-
-            for topic in pending:  # one: a lazy binding names one topic
-                await self._subscribe_if_active(activation, topic, queue, undo=unbind)
-        elif target.type is ExchangeType.TOPIC:
-            # Keys registered meanwhile, on any replica: read from ZooKeeper after our write,
-            # not from the view (see publish_routes.py, the other half of this handshake).
-            store = self._r.store
-            keys = await self.catalog.write(store.sync_topic_keys(self.catalog.namespace, exchange))
-            fresh = binding_topics(self.namespace, target, binding, keys)
-            for topic in set(fresh) - set(subscribed):
-                await self._subscribe_topic(topic, queue)
+        await self._bindings.bind_queue(command, owner)
 
     async def unbind_queue(self, command: cmd.QueueUnbind, owner: Owner) -> None:
-        binding = await self.catalog.unbinding(command, owner)
-        if binding is None:
-            return
-        view = self._view
-        if view.exchange_bindings or self._judged(view, binding.exchange):
-            # The bindings that judge a topic's messages may change: see them after.
-            after = changed_view(view, removed=[binding])
-            drains = await self._plan_drains(view, [binding.queue], after=after)
-        else:
-            drains = await self._plan_drains(view, [binding.queue], without=[binding])
-        removed = await self.catalog.remove_binding(
-            binding, drains={local: record for (_, local), record in drains.items()}
-        )
-        if removed:
-            await self._unsubscribe_drained(view, drains)
-
-    def _judged(self, view: VhostView, exchange: str) -> bool:
-        """Whether ``exchange``'s bindings judge each message (a headers exchange's)."""
-        found = self.catalog.exchange(view, exchange)
-        return found is not None and found.type is ExchangeType.HEADERS
+        await self._bindings.unbind_queue(command, owner)
 
     async def bind_exchange(self, command: cmd.ExchangeBind) -> None:
-        await self._exchange_bindings.bind(command)
+        await self._bindings.bind_exchange(command)
 
     async def unbind_exchange(self, command: cmd.ExchangeUnbind) -> None:
-        await self._exchange_bindings.unbind(command)
+        await self._bindings.unbind_exchange(command)
 
     # ------------------------------------------------------------------ publishing
 
@@ -639,9 +395,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if read_ahead is None:
             read_ahead = self._r.receiver_queue_for(prefetch, len(topics))
         await self.records.ready()  # the other replicas' deliveries, before any of ours
-        for (pending_queue, _topic), pending in list(self._subscribing.items()):
-            if pending_queue == queue:  # attached meanwhile, it would be disconnected
-                await pending.wait()
+        # Attached while a creation of its subscriptions is under way, it would be disconnected.
+        await self._subscriptions.creations_done(queue)
         levels = priority_levels()
         options = ConsumerOptions(
             subscription_type=subscription_type,
@@ -747,8 +502,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             wanted = self._topics.read_by(view, queue)
             held = [set(s.consumer.topics) for s in subscriptions]
             for topic in sorted(t for t in wanted if any(t not in h for h in held)):
-                await self._subscribe_topic(topic, queue)  # it became active
-            for subscription in self._by_priority(queue):
+                await self._subscriptions.subscribe(topic, queue)  # it became active
+            for subscription in self._subscriptions.by_priority(queue):
                 await self._retopic(subscription, wanted)
         for queue, getter in list(self._basic_gets.by_queue.items()):
             if queue not in view.queues:
@@ -814,7 +569,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         missing = self._topics.read_by(self._view, queue) - set(subscription.consumer.topics)
         for topic in sorted(missing):
             try:
-                await self._subscribe_topic(topic, queue)
+                await self._subscriptions.subscribe(topic, queue)
             except AMQPError as error:  # the next change of the view tries again
                 log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
 
