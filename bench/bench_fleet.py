@@ -115,6 +115,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,6 +126,7 @@ sys.path[:0] = [str(REPO_DIR), str(BENCH_DIR)]
 
 import bench_gateway_vs_pulsar as gvp  # noqa: E402  (bench/, next to this file)
 import bench_metadata as bm  # noqa: E402
+import fleet_lag  # noqa: E402
 import httpx  # noqa: E402
 import rabbitmq  # noqa: E402  (bench/rabbitmq.py: port_open)
 import trio  # noqa: E402
@@ -166,7 +168,9 @@ ROW_ORDER = [
     "load-logged",
     "load-store",
     "rss",
+    "lag-load",
     "zookeeper-size",
+    "zookeeper-snapshot",
     "capacity",
 ]
 
@@ -306,8 +310,10 @@ ZOOKEEPER_JARS = re.compile(
 )
 
 
-def start_private_zookeeper(run: Run) -> None:
-    """A ZooKeeper server of this run's own on a free loopback port (see the docstring)."""
+def start_private_zookeeper(run: Run, port: int | None = None, timeout: float = 60) -> None:
+    """A ZooKeeper server of this run's own on a free loopback port (see the docstring), or
+    on ``port`` with the data it has (a restart: it loads its snapshot and log, then writes a
+    new snapshot), serving within ``timeout`` seconds."""
     jars = [entry for entry in run.stack.classpath() if ZOOKEEPER_JARS.match(Path(entry).name)]
     if not any(Path(jar).name.startswith("zookeeper-3") for jar in jars):
         raise RuntimeError("no zookeeper jar on the stack's classpath")
@@ -315,9 +321,10 @@ def start_private_zookeeper(run: Run) -> None:
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if java is None:
         raise RuntimeError("java is not on PATH (and JAVA_HOME is not set)")
-    port = free_port()
+    if port is None:
+        port = free_port()
     data = run.workdir / "zookeeper"
-    data.mkdir()
+    data.mkdir(exist_ok=True)
     command = [
         java,
         f"-Xmx{run.args.zookeeper_heap}",
@@ -330,12 +337,12 @@ def start_private_zookeeper(run: Run) -> None:
         str(port),
         str(data),
     ]
-    with (run.workdir / "zookeeper.log").open("wb") as log:
+    with (run.workdir / "zookeeper.log").open("ab") as log:
         run.zookeeper_process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
     run.zookeeper_hosts = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while True:
         if run.zookeeper_process.poll() is not None:
             tail = (run.workdir / "zookeeper.log").read_text(errors="replace")[-2000:]
@@ -349,7 +356,7 @@ def start_private_zookeeper(run: Run) -> None:
                 client.stop()
                 client.close()
         if time.monotonic() > deadline:
-            raise RuntimeError("the private ZooKeeper did not listen within 60 s")
+            raise RuntimeError(f"the private ZooKeeper did not serve within {timeout:g} s")
         time.sleep(0.1)  # polling the port, with a deadline
 
 
@@ -1062,7 +1069,10 @@ def load_phase(run: Run) -> None:
     seconds = trio_run(
         args.phase_timeout * 5, bm.seed, run.zookeeper, "/starlight-rabbitmq", args.n, full
     )
-    run.detail(f"seed {args.n:,} queues + bindings (bulk_create): {seconds:.1f} s")
+    run.detail(
+        f"seed {args.n:,} queues + bindings (bulk_create): {seconds:.1f} s "
+        f"({args.n / seconds:,.0f} queues + bindings per second)"
+    )
     stats = zookeeper_stats(run)
     znodes = int(stats.get("zk_znode_count", "0"))
     data_size = int(stats.get("zk_approximate_data_size", "0"))
@@ -1073,6 +1083,7 @@ def load_phase(run: Run) -> None:
         f"{znodes:,} znodes, {data_size / 2**20:.0f} MiB of data+paths "
         f"({data_size / max(1, args.n):.0f} B per queue + binding)",
     )
+    restart_zookeeper(run)
 
     run.machine_load("load: store level")
     store_loads = []
@@ -1136,9 +1147,67 @@ def load_phase(run: Run) -> None:
         + ", ".join(str(item.counts) for item in loads)
         + " (vhosts, exchanges, queues, bindings)"
     )
+    if args.lag_probes:
+        watch_lag_under_load(run, full)
     started = time.perf_counter()
     drop_namespace(run, namespace)
     run.detail(f"deleting the {args.n:,}-queue vhost: {time.perf_counter() - started:.1f} s")
+
+
+def restart_zookeeper(run: Run) -> None:
+    """Restart the private ZooKeeper on its data: how long a server holding this vhost takes
+    to come back (it reads its snapshot and replays its log), and the size of the snapshot it
+    writes once loaded (what a follower joining an ensemble is sent)."""
+    port = int(run.zookeeper_hosts.rsplit(":", 1)[1])
+    stop_private_zookeeper(run)
+    started = time.perf_counter()
+    start_private_zookeeper(run, port, timeout=run.args.load_timeout)
+    restart = time.perf_counter() - started
+    version = run.workdir / "zookeeper" / "version-2"
+    deadline = time.monotonic() + 120
+    snapshots: list[Path] = []
+    while time.monotonic() < deadline:  # the snapshot is written after the server serves
+        snapshots = sorted(version.glob("snapshot.*"), key=lambda path: path.stat().st_mtime)
+        if snapshots and snapshots[-1].stat().st_mtime >= time.time() - restart - 1:
+            break
+        time.sleep(0.5)
+    logs = sum(path.stat().st_size for path in version.glob("log.*"))
+    snapshot = f"{snapshots[-1].stat().st_size / 2**20:.0f} MiB" if snapshots else "none"
+    run.cell(
+        "zookeeper-snapshot",
+        "the private ZooKeeper restarted on that data: start -> serving; its snapshot; its "
+        "transaction log",
+        f"{restart:.1f} s; snapshot {snapshot}; log {logs / 2**20:.0f} MiB",
+    )
+
+
+def watch_lag_under_load(run: Run, namespace: str) -> None:
+    """fleet_lag.py: a write on one process -> in another's view of the big vhost, while
+    ``--lag-writers`` processes declare queues in it at ``--lag-rate`` per second in all."""
+    args = run.args
+    run.machine_load("load: watch lag under write load")
+    result: fleet_lag.LagResult = trio_run(
+        args.load_timeout * 2,
+        partial(
+            fleet_lag.measure,
+            run.zookeeper,
+            "/starlight-rabbitmq",
+            namespace,
+            rate=args.lag_rate,
+            writers=args.lag_writers,
+            probes=args.lag_probes,
+            warmup=args.lag_warmup,
+            tag=uuid.uuid4().hex[:8],
+        ),
+    )
+    run.cell(
+        "lag-load",
+        f"a write on one process -> in another's view (store level), vhost of {args.n:,}, "
+        f"{args.lag_writers} other processes declaring queues at {args.lag_rate:,.0f}/s in "
+        f"all ({args.lag_probes} probes): p50 / p99 / max",
+        f"{p50_p99_max(result.seen)} (writers reached {result.writer_rate:,.0f} ops/s)",
+    )
+    run.detail(f"watch lag under load: {fleet_lag.summary(result)}")
 
 
 # ============================================================================ phase 4
@@ -1547,7 +1616,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phase-timeout", type=float, default=300.0, help="seconds per phase")
     parser.add_argument("--load-timeout", type=float, default=600.0, help="seconds per load")
     parser.add_argument("--load-sample", type=float, default=2.0, help="seconds of CPU sampling")
-    parser.add_argument("--zookeeper-heap", default="2g", help="-Xmx of the private ZooKeeper")
+    parser.add_argument(
+        "--zookeeper-heap",
+        help="-Xmx of the private ZooKeeper (default: 2g; 6g from 500,000 queues: a million "
+        "queues + bindings are 4 million znodes, ~460 MiB of paths and data)",
+    )
+    parser.add_argument(
+        "--lag-rate", type=float, default=1000.0, help="load: queue declares per second in all"
+    )
+    parser.add_argument("--lag-writers", type=int, default=2, help="load: writer processes")
+    parser.add_argument(
+        "--lag-probes", type=int, help="load: watch lag probes under write load (0: skip)"
+    )
+    parser.add_argument(
+        "--lag-warmup", type=float, default=3.0, help="load: seconds of writes before probing"
+    )
     parser.add_argument(
         "--skip",
         action="append",
@@ -1576,10 +1659,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "doc_seconds": (15.0, 5.0),
         "doc_ops": (300, 100),
         "doc_rounds": (100, 30),
+        "lag_probes": (500, 100),
     }
     for name, (full, quick) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
+    if args.zookeeper_heap is None:
+        args.zookeeper_heap = "6g" if args.n >= 500_000 else "2g"
     if args.doc_ops + args.doc_rounds > 800:
         parser.error("--doc-ops + --doc-rounds must stay under 800 (7,000 + them fit in 1 MB)")
     return args

@@ -125,6 +125,16 @@ class ChunkedDict(Generic[K, V]):
         self._len -= 1
         return chunk.pop(key)
 
+    def update(self, items: Iterable[tuple[K, V]]) -> None:
+        """Set many entries (a first load: one call instead of one per entry)."""
+        chunks = self._chunks
+        if any(self._shared):
+            self._chunks = chunks = [dict(chunk) for chunk in chunks]
+            self._shared = bytearray(CHUNKS)
+        for key, value in items:
+            chunks[hash(key) & _MASK][key] = value
+        self._len = sum(map(len, chunks))
+
     def _share(self) -> tuple[dict[K, V], ...]:
         self._shared = bytearray(b"\x01" * CHUNKS)
         return tuple(self._chunks)

@@ -31,6 +31,7 @@ from gateway.metadata.paths import (
     encode_exchange_binding_id,
     encode_name,
     encode_topic_key,
+    plain_binding_id,
 )
 from gateway.metadata.store import DrainRecord, Position
 from gateway.model.consumers import LinePlace
@@ -264,6 +265,9 @@ def _binding_arguments(child: str, data: bytes, digest: str | None) -> dict[str,
 def binding_from_child(child: str) -> Binding | None:
     """The binding named ``child`` when the name says everything (no arguments); None when its
     arguments must be read from the node."""
+    plain = plain_binding_id(child)
+    if plain is not None:
+        return Binding(*plain)
     parsed = decode_binding_id(child)
     if parsed.arguments_digest is not None:
         return None

@@ -101,8 +101,9 @@ class VhostView:
     queues: Mapping[str, Queue] = field(default_factory=lambda: MappingProxyType({}))
     bindings: Set[Binding] = frozenset()
     # The bindings of each queue (queues without any are absent): what a queue's topics,
-    # its delete and its statistics need, without a walk over every binding.
-    queue_bindings: Mapping[str, frozenset[Binding]] = field(
+    # its delete and its statistics need, without a walk over every binding. One binding is
+    # kept in a tuple, several in a frozenset (mirror.bound: a million queues with one each).
+    queue_bindings: Mapping[str, Collection[Binding]] = field(
         default_factory=lambda: MappingProxyType({})
     )
     # Exchange-to-exchange bindings (a binding is here while both its exchanges are).

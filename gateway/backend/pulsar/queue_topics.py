@@ -58,17 +58,17 @@ def changed_view(
     )
 
 
-class _Overlay(Mapping[str, frozenset[Binding]]):
+class _Overlay(Mapping[str, Collection[Binding]]):
     """A queue -> bindings map with some queues' sets replaced (empty: none), without a copy
     of the rest."""
 
     def __init__(
-        self, base: Mapping[str, frozenset[Binding]], overrides: Mapping[str, frozenset[Binding]]
+        self, base: Mapping[str, Collection[Binding]], overrides: Mapping[str, frozenset[Binding]]
     ) -> None:
         self._base = base
         self._overrides = overrides
 
-    def __getitem__(self, queue: str) -> frozenset[Binding]:
+    def __getitem__(self, queue: str) -> Collection[Binding]:
         found = self._overrides[queue] if queue in self._overrides else self._base[queue]
         if not found:
             raise KeyError(queue)

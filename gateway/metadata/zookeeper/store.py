@@ -164,6 +164,7 @@ class ZooKeeperMetadataStore:
     def _on_closing(self) -> None:
         # Waiters in changed() and opened() find the store closed.
         self._opened_changed.set()
+        self._watcher.closing()
         self._watcher.wake_all()
 
     def _on_disconnected(self, state: str, was_connected: bool) -> None:

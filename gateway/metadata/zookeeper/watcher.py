@@ -52,6 +52,7 @@ from kazoo.protocol.states import EventType
 
 from gateway.metadata.kazoo_handler import direct
 from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.load_gc import LOAD_GC
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, MultiRead
 from gateway.metadata.paths import Folder, Layout
@@ -93,6 +94,8 @@ class WatchedNamespace:
     changed: dict[Folder, set[str]] = field(default_factory=dict)
     deleted: dict[Folder, set[str]] = field(default_factory=dict)
     flush_scheduled: bool = False
+    # The first load holds the garbage collector off (load_gc.py) until it is done.
+    holds_gc: bool = False
 
 
 class NamespaceWatcher:
@@ -129,6 +132,8 @@ class NamespaceWatcher:
         state = WatchedNamespace(namespace, NamespaceMirror(namespace))
         state.load_started = time.perf_counter()
         self._namespaces[namespace] = state
+        LOAD_GC.hold()
+        state.holds_gc = True
         self._watch_tree(state)
         for folder in Folder:
             self._list_folder(state, folder, every_bucket=True)
@@ -139,10 +144,22 @@ class NamespaceWatcher:
         wake up and find it gone."""
         closing = self._namespaces.pop(namespace, None)
         if closing is not None:
+            self._release_gc(closing)
             if self._persistent:
                 self._session.unwatch_tree(self._layout.namespace(namespace))
             closing.event.set()
             self._watched = {p: e for p, e in self._watched.items() if e[0] is not closing}
+
+    def closing(self) -> None:
+        """The store is closing: loads that have not finished never will."""
+        for state in self._namespaces.values():
+            self._release_gc(state)
+
+    @staticmethod
+    def _release_gc(state: WatchedNamespace) -> None:
+        if state.holds_gc:
+            state.holds_gc = False
+            LOAD_GC.release()
 
     def mirror(self, namespace: str) -> NamespaceMirror | None:
         state = self._namespaces.get(namespace)
@@ -378,7 +395,7 @@ class NamespaceWatcher:
             else:
                 to_read = state.mirror.apply_bucket_listing(folder, bucket, children, stat.cversion)
                 if to_read:
-                    self._read(state, folder, to_read)
+                    self._read(state, folder, to_read, bucket)
             if path in state.dirty:
                 state.dirty.discard(path)
                 self._list_bucket(state, folder, bucket)
@@ -393,9 +410,15 @@ class NamespaceWatcher:
 
     # ------------------------------------------------------------------ reading new children
 
-    def _read(self, state: WatchedNamespace, folder: Folder, children: list[str]) -> None:
+    def _read(
+        self,
+        state: WatchedNamespace,
+        folder: Folder,
+        children: list[str],
+        bucket: str | None = None,
+    ) -> None:
         """Read the children's data, in multiReads of READ_BATCH (or one get each where the
-        server has no multiRead)."""
+        server has no multiRead). ``bucket``: the bucket of every child, when known."""
         if not self._multiread:
             for child in children:
                 self._read_one(state, folder, child)
@@ -407,7 +430,11 @@ class NamespaceWatcher:
         measure = self._watch_lag is not None and state.loaded.is_set()
         for start in range(0, len(children), READ_BATCH):
             batch = children[start : start + READ_BATCH]
-            paths = [chroot + self._layout.node(state.name, folder, child) for child in batch]
+            if bucket is None:
+                paths = [chroot + self._layout.node(state.name, folder, child) for child in batch]
+            else:
+                parent = f"{chroot}{self._layout.bucket(state.name, folder, bucket)}/"
+                paths = [parent + child for child in batch]
             request = MultiRead(paths, mtimes=measure)
             state.outstanding += 1
             epoch = self._epoch
@@ -426,7 +453,7 @@ class NamespaceWatcher:
                 except UnimplementedError:
                     log.warning("metadata: ZooKeeper has no multiRead; reading one node at a time")
                     self._multiread = False
-                    self._read(state, folder, batch)
+                    self._read(state, folder, batch, bucket)
                 except (KazooException, OSError, ValueError) as error:
                     if not isinstance(error, CONNECTION_ERRORS):
                         log.warning("metadata: reading %d znodes failed: %r", len(batch), error)
@@ -434,7 +461,7 @@ class NamespaceWatcher:
                     mtimes = request.mtimes
                     for index, (child, data) in enumerate(zip(batch, datas, strict=True)):
                         seen = state.mirror.apply_data(
-                            folder, child, None if data is MISSING else data
+                            folder, child, None if data is MISSING else data, bucket
                         )
                         if seen and mtimes is not None:
                             self._observe_lag(mtimes[index])
@@ -485,6 +512,10 @@ class NamespaceWatcher:
             )
             state.resync_started = None
         if state.outstanding == 0 and not state.loaded.is_set():
+            # The view's index is built here, in one go (NamespaceMirror.snapshot), while
+            # the collector is still held off: it is most of the objects the load makes.
+            state.mirror.snapshot()
+            self._release_gc(state)
             state.load_seconds = time.perf_counter() - state.load_started
             counts = state.mirror.counts()
             log.info(
