@@ -6,11 +6,17 @@ machine: at a thousand changes a second, impossible. Here the live map is split 
 dicts by hash; a snapshot is a tuple of references to them, and the live map copies a chunk
 (1/CHUNKS of the entries) the first time it changes it after a snapshot (copy on write). A
 lookup costs one hash (cached by ``str``) and two indexings more than a dict's.
+
+A map can also start from a plain dict (``ChunkedDict(base)``: the end of a first load),
+which is then never changed: every snapshot shares it, and the chunks hold only what changed
+since (``_GONE`` where an entry of the base was deleted). Spreading a million entries over
+the chunks one by one cost seconds of a million-queue load; a base costs nothing, and a
+lookup that the chunks do not answer costs one dict lookup more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, Final, Generic, TypeVar
 
 __all__ = ["CHUNKS", "ChunkedDict", "FrozenChunkedMap", "FrozenChunkedSet"]
@@ -22,24 +28,59 @@ CHUNKS: Final = 1024
 _MASK: Final = CHUNKS - 1
 
 
+class _Gone:
+    def __repr__(self) -> str:
+        return "_GONE"
+
+
+# An entry of the base deleted (in a chunk); _MISS: not in the chunk.
+_GONE: Final = _Gone()
+_MISS: Final = object()
+
+
 class _Frozen(Generic[K, V]):
-    """The chunks of a snapshot: membership, iteration, size."""
+    """The base and chunks of a snapshot: membership, iteration, size."""
 
-    __slots__ = ("_chunks", "_len")
+    __slots__ = ("_base", "_chunks", "_len")
 
-    def __init__(self, chunks: tuple[dict[K, V], ...], length: int) -> None:
+    def __init__(self, base: dict[K, V], chunks: tuple[dict[K, Any], ...], length: int) -> None:
+        self._base = base
         self._chunks = chunks
         self._len = length
 
     def __contains__(self, key: object) -> bool:
-        return key in self._chunks[hash(key) & _MASK]
+        found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
+        if found is _MISS:
+            return key in self._base
+        return found is not _GONE
 
     def __iter__(self) -> Iterator[K]:
-        for chunk in self._chunks:
-            yield from chunk
+        return _iterate(self._base, self._chunks)
 
     def __len__(self) -> int:
         return self._len
+
+
+def _iterate(base: dict[K, Any], chunks: Sequence[dict[K, Any]]) -> Iterator[K]:
+    if any(chunks):
+        for key in base:
+            if key not in chunks[hash(key) & _MASK]:
+                yield key
+        for chunk in chunks:
+            for key, value in chunk.items():
+                if value is not _GONE:
+                    yield key
+    else:
+        yield from base
+
+
+def _lookup(base: dict[K, V], chunks: Sequence[dict[K, Any]], key: K) -> V:
+    found = chunks[hash(key) & _MASK].get(key, _MISS)
+    if found is _MISS:
+        return base[key]
+    if found is _GONE:
+        raise KeyError(key)
+    return found  # type: ignore[no-any-return]
 
 
 class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
@@ -48,10 +89,13 @@ class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
     __slots__ = ()
 
     def __getitem__(self, key: K) -> V:
-        return self._chunks[hash(key) & _MASK][key]
+        return _lookup(self._base, self._chunks, key)
 
     def get(self, key: K, default: Any = None) -> Any:
-        return self._chunks[hash(key) & _MASK].get(key, default)
+        try:
+            return _lookup(self._base, self._chunks, key)
+        except KeyError:
+            return default
 
     def __repr__(self) -> str:
         return f"FrozenChunkedMap({len(self)} entries)"
@@ -74,33 +118,40 @@ class FrozenChunkedSet(_Frozen[K, Any], Set[K]):
 
 
 class ChunkedDict(Generic[K, V]):
-    """The live map: dict operations, and ``frozen()`` / ``frozen_keys()`` snapshots."""
+    """The live map: dict operations, and ``frozen()`` / ``frozen_keys()`` snapshots.
+    ``base``: the initial entries (the map takes the dict, and never changes it)."""
 
-    __slots__ = ("_chunks", "_len", "_shared")
+    __slots__ = ("_base", "_chunks", "_len", "_shared")
 
-    def __init__(self) -> None:
-        self._chunks: list[dict[K, V]] = [{} for _ in range(CHUNKS)]
+    def __init__(self, base: dict[K, V] | None = None) -> None:
+        self._base: dict[K, V] = {} if base is None else base
+        self._chunks: list[dict[K, Any]] = [{} for _ in range(CHUNKS)]
         # Chunks a snapshot holds: copied before their next change.
         self._shared = bytearray(CHUNKS)
-        self._len = 0
+        self._len = len(self._base)
 
     def __len__(self) -> int:
         return self._len
 
     def __contains__(self, key: object) -> bool:
-        return key in self._chunks[hash(key) & _MASK]
+        found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
+        if found is _MISS:
+            return key in self._base
+        return found is not _GONE
 
     def __getitem__(self, key: K) -> V:
-        return self._chunks[hash(key) & _MASK][key]
+        return _lookup(self._base, self._chunks, key)
 
     def get(self, key: K, default: Any = None) -> Any:
-        return self._chunks[hash(key) & _MASK].get(key, default)
+        try:
+            return _lookup(self._base, self._chunks, key)
+        except KeyError:
+            return default
 
     def __iter__(self) -> Iterator[K]:
-        for chunk in self._chunks:
-            yield from chunk
+        return _iterate(self._base, self._chunks)
 
-    def _writable(self, key: K) -> dict[K, V]:
+    def _writable(self, key: K) -> dict[K, Any]:
         index = hash(key) & _MASK
         if self._shared[index]:
             self._chunks[index] = dict(self._chunks[index])
@@ -109,38 +160,36 @@ class ChunkedDict(Generic[K, V]):
 
     def __setitem__(self, key: K, value: V) -> None:
         chunk = self._writable(key)
-        if key not in chunk:
+        found = chunk.get(key, _MISS)
+        if found is _GONE or (found is _MISS and key not in self._base):
             self._len += 1
         chunk[key] = value
 
     def __delitem__(self, key: K) -> None:
         chunk = self._writable(key)
-        del chunk[key]
+        found = chunk.get(key, _MISS)
+        in_base = key in self._base
+        if found is _GONE or (found is _MISS and not in_base):
+            raise KeyError(key)
+        if in_base:
+            chunk[key] = _GONE
+        else:
+            del chunk[key]
         self._len -= 1
 
     def pop(self, key: K, default: Any = None) -> Any:
         if key not in self:
             return default
-        chunk = self._writable(key)
-        self._len -= 1
-        return chunk.pop(key)
+        value = self[key]
+        del self[key]
+        return value
 
-    def update(self, items: Iterable[tuple[K, V]]) -> None:
-        """Set many entries (a first load: one call instead of one per entry)."""
-        chunks = self._chunks
-        if any(self._shared):
-            self._chunks = chunks = [dict(chunk) for chunk in chunks]
-            self._shared = bytearray(CHUNKS)
-        for key, value in items:
-            chunks[hash(key) & _MASK][key] = value
-        self._len = sum(map(len, chunks))
-
-    def _share(self) -> tuple[dict[K, V], ...]:
+    def _share(self) -> tuple[dict[K, Any], ...]:
         self._shared = bytearray(b"\x01" * CHUNKS)
         return tuple(self._chunks)
 
     def frozen(self) -> FrozenChunkedMap[K, V]:
-        return FrozenChunkedMap(self._share(), self._len)
+        return FrozenChunkedMap(self._base, self._share(), self._len)
 
     def frozen_keys(self) -> FrozenChunkedSet[K]:
-        return FrozenChunkedSet(self._share(), self._len)
+        return FrozenChunkedSet(self._base, self._share(), self._len)

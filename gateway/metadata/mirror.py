@@ -253,7 +253,7 @@ class _Index:
             for entity in bucket.entities.values()
             if isinstance(entity, Queue)
         }
-        self.queues.update(queues.items())
+        self.queues = ChunkedDict(queues)
         exchanges, bindings = self.exchanges, self.bindings
         by_queue, by_exchange = self.by_queue, self.by_exchange
         visible: dict[Binding, int] = {}
@@ -277,8 +277,8 @@ class _Index:
                             found.append(binding)
                     else:
                         visible[binding] = count + 1
-        self.visible.update(visible.items())
-        self.queue_bindings.update((queue, bound(found)) for queue, found in shown.items())
+        self.visible = ChunkedDict(visible)
+        self.queue_bindings = ChunkedDict({queue: bound(found) for queue, found in shown.items()})
         self.queues_changed = self.bindings_changed = True
 
     def _show(self, binding: Binding, delta: int) -> None:

@@ -47,3 +47,29 @@ def test_set_operations_on_frozen_keys_give_frozensets() -> None:
     assert isinstance(keys | {"c"}, frozenset)
     del live["a"]
     assert "a" in keys and "a" not in live
+
+
+@given(st.dictionaries(st.integers(0, 3000).map(lambda n: f"k{n}"), st.integers()), _OPS)
+def test_a_map_started_from_a_base_behaves_as_a_dict_and_leaves_the_base_alone(
+    base: dict[str, int], ops: list[tuple[str, int, int]]
+) -> None:
+    original = dict(base)
+    live: ChunkedDict[str, int] = ChunkedDict(base)
+    model = dict(base)
+    snapshots = [(live.frozen(), dict(model))]
+    for op, key_number, value in ops:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+            model[key] = value
+        elif op == "del":
+            assert live.pop(key, None) == model.pop(key, None)
+        else:
+            snapshots.append((live.frozen(), dict(model)))
+        assert len(live) == len(model)
+        assert (key in live) == (key in model)
+        assert live.get(key) == model.get(key)
+    assert dict(live.frozen()) == model and sorted(live) == sorted(model)
+    for frozen, expected in snapshots:
+        assert dict(frozen) == expected and len(frozen) == len(expected)
+    assert base == original
