@@ -306,3 +306,34 @@ def test_events_are_accounted_for_by_the_next_listing() -> None:
     mirror.event_deleted(Q, mine_bucket, mine)
     mirror.own_deleted(Q, mine)
     assert mirror.apply_bucket_listing(Q, mine_bucket, [], cversion=2) == []
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(_ENTITIES), st.sampled_from("cdlf")), max_size=60),
+    st.integers(0, 60),
+)
+def test_the_index_built_at_the_end_of_a_load_matches_one_kept_change_by_change(
+    steps: list[tuple[Entity, str]], first_view: int
+) -> None:
+    """A mirror indexes nothing until its first snapshot (the end of a first load), then
+    builds the index in one go (_Index.load); from then on change by change. Wherever the
+    first snapshot falls, the views are those of a mirror that indexed every change."""
+    deferred = NamespaceMirror("t/n")
+    eager = NamespaceMirror("t/n")
+    eager.snapshot()
+    for index, (entity, action) in enumerate(steps):
+        if index == first_view:
+            deferred.snapshot()
+        for mirror in (deferred, eager):
+            folder, child = _place(entity)
+            if action == "c":
+                mirror.own_created(folder, child, entity)
+            elif action == "l":
+                mirror.learned(folder, child, entity)
+            elif action == "d":
+                mirror.own_deleted(folder, child)
+            else:
+                mirror.forget(folder, child)
+        if index >= first_view:
+            assert deferred.snapshot() == eager.snapshot()
+    assert deferred.snapshot() == eager.snapshot()
