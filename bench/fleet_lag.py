@@ -208,7 +208,8 @@ async def writer(hosts: str, prefix: str, namespace: str, tag: str, rate: float)
 
 def summary(result: LagResult) -> str:
     return (
-        f"writers {result.writer_rate:,.0f} ops/s "
+        f"the reader (a store in a process of its own) loaded the vhost in "
+        f"{result.reader_ready:.1f} s from its start; writers {result.writer_rate:,.0f} ops/s "
         f"({result.writer_ops:,} in {result.writer_seconds:.1f} s, latency p50 / p99 "
         f"{bm.percentile(result.writer_latency, 0.5) * 1000:.1f} / "
         f"{bm.percentile(result.writer_latency, 0.99) * 1000:.1f} ms); probe writes p50 "
