@@ -63,8 +63,16 @@ bounded (``--phase-timeout``, ``--load-timeout``) and preceded by a line with th
    transactions, not through AMQP), then ``--loads`` (3) times a fresh gateway process is
    started and timed from ``Popen`` to its ``ready: loaded ...`` log line (gateway/app.py,
    ``Readiness.summary``; the replica listens only after it). Also shown: the load time the
-   line itself gives, the CPU seconds the process used until ready, its RSS, and
-   bench_metadata's store-level load (``load_once``) of the same vhost.
+   line itself gives, the CPU seconds the process used until ready, its RSS (and per queue +
+   binding, over that of a replica whose vhost is empty), and bench_metadata's store-level
+   load (``load_once``) of the same vhost. After the seed: the private ZooKeeper's ``mntr``
+   (znodes, approximate data size), then a restart of it on its data (how long until it
+   serves again, the snapshot it writes once loaded, its transaction log). Before the vhost
+   is deleted: **watch lag under write load** (fleet_lag.py): a write on one process -> in
+   another process's view of the vhost, ``--lag-probes`` (500) times, while ``--lag-writers``
+   (2) other processes declare queues in it at ``--lag-rate`` (1,000) per second in all.
+   ``--n 1000000 --loads 1`` is issue 18's million-queue vhost (the private ZooKeeper gets a
+   6 GB heap from 500,000 queues: ``--zookeeper-heap``).
 4. **Store level: one znode per entity against the single-document baseline** (the anchor's
    design: one JSON znode per vhost; it has no gateway any more, so it is measured with kazoo
    and compared with this gateway's own store, ``ZooKeeperMetadataStore``, without a gateway):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.metadata.chunked import ChunkedDict
+from gateway.metadata.chunked import ChunkedDict, FrozenChunkedMap, FrozenChunkedSet
 
 _OPS = st.lists(
     st.tuples(st.sampled_from(["set", "del", "snap"]), st.integers(0, 3000), st.integers()),
@@ -13,10 +13,11 @@ _OPS = st.lists(
 )
 
 
-@given(_OPS)
-def test_behaves_as_a_dict_and_snapshots_never_change(ops: list[tuple[str, int, int]]) -> None:
-    live: ChunkedDict[str, int] = ChunkedDict()
-    model: dict[str, int] = {}
+def _replay(
+    live: ChunkedDict[str, int], model: dict[str, int], ops: list[tuple[str, int, int]]
+) -> list[tuple[FrozenChunkedMap[str, int], FrozenChunkedSet[str], dict[str, int]]]:
+    """Apply ``ops`` to the map and to a dict alike, checking them against each other;
+    returns the snapshots taken ("snap"), map and keys, with what each must hold."""
     snapshots = []
     for op, key_number, value in ops:
         key = f"k{key_number}"
@@ -29,7 +30,15 @@ def test_behaves_as_a_dict_and_snapshots_never_change(ops: list[tuple[str, int, 
             snapshots.append((live.frozen(), live.frozen_keys(), dict(model)))
         assert len(live) == len(model)
         assert (key in live) == (key in model)
-    for frozen, keys, expected in snapshots:
+        assert live.get(key) == model.get(key)
+    return snapshots
+
+
+@given(_OPS)
+def test_behaves_as_a_dict_and_snapshots_never_change(ops: list[tuple[str, int, int]]) -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    model: dict[str, int] = {}
+    for frozen, keys, expected in _replay(live, model, ops):
         assert dict(frozen) == expected
         assert len(frozen) == len(expected) and len(keys) == len(expected)
         assert set(keys) == set(expected) and keys == frozenset(expected)
@@ -56,20 +65,9 @@ def test_a_map_started_from_a_base_behaves_as_a_dict_and_leaves_the_base_alone(
     original = dict(base)
     live: ChunkedDict[str, int] = ChunkedDict(base)
     model = dict(base)
-    snapshots = [(live.frozen(), dict(model))]
-    for op, key_number, value in ops:
-        key = f"k{key_number}"
-        if op == "set":
-            live[key] = value
-            model[key] = value
-        elif op == "del":
-            assert live.pop(key, None) == model.pop(key, None)
-        else:
-            snapshots.append((live.frozen(), dict(model)))
-        assert len(live) == len(model)
-        assert (key in live) == (key in model)
-        assert live.get(key) == model.get(key)
+    snapshots = [(live.frozen(), live.frozen_keys(), dict(model)), *_replay(live, model, ops)]
     assert dict(live.frozen()) == model and sorted(live) == sorted(model)
-    for frozen, expected in snapshots:
+    for frozen, keys, expected in snapshots:
+        assert set(keys) == set(expected)
         assert dict(frozen) == expected and len(frozen) == len(expected)
     assert base == original

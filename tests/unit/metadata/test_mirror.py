@@ -212,20 +212,25 @@ def _place(entity: Entity) -> tuple[Folder, str]:
     return Folder.TOPIC_KEYS, topic_key_child(*entity)
 
 
+def _apply(mirror: NamespaceMirror, entity: Entity, action: str) -> None:
+    """One change: c(reated), l(earned), d(eleted) by this replica, or f(orgotten)."""
+    folder, child = _place(entity)
+    if action == "c":
+        mirror.own_created(folder, child, entity)
+    elif action == "l":
+        mirror.learned(folder, child, entity)
+    elif action == "d":
+        mirror.own_deleted(folder, child)
+    else:
+        mirror.forget(folder, child)
+
+
 @given(st.lists(st.tuples(st.sampled_from(_ENTITIES), st.sampled_from("cdlf")), max_size=60))
 def test_the_incremental_view_matches_a_rebuild(steps: list[tuple[Entity, str]]) -> None:
     """Whatever the order of changes, the maintained view equals one built from scratch."""
     mirror = NamespaceMirror("t/n")
     for entity, action in steps:
-        folder, child = _place(entity)
-        if action == "c":
-            mirror.own_created(folder, child, entity)
-        elif action == "l":
-            mirror.learned(folder, child, entity)
-        elif action == "d":
-            mirror.own_deleted(folder, child)
-        else:
-            mirror.forget(folder, child)
+        _apply(mirror, entity, action)
         everything = [e for f in Folder for c in mirror.children(f) if (e := mirror.get(f, c))]
         expected = make_view(
             mirror.version,
@@ -325,15 +330,7 @@ def test_the_index_built_at_the_end_of_a_load_matches_one_kept_change_by_change(
         if index == first_view:
             deferred.snapshot()
         for mirror in (deferred, eager):
-            folder, child = _place(entity)
-            if action == "c":
-                mirror.own_created(folder, child, entity)
-            elif action == "l":
-                mirror.learned(folder, child, entity)
-            elif action == "d":
-                mirror.own_deleted(folder, child)
-            else:
-                mirror.forget(folder, child)
+            _apply(mirror, entity, action)
         if index >= first_view:
             assert deferred.snapshot() == eager.snapshot()
     assert deferred.snapshot() == eager.snapshot()
