@@ -54,7 +54,7 @@ from gateway.metadata.kazoo_handler import direct
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.load_gc import LOAD_GC
 from gateway.metadata.mirror import NamespaceMirror
-from gateway.metadata.multiread import MISSING, MultiRead
+from gateway.metadata.multiread import MISSING, Children, MultiRead
 from gateway.metadata.paths import Folder, Layout
 from gateway.metadata.persistent_watch import CREATED, DATA_CHANGED, DELETED
 from gateway.metadata.watch_lag import WatchLag, lag_seconds
@@ -363,12 +363,7 @@ class NamespaceWatcher:
                 self._list_folder(state, folder, every_bucket=False)
             self._settle(state)
 
-        self._session.link(
-            self._session.client.get_children_async(
-                path, watch=None if self._persistent else self._watch_listener, include_data=True
-            ),
-            apply,
-        )
+        self._session.link(self._children_async(path), apply)
 
     def _list_bucket(self, state: WatchedNamespace, folder: Folder, bucket: str) -> None:
         path = self._layout.bucket(state.name, folder, bucket)
@@ -401,12 +396,17 @@ class NamespaceWatcher:
                 self._list_bucket(state, folder, bucket)
             self._settle(state)
 
-        self._session.link(
-            self._session.client.get_children_async(
-                path, watch=None if self._persistent else self._watch_listener, include_data=True
-            ),
-            apply,
-        )
+        self._session.link(self._children_async(path), apply)
+
+    def _children_async(self, path: str) -> Any:
+        """List ``path`` (children and Stat): with a one-shot watch when there is no
+        persistent one, else with the faster parser of multiread.Children."""
+        client = self._session.client
+        if not self._persistent:
+            return client.get_children_async(path, watch=self._watch_listener, include_data=True)
+        async_result = client.handler.async_result()
+        client._call(Children((client.chroot or "") + path), async_result)
+        return async_result
 
     # ------------------------------------------------------------------ reading new children
 

@@ -6,8 +6,9 @@ import struct
 
 import pytest
 from kazoo.exceptions import NoAuthError
+from kazoo.protocol.serialization import GetChildren2
 
-from gateway.metadata.multiread import MISSING, MultiRead
+from gateway.metadata.multiread import MISSING, Children, MultiRead
 
 STAT = bytes(68)  # a zeroed Stat: 3 longs, 2 longs of times, 3 ints, 1 long, 2 ints, 1 long
 
@@ -55,3 +56,20 @@ def test_other_errors_fail_the_whole_read() -> None:
 def test_a_short_answer_is_refused() -> None:
     with pytest.raises(ValueError, match="1 of 2"):
         MultiRead(["/a", "/b"]).deserialize(_data(b"x") + END, 0)
+
+
+def test_children_reads_as_kazoos_get_children2() -> None:
+    request = Children("/a/b")
+    assert request.type == GetChildren2.type and request.watcher is None
+    assert bytes(request.serialize()) == bytes(GetChildren2("/a/b", None).serialize())
+    stat = struct.pack(">qqqqiiiqiiq", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    names = ["q-1", "é,x", ""]
+    answer = (
+        b"xx"
+        + struct.pack(">i", len(names))
+        + b"".join(struct.pack(">i", len(n.encode())) + n.encode() for n in names)
+        + stat
+    )
+    assert Children.deserialize(answer, 2) == GetChildren2.deserialize(answer, 2)
+    children, found = Children.deserialize(answer, 2)
+    assert children == names and found.cversion == 6
