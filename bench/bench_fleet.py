@@ -1184,9 +1184,33 @@ def restart_zookeeper(run: Run) -> None:
     run.cell(
         "zookeeper-snapshot",
         "the private ZooKeeper restarted on that data: start -> serving; its snapshot; its "
-        "transaction log",
-        f"{restart:.1f} s; snapshot {snapshot}; log {logs / 2**20:.0f} MiB",
+        "transaction log (preallocated in 64 MiB blocks); its heap after a full GC, its RSS",
+        f"{restart:.1f} s; snapshot {snapshot}; log {logs / 2**20:.0f} MiB; {zookeeper_heap(run)}",
     )
+
+
+def zookeeper_heap(run: Run) -> str:
+    """The private ZooKeeper's live heap (``jcmd GC.run``, then ``GC.heap_info``'s used) and
+    its RSS: what the data tree costs a server."""
+    process = run.zookeeper_process
+    if process is None:
+        return "n/a"
+    rss = f"RSS {rss_mib(process.pid):,.0f} MiB"
+    jcmd = shutil.which("jcmd")
+    if jcmd is None:
+        return f"heap n/a (no jcmd); {rss}"
+    try:
+        subprocess.run([jcmd, str(process.pid), "GC.run"], capture_output=True, timeout=300)
+        info = subprocess.run(
+            [jcmd, str(process.pid), "GC.heap_info"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except subprocess.TimeoutExpired:
+        return f"heap n/a (jcmd timed out); {rss}"
+    used = re.search(r"used (\d+)K", info)
+    if used is None:
+        return f"heap n/a; {rss}"
+    heap = int(used.group(1)) / 2**20
+    return f"heap {heap:,.2f} GiB after a full GC; RSS {rss_mib(process.pid):,.0f} MiB"
 
 
 def watch_lag_under_load(run: Run, namespace: str) -> None:

@@ -16,7 +16,7 @@ lookup that the chunks do not answer costs one dict lookup more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, Set, ValuesView
 from typing import Any, Final, Generic, TypeVar
 
 __all__ = ["CHUNKS", "ChunkedDict", "FrozenChunkedMap", "FrozenChunkedSet"]
@@ -83,10 +83,47 @@ def _lookup(base: dict[K, V], chunks: Sequence[dict[K, Any]], key: K) -> V:
     return found  # type: ignore[no-any-return]
 
 
+def _iterate_items(base: dict[K, V], chunks: Sequence[dict[K, Any]]) -> Iterator[tuple[K, V]]:
+    if any(chunks):
+        for key, value in base.items():
+            if key not in chunks[hash(key) & _MASK]:
+                yield key, value
+        for chunk in chunks:
+            for key, value in chunk.items():
+                if value is not _GONE:
+                    yield key, value
+    else:
+        yield from base.items()
+
+
+class _Items(ItemsView[K, V]):
+    """Items without a lookup per key (Mapping's own looks every key up again: a walk over
+    a million queues' values, as the leader's rounds make, spent a third of it there)."""
+
+    _mapping: FrozenChunkedMap[K, V]
+
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        return _iterate_items(self._mapping._base, self._mapping._chunks)
+
+
+class _Values(ValuesView[V]):
+    _mapping: FrozenChunkedMap[Any, V]
+
+    def __iter__(self) -> Iterator[V]:
+        for _key, value in _iterate_items(self._mapping._base, self._mapping._chunks):
+            yield value
+
+
 class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
     """A snapshot of a ChunkedDict: a read-only Mapping."""
 
     __slots__ = ()
+
+    def items(self) -> ItemsView[K, V]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[V]:
+        return _Values(self)
 
     def __getitem__(self, key: K) -> V:
         return _lookup(self._base, self._chunks, key)

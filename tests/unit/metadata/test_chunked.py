@@ -69,5 +69,7 @@ def test_a_map_started_from_a_base_behaves_as_a_dict_and_leaves_the_base_alone(
     assert dict(live.frozen()) == model and sorted(live) == sorted(model)
     for frozen, keys, expected in snapshots:
         assert set(keys) == set(expected)
+        assert sorted(frozen.items()) == sorted(expected.items())
+        assert sorted(frozen.values()) == sorted(expected.values())
         assert dict(frozen) == expected and len(frozen) == len(expected)
     assert base == original
