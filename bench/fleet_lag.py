@@ -207,6 +207,13 @@ async def writer(hosts: str, prefix: str, namespace: str, tag: str, rate: float)
 
 
 def summary(result: LagResult) -> str:
+    if not result.writer_latency:
+        return (
+            f"the reader (a store in a process of its own) loaded the vhost in "
+            f"{result.reader_ready:.1f} s from its start; no writers; probe writes p50 "
+            f"{statistics.median(result.write) * 1000:.1f} ms; the reader used "
+            f"{result.reader_cpu:.1f} CPU s while probed, RSS {result.reader_rss_mib:.0f} MiB"
+        )
     return (
         f"the reader (a store in a process of its own) loaded the vhost in "
         f"{result.reader_ready:.1f} s from its start; writers {result.writer_rate:,.0f} ops/s "
