@@ -9,8 +9,9 @@ generation has grown by a quarter the collector walks all of it: ~25% of the loa
 survived: a stall of the trio thread that would show as seconds of watch lag.
 
 So the first load of each namespace holds the collector off (``hold``; loads of several
-namespaces overlap, the last ``release`` lets go), and then ``gc.freeze()`` moves everything
-alive into the permanent generation, which collections skip. The mirror's objects hold no
+namespaces overlap, the last ``release`` lets go), and then, if one of them was large
+(``FREEZE_FROM`` entities), ``gc.freeze()`` moves everything alive into the permanent
+generation, which collections skip. The mirror's objects hold no
 reference cycles (frozen dataclasses, strings, sets): reference counting frees them when a
 change drops them, so freezing them costs nothing. What freeze would keep forever is cyclic
 garbage that happened to be alive at that moment: a few dozen objects after a million-queue
@@ -21,7 +22,10 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["LoadGc"]
+__all__ = ["FREEZE_FROM", "LOAD_GC", "LoadGc"]
+
+#: A load of at least this many entities freezes what is alive when the loads are over.
+FREEZE_FROM = 10_000
 
 
 class LoadGc:
@@ -31,6 +35,7 @@ class LoadGc:
     def __init__(self) -> None:
         self._loads = 0
         self._was_enabled = False
+        self._freeze = False
 
     @property
     def loads(self) -> int:
@@ -42,13 +47,19 @@ class LoadGc:
             gc.disable()
         self._loads += 1
 
-    def release(self) -> None:
+    def release(self, *, freeze: bool = True) -> None:
+        """One load is over; ``freeze``: it was large enough for its objects to be frozen
+        (small loads, a vhost declared at run time, leave the collector as it was)."""
         if self._loads == 0:
             raise RuntimeError("LoadGc.release without hold")
         self._loads -= 1
-        if self._loads == 0 and self._was_enabled:
-            gc.freeze()
-            gc.enable()
+        self._freeze = self._freeze or freeze
+        if self._loads == 0:
+            if self._was_enabled:
+                if self._freeze:
+                    gc.freeze()
+                gc.enable()
+            self._freeze = False
 
 
 #: One per process: the collector is.

@@ -52,7 +52,7 @@ from kazoo.protocol.states import EventType
 
 from gateway.metadata.kazoo_handler import direct
 from gateway.metadata.kazoo_session import KazooSession
-from gateway.metadata.load_gc import LOAD_GC
+from gateway.metadata.load_gc import FREEZE_FROM, LOAD_GC
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.multiread import MISSING, Children, MultiRead
 from gateway.metadata.paths import Folder, Layout
@@ -156,10 +156,10 @@ class NamespaceWatcher:
             self._release_gc(state)
 
     @staticmethod
-    def _release_gc(state: WatchedNamespace) -> None:
+    def _release_gc(state: WatchedNamespace, *, loaded: int = 0) -> None:
         if state.holds_gc:
             state.holds_gc = False
-            LOAD_GC.release()
+            LOAD_GC.release(freeze=loaded >= FREEZE_FROM)
 
     def mirror(self, namespace: str) -> NamespaceMirror | None:
         state = self._namespaces.get(namespace)
@@ -515,9 +515,9 @@ class NamespaceWatcher:
             # The view's index is built here, in one go (NamespaceMirror.snapshot), while
             # the collector is still held off: it is most of the objects the load makes.
             state.mirror.snapshot()
-            self._release_gc(state)
-            state.load_seconds = time.perf_counter() - state.load_started
             counts = state.mirror.counts()
+            self._release_gc(state, loaded=sum(counts.values()))
+            state.load_seconds = time.perf_counter() - state.load_started
             log.info(
                 "metadata: loaded namespace %s from ZooKeeper in %.3f s: %d exchanges, "
                 "%d queues, %d bindings, %d topic keys",

@@ -36,6 +36,25 @@ def test_overlapping_loads_hold_the_collector_until_the_last_ends(collector_on: 
     assert gc.get_freeze_count() >= before + len(survivor)
 
 
+def test_small_loads_leave_the_collector_as_it_was(collector_on: None) -> None:
+    loads = LoadGc()
+    before = gc.get_freeze_count()
+    loads.hold()
+    survivor = [object() for _ in range(10)]
+    loads.release(freeze=False)
+    assert gc.isenabled() and gc.get_freeze_count() == before and survivor
+
+
+def test_one_large_load_among_overlapping_ones_freezes(collector_on: None) -> None:
+    loads = LoadGc()
+    before = gc.get_freeze_count()
+    loads.hold()
+    loads.hold()
+    loads.release(freeze=True)
+    loads.release(freeze=False)
+    assert gc.isenabled() and gc.get_freeze_count() > before
+
+
 def test_a_collector_that_was_off_stays_off() -> None:
     was = gc.isenabled()
     gc.disable()
