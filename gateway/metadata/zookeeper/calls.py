@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 import outcome
@@ -27,16 +26,17 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
-    RolledBackError,
-    RuntimeInconsistency,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
 
 from gateway.metadata.codec import namespace_document
 from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.multiread import MISSING
 from gateway.metadata.paths import BUCKETS, Layout
 from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.zookeeper.group_commit import GroupCommit, failed_index
+from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 
 T = TypeVar("T")
 
@@ -48,10 +48,6 @@ ATTEMPTS: Final = 16
 # racing twenty binds of the same queue) spread out instead of losing every round.
 RACE_BACKOFF: Final = 0.002
 RACE_BACKOFF_CAP: Final = 0.2
-# Operations per transaction, and their approximate size: a multi is one packet, and
-# ZooKeeper refuses packets over jute.maxbuffer (1 MB by default).
-TXN_OPS: Final = 900
-TXN_BYTES: Final = 512 * 1024
 # Errors that say "the connection went away": the outcome of a write is then unknown.
 CONNECTION_ERRORS: Final = (
     ConnectionLoss,
@@ -67,42 +63,8 @@ _REFUSAL: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Create:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    path: str
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SetData:
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """Fails the transaction unless ``path`` exists (at ``version``; -1: any)."""
-
-    path: str
-    version: int = -1
-
-
-Op = Create | Delete | SetData | Check
 # A failed transaction: the index of the operation that failed, and its error.
 Failure = tuple[int, Exception]
-
-
-def op_size(op: Op) -> int:
-    """About how many bytes ``op`` adds to a transaction's packet."""
-    return len(op.path) + 32 + (len(op.data) if isinstance(op, Create | SetData) else 0)
 
 
 def absent(path: str) -> list[Op]:
@@ -179,6 +141,7 @@ class KazooCalls:
     def __init__(self, session: KazooSession, layout: Layout) -> None:
         self.session = session
         self.layout = layout
+        self.group = GroupCommit(session)
 
     @property
     def client(self) -> Any:
@@ -194,16 +157,24 @@ class KazooCalls:
 
     # ------------------------------------------------------------------ issuing, waiting
 
-    def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
-        """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
-        once while ZooKeeper is unreachable (kazoo would queue it)."""
-        self.check_writable(what)
+    def _reply(self, apply: Callable[[Any], T]) -> tuple[Reply[T], Callable[[Any], None]]:
+        """A reply and the callback that fills it: ``apply`` the answer there (in answer
+        order), and wake the task awaiting it."""
         reply: Reply[T] = Reply()
 
         def on_answer(result: Any) -> None:
             reply.result = outcome.capture(apply, result)
             reply.done.set()
 
+        return reply, on_answer
+
+    def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
+        """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
+        once while ZooKeeper is unreachable (kazoo would queue it). Grouped transactions and
+        reads waiting for the end of the turn go first (group_commit.py, "Order")."""
+        self.check_writable(what)
+        self.group.flush()
+        reply, on_answer = self._reply(apply)
         self.session.link(issue(), on_answer)
         return reply
 
@@ -243,18 +214,7 @@ class KazooCalls:
         on_success: Callable[[], None] | None = None,
         on_failure: Callable[[int, Exception], None] | None = None,
     ) -> Reply[Failure | None]:
-        # transaction() even for one create: create_async would reorder answers.
-        transaction = self.client.transaction()
-        for op in ops:
-            if isinstance(op, Create):
-                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
-            elif isinstance(op, Delete):
-                transaction.delete(op.path, op.version)
-            elif isinstance(op, SetData):
-                transaction.set_data(op.path, op.data, op.version)
-            else:
-                transaction.check(op.path, op.version)
-
+        self.check_writable(what)
         # Watch events for what it creates or changes are held until it is answered.
         own = self.session.own_writes
         written = [op.path for op in ops if isinstance(op, Create | SetData)]
@@ -262,14 +222,12 @@ class KazooCalls:
         def apply(result: Any) -> Failure | None:
             failed = True
             try:
-                for index, item in enumerate(value(result, what)):
-                    # The other operations of a failed transaction report "rolled back".
-                    if isinstance(item, Exception) and not isinstance(
-                        item, RolledBackError | RuntimeInconsistency
-                    ):
-                        if on_failure is not None:
-                            on_failure(index, item)
-                        return index, item
+                results = value(result, what)
+                index = failed_index(results)
+                if index is not None:
+                    if on_failure is not None:
+                        on_failure(index, results[index])
+                    return index, results[index]
                 failed = False
                 if on_success is not None:
                     on_success()
@@ -277,7 +235,9 @@ class KazooCalls:
             finally:
                 own.end(written, failed=failed)
 
-        reply: Reply[Failure | None] = self.submit(what, transaction.commit_async, apply)
+        reply, on_answer = self._reply(apply)
+        # With the other transactions of this turn, in one multi (group_commit.py).
+        self.group.write(ops, on_answer)
         own.begin(written)
         return reply
 
@@ -301,6 +261,7 @@ class KazooCalls:
         """The children of ``path`` after a sync (none if it does not exist): what another
         replica wrote before now, whether or not this one's watches have reported it."""
         await self.prepare(what)
+        self.group.flush()
         self.client.sync_async(path)  # the listing below is answered after it (same session)
         return await self.children(path, what)
 
@@ -317,10 +278,16 @@ class KazooCalls:
         return await self.ask(lambda: self.client.get_async(path), apply, what)
 
     async def exists(self, path: str, what: str) -> bool:
-        def apply(result: Any) -> bool:
-            return value(result, what) is not None
+        """Whether ``path`` exists: read with the other reads of this turn, in one multiRead
+        (group_commit.py)."""
+        self.check_writable(what)
 
-        return await self.ask(lambda: self.client.exists_async(path), apply, what)
+        def apply(result: Any) -> bool:
+            return value(result, what) is not MISSING
+
+        reply, on_answer = self._reply(apply)
+        self.group.read(path, on_answer)
+        return await self.wait(reply, what)
 
     async def delete_if_there(self, path: str, what: str) -> None:
         failure = await self.transact(what, [Delete(path)], nothing)

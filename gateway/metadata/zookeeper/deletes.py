@@ -47,19 +47,14 @@ from gateway.metadata.store import REMOVE, DrainRecord, QueueCondition
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     ATTEMPTS,
-    TXN_BYTES,
-    TXN_OPS,
     Again,
-    Create,
-    Delete,
     KazooCalls,
-    Op,
     absent,
-    op_size,
     retry_races,
     unexpected,
     value,
 )
+from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Create, Delete, Op, op_size
 from gateway.metadata.zookeeper.reclaim import EphemeralRecords
 from gateway.metadata.zookeeper.transactions import (
     DrainWrites,

@@ -57,16 +57,13 @@ from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,
-    Create,
-    Delete,
     KazooCalls,
-    Op,
-    SetData,
     absent,
     retry_races,
     unexpected,
     value,
 )
+from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 from gateway.metadata.zookeeper.reclaim import EphemeralRecord, EphemeralRecords
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue

@@ -14,26 +14,15 @@ from gateway.metadata.zookeeper.calls import (
     AGAIN,
     ATTEMPTS,
     Again,
-    Check,
-    Create,
-    Delete,
-    Op,
-    SetData,
     absent,
     nothing,
-    op_size,
     retry_races,
     unexpected,
 )
+from gateway.metadata.zookeeper.ops import Create, Delete, Op
 from tests.unit.metadata.conftest import Parts, make_parts
 
 zk = pytest.mark.integration
-
-
-def test_op_size_counts_the_path_and_the_data() -> None:
-    assert op_size(Create("/a/b", b"xyz")) == len("/a/b") + 32 + 3
-    assert op_size(SetData("/a", b"12")) == len("/a") + 32 + 2
-    assert op_size(Delete("/a")) == op_size(Check("/a")) == len("/a") + 32
 
 
 def test_unexpected_wraps_only_zookeeper_errors() -> None:
