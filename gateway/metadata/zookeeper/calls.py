@@ -32,7 +32,7 @@ from kazoo.exceptions import (
 
 from gateway.metadata.codec import namespace_document
 from gateway.metadata.kazoo_session import KazooSession
-from gateway.metadata.multiread import MISSING
+from gateway.metadata.mixed_read import MISSING, Read
 from gateway.metadata.paths import BUCKETS, Layout
 from gateway.metadata.store import MetadataUnavailable
 from gateway.metadata.zookeeper.group_commit import GroupCommit, failed_index
@@ -86,6 +86,14 @@ class Reply(Generic[T]):
     def __init__(self) -> None:
         self.done = trio.Event()
         self.result: outcome.Outcome[T] | None = None
+
+
+def _children(answer: Any) -> list[str]:
+    return [] if answer is MISSING else list(answer)
+
+
+def _data(answer: Any) -> tuple[bytes, int] | None:
+    return None if answer is MISSING else (answer[0], answer[1])
 
 
 def unexpected(error: Exception, what: str) -> Exception:
@@ -243,16 +251,22 @@ class KazooCalls:
 
     # ------------------------------------------------------------------ small requests
 
+    def submit_read(self, kind: Read, path: str, what: str, apply: Callable[[Any], T]) -> Reply[T]:
+        """Read ``path`` with the other reads of this turn, in one multiRead
+        (group_commit.py); ``apply`` gets the answer: ``(data, version)`` or the children, or
+        ``MISSING``."""
+        self.check_writable(what)
+
+        def answered(result: Any) -> T:
+            return apply(value(result, what))
+
+        reply, on_answer = self._reply(answered)
+        self.group.read(kind, path, on_answer)
+        return reply
+
     def submit_children(self, path: str, what: str) -> Reply[list[str]]:
         """List ``path`` (no watch); a missing node has no children."""
-
-        def apply(result: Any) -> list[str]:
-            try:
-                return list(value(result, what))
-            except NoNodeError:
-                return []
-
-        return self.submit(what, lambda: self.client.get_children_async(path), apply)
+        return self.submit_read(Read.CHILDREN, path, what, _children)
 
     async def children(self, path: str, what: str) -> list[str]:
         return await self.wait(self.submit_children(path, what), what)
@@ -265,29 +279,18 @@ class KazooCalls:
         self.client.sync_async(path)  # the listing below is answered after it (same session)
         return await self.children(path, what)
 
+    def submit_data(self, path: str, what: str) -> Reply[tuple[bytes, int] | None]:
+        """The node's data and version (None if it does not exist), read with the other
+        reads of this turn."""
+        return self.submit_read(Read.DATA, path, what, _data)
+
     async def read_data(self, path: str, what: str) -> tuple[bytes, int] | None:
         """The node's data and version; None if it does not exist."""
-
-        def apply(result: Any) -> tuple[bytes, int] | None:
-            try:
-                data, stat = value(result, what)
-            except NoNodeError:
-                return None
-            return bytes(data or b""), int(stat.version)
-
-        return await self.ask(lambda: self.client.get_async(path), apply, what)
+        return await self.wait(self.submit_data(path, what), what)
 
     async def exists(self, path: str, what: str) -> bool:
-        """Whether ``path`` exists: read with the other reads of this turn, in one multiRead
-        (group_commit.py)."""
-        self.check_writable(what)
-
-        def apply(result: Any) -> bool:
-            return value(result, what) is not MISSING
-
-        reply, on_answer = self._reply(apply)
-        self.group.read(path, on_answer)
-        return await self.wait(reply, what)
+        """Whether ``path`` exists."""
+        return await self.read_data(path, what) is not None
 
     async def delete_if_there(self, path: str, what: str) -> None:
         failure = await self.transact(what, [Delete(path)], nothing)

@@ -6,7 +6,8 @@ be a request of its own, with its own packet, answer, wake-up of kazoo's connect
 hand-off to trio. Here a transaction submitted through :meth:`GroupCommit.write` waits for the
 end of the current scheduling turn of trio (``run_sync_soon``: every task runnable now has run
 first), and then every transaction submitted meanwhile is sent as **one multi-op**; likewise
-every read submitted through :meth:`GroupCommit.read`, as **one multiRead**. One task alone
+every read submitted through :meth:`GroupCommit.read` (a node's data and version, or its
+children: mixed_read.py), as **one multiRead**. One task alone
 pays a scheduling turn (microseconds); many pay one request between them.
 
 **Each member keeps its own answer.** A multi is atomic: if one operation fails, none is
@@ -46,7 +47,7 @@ from kazoo.protocol.serialization import Transaction
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from gateway.metadata.kazoo_session import KazooSession
-from gateway.metadata.multiread import MultiRead
+from gateway.metadata.mixed_read import MixedRead, Read
 from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Check, Create, Delete, Op, op_size
 
 __all__ = ["READS", "Answer", "GroupCommit", "failed_index"]
@@ -101,7 +102,7 @@ class GroupCommit:
     def __init__(self, session: KazooSession) -> None:
         self._session = session
         self._writes: list[_Write] = []
-        self._reads: list[tuple[str, Deliver]] = []
+        self._reads: list[tuple[Read, str, Deliver]] = []
         self._scheduled = False
         # What was sent: requests, and the members in them (for the benchmark's figures).
         self.requests = 0
@@ -115,10 +116,10 @@ class GroupCommit:
         self._writes.append(_Write(ops, deliver))
         self._schedule()
 
-    def read(self, path: str, deliver: Deliver) -> None:
-        """Read ``path`` with the others of this turn; ``deliver`` gets its data (bytes) or
-        ``MISSING``."""
-        self._reads.append((path, deliver))
+    def read(self, kind: Read, path: str, deliver: Deliver) -> None:
+        """Read ``path`` with the others of this turn; ``deliver`` gets ``(data, version)``
+        (``Read.DATA``) or its children (``Read.CHILDREN``), or ``MISSING`` (mixed_read.py)."""
+        self._reads.append((kind, path, deliver))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -192,24 +193,24 @@ class GroupCommit:
 
     # ------------------------------------------------------------------ reads
 
-    def _send_reads(self, group: list[tuple[str, Deliver]]) -> None:
+    def _send_reads(self, group: list[tuple[Read, str, Deliver]]) -> None:
         client = self._session.client
         chroot = client.chroot or ""
         result = client.handler.async_result()
-        client._call(MultiRead([chroot + path for path, _ in group]), result)
+        client._call(MixedRead([(kind, chroot + path) for kind, path, _ in group]), result)
         self.requests += 1
         self.members += len(group)
         self._session.link(result, lambda answer: self._read(group, answer))
 
     @staticmethod
-    def _read(group: list[tuple[str, Deliver]], answer: Any) -> None:
+    def _read(group: list[tuple[Read, str, Deliver]], answer: Any) -> None:
         try:
             results = answer.get_nowait()
         except Exception as error:
-            for _, deliver in group:
+            for _, _, deliver in group:
                 deliver(Answer(error=error))
             return
-        for (_, deliver), data in zip(group, results, strict=True):
+        for (_, _, deliver), data in zip(group, results, strict=True):
             deliver(Answer(data))
 
 

@@ -14,7 +14,7 @@ when the write returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,11 +139,11 @@ class QueueRecords:
     drains: list[str] = field(default_factory=list)
 
 
-async def list_queue_records(
+def submit_queue_records(
     calls: KazooCalls, namespace: str, name: str, what: str
-) -> QueueRecords:
-    """List the queue's buckets in the owners, consumers and drains folders (the three
-    requests are in flight together)."""
+) -> Callable[[], Awaitable[QueueRecords]]:
+    """Submit the listings of the queue's buckets in the owners, consumers and drains folders
+    (with the other reads of this turn: one multiRead); the function returned awaits them."""
     child = encode_name(name)
     replies = {
         folder: calls.submit_children(
@@ -151,16 +151,27 @@ async def list_queue_records(
         )
         for folder in (Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS)
     }
-    listed = {folder: await calls.wait(reply, what) for folder, reply in replies.items()}
-    return QueueRecords(
-        owner=child in listed[Folder.OWNERS],
-        consumers=[c for c in listed[Folder.CONSUMERS] if queue_of_child(c) == child],
-        drains=[
-            d
-            for d in listed[Folder.DRAINS]
-            if queue_of_child(d) == child and d != child + SEPARATOR
-        ],
-    )
+
+    async def records() -> QueueRecords:
+        listed = {folder: await calls.wait(reply, what) for folder, reply in replies.items()}
+        return QueueRecords(
+            owner=child in listed[Folder.OWNERS],
+            consumers=[c for c in listed[Folder.CONSUMERS] if queue_of_child(c) == child],
+            drains=[
+                d
+                for d in listed[Folder.DRAINS]
+                if queue_of_child(d) == child and d != child + SEPARATOR
+            ],
+        )
+
+    return records
+
+
+async def list_queue_records(
+    calls: KazooCalls, namespace: str, name: str, what: str
+) -> QueueRecords:
+    """List the queue's buckets in the owners, consumers and drains folders (one request)."""
+    return await submit_queue_records(calls, namespace, name, what)()
 
 
 class DrainWrites:

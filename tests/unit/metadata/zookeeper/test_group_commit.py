@@ -7,6 +7,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
+from gateway.metadata.mixed_read import MISSING, Read
 from gateway.metadata.store import MetadataUnavailable
 from gateway.metadata.zookeeper.calls import Failure, Reply
 from gateway.metadata.zookeeper.group_commit import (
@@ -125,18 +126,25 @@ async def test_two_members_creating_one_node_one_wins_the_other_is_told_it_exist
 async def test_reads_of_one_turn_go_in_one_multiread(
     parts: Parts, zk_prefix: str, raw: KazooClient
 ) -> None:
-    raw.create(f"{zk_prefix}/there", makepath=True)
+    raw.create(f"{zk_prefix}/there/child", b"c", makepath=True)
+    raw.set(f"{zk_prefix}/there", b"data")
     group = parts.calls.group
     before = group.requests
     answers: list[object] = []
-    for name in ("there", "none", "there"):
-        group.read(f"{zk_prefix}/{name}", lambda answer: answers.append(answer.get_nowait()))
-    # exists() goes through the same group, after the reads submitted before it.
-    assert await parts.calls.exists(f"{zk_prefix}/there", "look") is True
+    reads = [
+        (Read.DATA, "there"),
+        (Read.DATA, "none"),
+        (Read.CHILDREN, "there"),
+        (Read.CHILDREN, "none"),
+    ]
+    for kind, name in reads:
+        group.read(kind, f"{zk_prefix}/{name}", lambda answer: answers.append(answer.get_nowait()))
+    # The calls' reads go through the same group, after those submitted before them.
+    children = parts.calls.submit_children(f"{zk_prefix}/there", "list")
+    assert await parts.calls.read_data(f"{zk_prefix}/there", "read") == (b"data", 1)
+    assert await parts.calls.wait(children, "list") == ["child"]
     assert group.requests == before + 1
-    assert len(answers) == 3
-    assert answers[0] == b"" and answers[2] == b""
-    assert repr(answers[1]) == "MISSING"
+    assert answers == [(b"data", 1), MISSING, ["child"], MISSING]
     assert READS >= 100
 
 
