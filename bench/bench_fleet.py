@@ -711,6 +711,7 @@ class Churn:
     rss_after: float
     meter: gvp.CpuMeter | None = None
     zk_requests: str = "-"  # ZooKeeper requests per cycle
+    steps: dict[str, str] = field(default_factory=dict)  # each step's p50 / p99
 
     @property
     def rate(self) -> float:
@@ -730,16 +731,26 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
     latencies: list[float] = []
     replies = [0]
 
+    steps: dict[str, list[float]] = {}
+
+    def step(name: str, started: float) -> float:
+        now = time.perf_counter()
+        steps.setdefault(name, []).append(now - started)
+        return now
+
     async def cycle(client: gvp.AmqpClient, index: int, n: int) -> None:
+        started = time.perf_counter()
         declared = await client.call(
             commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk
         )
+        started = step("declare", started)
         queue = declared.queue
         tag = f"churn-{index}-{n}"
         await client.call(
             commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=True),
             commands.Basic.ConsumeOk,
         )
+        started = step("consume", started)
         if n % args.churn_reply_every == 0:
             delivered = asyncio.Event()
             client.on_delivery = lambda _tag, _head: delivered.set()
@@ -747,8 +758,11 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
             await asyncio.wait_for(delivered.wait(), 30)
             client.on_delivery = None
             replies[0] += 1
+            started = step("reply", started)
         await client.call(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk)
+        started = step("cancel", started)
         await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        step("delete" if n % args.churn_reply_every else "delete after a reply", started)
 
     async def work(index: int, client: gvp.AmqpClient, stop_at: float) -> None:
         n = 0
@@ -792,6 +806,7 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
         rss_mib(replica.pid),
         meter,
         per_op(requests_before, requests_after, len(latencies)),
+        {name: p50_p99(values) for name, values in steps.items()},
     )
 
 
@@ -829,6 +844,8 @@ def report_churn(run: Run, result: Churn) -> None:
         f"churn: {result.cycles} cycles ({result.replies} with a reply) in "
         f"{result.seconds:.1f} s through 1 replica"
         + (f"; {result.meter.summary()}" if result.meter is not None else "")
+        + "; steps p50 / p99: "
+        + ", ".join(f"{name} {figures}" for name, figures in result.steps.items())
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Generic, TypeVar
 
@@ -48,6 +49,8 @@ ATTEMPTS: Final = 16
 # racing twenty binds of the same queue) spread out instead of losing every round.
 RACE_BACKOFF: Final = 0.002
 RACE_BACKOFF_CAP: Final = 0.2
+# The timeout sweeper drops answered replies at least this often (seconds).
+SWEEP: Final = 1.0
 # Errors that say "the connection went away": the outcome of a write is then unknown.
 CONNECTION_ERRORS: Final = (
     ConnectionLoss,
@@ -79,13 +82,42 @@ def nothing() -> None:
 
 
 class Reply(Generic[T]):
-    """One answer, applied on the trio thread and awaited by one task."""
+    """One answer, applied on the trio thread and awaited by one task.
 
-    __slots__ = ("done", "result")
+    Lighter than a trio Event and a cancel scope per request (two to five requests per AMQP
+    command): the waiting task is parked and rescheduled directly, and the timeout is the
+    calls' one sweeper's (``KazooCalls._sweep``), not a deadline per request."""
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
+    __slots__ = ("_task", "deadline", "result")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
         self.result: outcome.Outcome[T] | None = None
+        self._task: trio.lowlevel.Task | None = None
+
+    def set(self, result: outcome.Outcome[T]) -> None:
+        """The answer (or the timeout): the first one counts; the waiting task wakes up."""
+        if self.result is not None:
+            return
+        self.result = result
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> outcome.Outcome[T]:
+        """The answer, once set (a checkpoint either way)."""
+        if self.result is None:
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.checkpoint()
+        assert self.result is not None
+        return self.result
 
 
 def _children(answer: Any) -> list[str]:
@@ -150,6 +182,9 @@ class KazooCalls:
         self.session = session
         self.layout = layout
         self.group = GroupCommit(session)
+        # Replies not yet timed out or dropped, oldest first; whether the sweeper runs.
+        self._pending: deque[tuple[Reply[Any], str]] = deque()
+        self._sweeping = False
 
     @property
     def client(self) -> Any:
@@ -165,16 +200,44 @@ class KazooCalls:
 
     # ------------------------------------------------------------------ issuing, waiting
 
-    def _reply(self, apply: Callable[[Any], T]) -> tuple[Reply[T], Callable[[Any], None]]:
+    def _reply(
+        self, apply: Callable[[Any], T], what: str
+    ) -> tuple[Reply[T], Callable[[Any], None]]:
         """A reply and the callback that fills it: ``apply`` the answer there (in answer
-        order), and wake the task awaiting it."""
-        reply: Reply[T] = Reply()
+        order), and wake the task awaiting it. The sweeper times it out."""
+        reply: Reply[T] = Reply(trio.current_time() + self.session.request_timeout)
 
         def on_answer(result: Any) -> None:
-            reply.result = outcome.capture(apply, result)
-            reply.done.set()
+            reply.set(outcome.capture(apply, result))
 
+        self._pending.append((reply, what))
+        if not self._sweeping:
+            self._sweeping = True
+            trio.lowlevel.spawn_system_task(self._sweep, name="metadata request timeouts")
         return reply, on_answer
+
+    async def _sweep(self) -> None:
+        """Time out the replies not answered within ``request_timeout``. They are in the
+        order of their deadlines; answered ones are dropped at least every second."""
+        pending = self._pending
+        try:
+            while pending:
+                reply, what = pending[0]
+                if reply.result is not None:
+                    pending.popleft()
+                elif trio.current_time() >= reply.deadline:
+                    pending.popleft()
+                    reply.set(outcome.Error(self._timed_out(what)))
+                else:
+                    await trio.sleep_until(min(reply.deadline, trio.current_time() + SWEEP))
+        finally:
+            self._sweeping = False
+
+    def _timed_out(self, what: str) -> MetadataUnavailable:
+        return MetadataUnavailable(
+            f"ZooKeeper did not answer within {self.session.request_timeout:g} s while trying "
+            f"to {what}; the change may or may not have been made"
+        )
 
     def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
         """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
@@ -182,21 +245,14 @@ class KazooCalls:
         reads waiting for the end of the turn go first (group_commit.py, "Order")."""
         self.check_writable(what)
         self.group.flush()
-        reply, on_answer = self._reply(apply)
+        reply, on_answer = self._reply(apply, what)
         self.session.link(issue(), on_answer)
         return reply
 
     async def wait(self, reply: Reply[T], what: str) -> T:
         """The answer, or MetadataUnavailable if none comes within ``request_timeout``."""
-        timeout = self.session.request_timeout
-        with trio.move_on_after(timeout):
-            await reply.done.wait()
-        if reply.result is None:
-            raise MetadataUnavailable(
-                f"ZooKeeper did not answer within {timeout:g} s while trying to "
-                f"{what}; the change may or may not have been made"
-            )
-        return reply.result.unwrap()
+        result = await reply.wait()
+        return result.unwrap()
 
     async def ask(self, issue: Callable[[], Any], apply: Callable[[Any], T], what: str) -> T:
         return await self.wait(self.submit(what, issue, apply), what)
@@ -243,7 +299,7 @@ class KazooCalls:
             finally:
                 own.end(written, failed=failed)
 
-        reply, on_answer = self._reply(apply)
+        reply, on_answer = self._reply(apply, what)
         # With the other transactions of this turn, in one multi (group_commit.py).
         self.group.write(ops, on_answer)
         own.begin(written)
@@ -260,7 +316,7 @@ class KazooCalls:
         def answered(result: Any) -> T:
             return apply(value(result, what))
 
-        reply, on_answer = self._reply(answered)
+        reply, on_answer = self._reply(answered, what)
         self.group.read(kind, path, on_answer)
         return reply
 
