@@ -41,6 +41,14 @@ class _Frozen(Generic[K, V]):
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def chunks(self) -> tuple[Mapping[K, V], ...]:
+        """The chunks (never changed once in a snapshot). A snapshot shares with the next one,
+        taken of the same live map, every chunk that did not change in between, as the same
+        object: comparing two snapshots' chunks by identity finds what changed, in
+        ``CHUNKS`` comparisons whatever the size."""
+        return self._chunks
+
 
 class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
     """A snapshot of a ChunkedDict: a read-only Mapping."""

@@ -35,6 +35,7 @@ from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.stream_copies import LogCopier
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.chunked import FrozenChunkedMap
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.model.arguments import is_stream
 
@@ -45,9 +46,10 @@ __all__ = ["StreamFeeder"]
 # Without a change of the view, the leader still looks this often (a feed whose new topic
 # could not be subscribed to tries again).
 RECHECK_INTERVAL = 1.0
-# A look at every queue of a large vhost takes time (when the queues changed): the next round
-# waits this many times as long, so that the feed takes at most about a third of the
-# replica's time however fast the view changes.
+# A look at the queues takes time (when they changed): the next round waits this many times
+# as long, so that the feed takes at most about a third of the replica's time however fast the
+# view changes. Only the parts of the queue map that changed are looked at (``streams``):
+# microseconds per change, whatever the size of the vhost.
 ROUND_SPACING = 2.0
 # A routing key's first publisher makes the subscriptions on its topic with Pulsar's admin API
 # (activation.py), which resets a subscription that a consumer created meanwhile and
@@ -87,6 +89,8 @@ class StreamFeeder:
         # a change of bindings or routing keys only does not look at every queue again).
         self._queues: object = None
         self._streams: tuple[str, ...] = ()
+        # The streams in each chunk of ``_queues`` (when it is a FrozenChunkedMap).
+        self._by_chunk: dict[int, tuple[str, ...]] = {}
         self._scanned_in = 0.0  # how long the last look at every queue took (seconds)
         # At most this many of those looks at once (a new leader looks at every topic).
         self._lookups = trio.CapacityLimiter(LOOKUPS)
@@ -113,13 +117,33 @@ class StreamFeeder:
                         await trio.sleep(recheck)
 
     def streams(self, view: VhostView) -> tuple[str, ...]:
-        """The streams of ``view`` (looked for among its queues only when those changed)."""
+        """The streams of ``view`` (looked for among its queues only when those changed, and
+        then only in the chunks that changed: chunked.py)."""
         self._scanned_in = 0.0
-        if view.queues is not self._queues:
-            started = time.perf_counter()
-            self._streams = tuple(n for n, q in view.queues.items() if is_stream(q.arguments))
-            self._queues = view.queues
-            self._scanned_in = time.perf_counter() - started
+        queues = view.queues
+        if queues is self._queues:
+            return self._streams
+        started = time.perf_counter()
+        before = self._queues
+        if isinstance(queues, FrozenChunkedMap):
+            earlier: tuple[object, ...] = ()
+            if isinstance(before, FrozenChunkedMap):
+                earlier = before.chunks
+            if len(earlier) != len(queues.chunks):
+                earlier = (None,) * len(queues.chunks)
+                self._by_chunk.clear()
+            for index, (chunk, old) in enumerate(zip(queues.chunks, earlier, strict=True)):
+                if chunk is not old:
+                    found = tuple(n for n, q in chunk.items() if is_stream(q.arguments))
+                    if found:
+                        self._by_chunk[index] = found
+                    else:
+                        self._by_chunk.pop(index, None)
+            self._streams = tuple(n for i in sorted(self._by_chunk) for n in self._by_chunk[i])
+        else:
+            self._streams = tuple(n for n, q in queues.items() if is_stream(q.arguments))
+        self._queues = queues
+        self._scanned_in = time.perf_counter() - started
         return self._streams
 
     async def round(self, nursery: trio.Nursery, view: VhostView | None = None) -> None:

@@ -47,3 +47,33 @@ def test_set_operations_on_frozen_keys_give_frozensets() -> None:
     assert isinstance(keys | {"c"}, frozenset)
     del live["a"]
     assert "a" in keys and "a" not in live
+
+
+@given(_OPS)
+def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    before = live.frozen()
+    for op, key_number, value in [*ops, ("snap", 0, 0)]:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+        elif op == "del":
+            live.pop(key, None)
+        else:
+            after = live.frozen()
+            changed = {
+                k for k in set(dict(before)) | set(dict(after)) if before.get(k) != after.get(k)
+            }
+            shared = [
+                i
+                for i, (o, n) in enumerate(zip(before.chunks, after.chunks, strict=True))
+                if o is n
+            ]
+            for index in shared:
+                assert dict(before.chunks[index]) == dict(after.chunks[index])
+                assert not changed & set(after.chunks[index]) and not changed & set(
+                    before.chunks[index]
+                )
+            before = after
