@@ -35,9 +35,10 @@ from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.stream_copies import LogCopier
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
-from gateway.metadata.chunked import FrozenChunkedMap
+from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.model.arguments import is_stream
+from gateway.model.entities import Queue
 
 log = logging.getLogger("gateway.pulsar.stream_feed")
 
@@ -67,6 +68,10 @@ IN_FLIGHT = 256
 RETRY_DELAY = 1.0
 
 
+def _if_stream(queue: Queue) -> bool | None:
+    return True if is_stream(queue.arguments) else None
+
+
 class _Feed:
     """One stream's running feed: its consumer (None while it starts) and its copier."""
 
@@ -89,8 +94,7 @@ class StreamFeeder:
         # a change of bindings or routing keys only does not look at every queue again).
         self._queues: object = None
         self._streams: tuple[str, ...] = ()
-        # The streams in each chunk of ``_queues`` (when it is a FrozenChunkedMap).
-        self._by_chunk: dict[int, tuple[str, ...]] = {}
+        self._picked: Picked[str, Queue, bool] = Picked(_if_stream)
         self._scanned_in = 0.0  # how long the last look at every queue took (seconds)
         # At most this many of those looks at once (a new leader looks at every topic).
         self._lookups = trio.CapacityLimiter(LOOKUPS)
@@ -117,33 +121,14 @@ class StreamFeeder:
                         await trio.sleep(recheck)
 
     def streams(self, view: VhostView) -> tuple[str, ...]:
-        """The streams of ``view`` (looked for among its queues only when those changed, and
-        then only in the chunks that changed: chunked.py)."""
+        """The streams of ``view`` (looked for among its queues only where those changed:
+        chunked.py)."""
         self._scanned_in = 0.0
-        queues = view.queues
-        if queues is self._queues:
-            return self._streams
-        started = time.perf_counter()
-        before = self._queues
-        if isinstance(queues, FrozenChunkedMap):
-            earlier: tuple[object, ...] = ()
-            if isinstance(before, FrozenChunkedMap):
-                earlier = before.chunks
-            if len(earlier) != len(queues.chunks):
-                earlier = (None,) * len(queues.chunks)
-                self._by_chunk.clear()
-            for index, (chunk, old) in enumerate(zip(queues.chunks, earlier, strict=True)):
-                if chunk is not old:
-                    found = tuple(n for n, q in chunk.items() if is_stream(q.arguments))
-                    if found:
-                        self._by_chunk[index] = found
-                    else:
-                        self._by_chunk.pop(index, None)
-            self._streams = tuple(n for i in sorted(self._by_chunk) for n in self._by_chunk[i])
-        else:
-            self._streams = tuple(n for n, q in queues.items() if is_stream(q.arguments))
-        self._queues = queues
-        self._scanned_in = time.perf_counter() - started
+        if view.queues is not self._queues:
+            started = time.perf_counter()
+            self._streams = tuple(self._picked(view.queues))
+            self._queues = view.queues
+            self._scanned_in = time.perf_counter() - started
         return self._streams
 
     async def round(self, nursery: trio.Nursery, view: VhostView | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.metadata.chunked import ChunkedDict
+from gateway.metadata.chunked import ChunkedDict, Picked
 
 _OPS = st.lists(
     st.tuples(st.sampled_from(["set", "del", "snap"]), st.integers(0, 3000), st.integers()),
@@ -77,3 +77,51 @@ def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
                     before.chunks[index]
                 )
             before = after
+
+
+@given(_OPS)
+def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    looked: list[int] = []
+
+    def even(value: int) -> int | None:
+        looked.append(value)
+        return value * 10 if value % 2 == 0 else None
+
+    picked: Picked[str, int, int] = Picked(even)
+    for op, key_number, value in [*ops, ("snap", 0, 0)]:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+        elif op == "del":
+            live.pop(key, None)
+        else:
+            snapshot = live.frozen()
+            looked.clear()
+            found = picked(snapshot)
+            assert dict(found) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
+            assert len(looked) <= len(snapshot)
+            looked.clear()
+            assert picked(snapshot) is found and looked == []  # the same snapshot: no look
+
+
+def test_picked_looks_only_at_the_chunks_that_changed() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    for n in range(5000):
+        live[f"k{n}"] = n
+    looked: list[int] = []
+
+    def truthy(value: int) -> int | None:
+        looked.append(value)
+        return value or None
+
+    picked: Picked[str, int, int] = Picked(truthy)
+    picked(live.frozen())
+    assert len(looked) == 5000
+    looked.clear()
+    live["k7"] = -7
+    assert picked(live.frozen())["k7"] == -7 and "k0" not in picked(live.frozen())
+    assert 1 <= len(looked) < 50  # one chunk of 1,024
+    assert dict(picked({"a": 1, "b": 0})) == {"a": 1}  # a plain mapping: looked at whole
