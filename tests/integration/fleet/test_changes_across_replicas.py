@@ -218,13 +218,18 @@ def test_a_message_published_on_one_replica_right_after_bind_ok_on_the_other_rea
         if exchange:
             binder.queue_bind(queue, exchange, key)
         publisher.basic_publish(exchange, key, f"m{round_}".encode())
-        _, _, body = binder.basic_get(queue, auto_ack=True)
-        deadline = time.monotonic() + 10
-        while body is None:
-            assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
-            _, _, body = binder.basic_get(queue, auto_ack=True)
-        assert body == f"m{round_}".encode(), f"round {round_}"
+        assert _got(binder, queue, round_) == f"m{round_}".encode(), f"round {round_}"
         binder.queue_delete(queue)
+
+
+def _got(channel: Any, queue: str, round_: int) -> bytes:
+    """The first message of ``queue`` (basic.get until there is one, for 10 s at most)."""
+    _, _, body = channel.basic_get(queue, auto_ack=True)
+    deadline = time.monotonic() + 10
+    while body is None:
+        assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
+        _, _, body = channel.basic_get(queue, auto_ack=True)
+    return bytes(body)
 
 
 def test_a_server_named_queue_gets_a_message_published_elsewhere_right_after_declare_ok(
@@ -241,12 +246,7 @@ def test_a_server_named_queue_gets_a_message_published_elsewhere_right_after_dec
         queue = declarer.queue_declare("", exclusive=round_ % 2 == 0).method.queue
         assert queue.startswith("amq.gen-")
         publisher.basic_publish("", queue, f"m{round_}".encode())
-        _, _, body = declarer.basic_get(queue, auto_ack=True)
-        deadline = time.monotonic() + 10
-        while body is None:
-            assert time.monotonic() < deadline, f"round {round_}: the message never arrived"
-            _, _, body = declarer.basic_get(queue, auto_ack=True)
-        assert body == f"m{round_}".encode(), f"round {round_}"
+        assert _got(declarer, queue, round_) == f"m{round_}".encode(), f"round {round_}"
         declarer.queue_delete(queue)
 
 

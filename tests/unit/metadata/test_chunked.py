@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.metadata.chunked import ChunkedDict, Picked
+from gateway.metadata.chunked import ChunkedDict, FrozenChunkedMap, Picked
 
 _OPS = st.lists(
     st.tuples(st.sampled_from(["set", "del", "snap"]), st.integers(0, 3000), st.integers()),
@@ -49,12 +51,9 @@ def test_set_operations_on_frozen_keys_give_frozensets() -> None:
     assert "a" in keys and "a" not in live
 
 
-@given(_OPS)
-def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
-    ops: list[tuple[str, int, int]],
-) -> None:
+def _snapshots(ops: list[tuple[str, int, int]]) -> Iterator[FrozenChunkedMap[str, int]]:
+    """Apply ``ops`` to a live map, giving a snapshot at each "snap" and at the end."""
     live: ChunkedDict[str, int] = ChunkedDict()
-    before = live.frozen()
     for op, key_number, value in [*ops, ("snap", 0, 0)]:
         key = f"k{key_number}"
         if op == "set":
@@ -62,28 +61,31 @@ def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
         elif op == "del":
             live.pop(key, None)
         else:
-            after = live.frozen()
-            changed = {
-                k for k in set(dict(before)) | set(dict(after)) if before.get(k) != after.get(k)
-            }
-            shared = [
-                i
-                for i, (o, n) in enumerate(zip(before.chunks, after.chunks, strict=True))
-                if o is n
-            ]
-            for index in shared:
-                assert dict(before.chunks[index]) == dict(after.chunks[index])
-                assert not changed & set(after.chunks[index]) and not changed & set(
-                    before.chunks[index]
-                )
-            before = after
+            yield live.frozen()
+
+
+@given(_OPS)
+def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    before = ChunkedDict[str, int]().frozen()
+    for after in _snapshots(ops):
+        changed = {k for k in set(dict(before)) | set(dict(after)) if before.get(k) != after.get(k)}
+        shared = [
+            i for i, (o, n) in enumerate(zip(before.chunks, after.chunks, strict=True)) if o is n
+        ]
+        for index in shared:
+            assert dict(before.chunks[index]) == dict(after.chunks[index])
+            assert not changed & set(after.chunks[index]) and not changed & set(
+                before.chunks[index]
+            )
+        before = after
 
 
 @given(_OPS)
 def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
     ops: list[tuple[str, int, int]],
 ) -> None:
-    live: ChunkedDict[str, int] = ChunkedDict()
     looked: list[int] = []
 
     def even(value: int) -> int | None:
@@ -91,20 +93,13 @@ def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
         return value * 10 if value % 2 == 0 else None
 
     picked: Picked[str, int, int] = Picked(even)
-    for op, key_number, value in [*ops, ("snap", 0, 0)]:
-        key = f"k{key_number}"
-        if op == "set":
-            live[key] = value
-        elif op == "del":
-            live.pop(key, None)
-        else:
-            snapshot = live.frozen()
-            looked.clear()
-            found = picked(snapshot)
-            assert dict(found) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
-            assert len(looked) <= len(snapshot)
-            looked.clear()
-            assert picked(snapshot) is found and looked == []  # the same snapshot: no look
+    for snapshot in _snapshots(ops):
+        looked.clear()
+        found = picked(snapshot)
+        assert dict(found) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
+        assert len(looked) <= len(snapshot)
+        looked.clear()
+        assert picked(snapshot) is found and looked == []  # the same snapshot: no look
 
 
 def test_picked_looks_only_at_the_chunks_that_changed() -> None:
