@@ -166,6 +166,7 @@ ROW_ORDER = [
     "ops3-lazy",
     "cpu3-lazy",
     "churn",
+    "churn-cpu",
     "churn-left",
     *(f"ops-store-{size}" for size in DOC_SIZES),
     "prop-direct",
@@ -383,6 +384,21 @@ def zookeeper_stats(run: Run) -> dict[str, str]:
     return stats
 
 
+def zookeeper_requests(run: Run) -> int | None:
+    """Requests the private ZooKeeper has received so far (``mntr``'s packets received: every
+    request of every client, pings included); None without a private ZooKeeper."""
+    if run.zookeeper_process is None:
+        return None
+    return int(zookeeper_stats(run).get("zk_packets_received", "0"))
+
+
+def per_op(before: int | None, after: int | None, ops: int) -> str:
+    """ZooKeeper requests per operation, as text ("-" when not counted)."""
+    if before is None or after is None or ops == 0:
+        return "-"
+    return f"{(after - before) / ops:.1f}"
+
+
 def stop_private_zookeeper(run: Run) -> None:
     process = run.zookeeper_process
     if process is None:
@@ -522,6 +538,7 @@ class DeclareBind:
     declares: list[float]  # the queue.declare part of each op
     meter: gvp.CpuMeter
     delete_seconds: float
+    zk_requests: str = "-"  # ZooKeeper requests per op
 
     @property
     def rate(self) -> float:
@@ -579,10 +596,12 @@ async def declare_bind(
     try:
         async with asyncio.timeout(args.phase_timeout):
             await asyncio.gather(*(warm(i, c) for i, c in enumerate(clients)))
+            requests_before = await asyncio.to_thread(zookeeper_requests, run)
             with gvp.CpuMeter(pids) as meter:
                 started = time.perf_counter()
                 stop_at = started + args.seconds
                 await asyncio.gather(*(work(i, c, stop_at) for i, c in enumerate(clients)))
+            requests_after = await asyncio.to_thread(zookeeper_requests, run)
             elapsed = max(finished) - started
         async with asyncio.timeout(args.phase_timeout):
             cleanup_started = time.perf_counter()
@@ -600,6 +619,7 @@ async def declare_bind(
         declares,
         meter,
         delete_seconds,
+        per_op(requests_before, requests_after, len(latencies)),
     )
 
 
@@ -629,7 +649,8 @@ def report_declare_bind(run: Run, result: DeclareBind) -> None:
         f"({result.mode}): the replicas (together) / the metadata ZooKeeper / the Pulsar JVM",
         f"{replicas_ms:.2f} ms / "
         f"{used.get('metadata zk', 0.0) / result.ops * 1e3:.2f} ms / "
-        f"{used.get('pulsar+zk', 0.0) / result.ops * 1e3:.2f} ms",
+        f"{used.get('pulsar+zk', 0.0) / result.ops * 1e3:.2f} ms; "
+        f"{result.zk_requests} ZooKeeper requests per op",
     )
     client_us = result.meter.used.get("client", 0.0) / max(1, result.ops) * 1e6
     pairs = zip(result.latencies, result.declares, strict=True)
@@ -703,6 +724,9 @@ class Churn:
     settled: float | None  # seconds until ``after`` equalled ``before`` (None: never)
     rss_before: float
     rss_after: float
+    meter: gvp.CpuMeter | None = None
+    zk_requests: str = "-"  # ZooKeeper requests per cycle
+    steps: dict[str, str] = field(default_factory=dict)  # each step's p50 / p99
 
     @property
     def rate(self) -> float:
@@ -722,16 +746,26 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
     latencies: list[float] = []
     replies = [0]
 
+    steps: dict[str, list[float]] = {}
+
+    def step(name: str, started: float) -> float:
+        now = time.perf_counter()
+        steps.setdefault(name, []).append(now - started)
+        return now
+
     async def cycle(client: gvp.AmqpClient, index: int, n: int) -> None:
+        started = time.perf_counter()
         declared = await client.call(
             commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk
         )
+        started = step("declare", started)
         queue = declared.queue
         tag = f"churn-{index}-{n}"
         await client.call(
             commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=True),
             commands.Basic.ConsumeOk,
         )
+        started = step("consume", started)
         if n % args.churn_reply_every == 0:
             delivered = asyncio.Event()
             client.on_delivery = lambda _tag, _head: delivered.set()
@@ -739,8 +773,11 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
             await asyncio.wait_for(delivered.wait(), 30)
             client.on_delivery = None
             replies[0] += 1
+            started = step("reply", started)
         await client.call(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk)
+        started = step("cancel", started)
         await client.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+        step("delete" if n % args.churn_reply_every else "delete after a reply", started)
 
     async def work(index: int, client: gvp.AmqpClient, stop_at: float) -> None:
         n = 0
@@ -752,11 +789,14 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
 
     try:
         async with asyncio.timeout(args.phase_timeout):
-            started = time.perf_counter()
-            await asyncio.gather(
-                *(work(i, c, started + args.churn_seconds) for i, c in enumerate(clients))
-            )
-            elapsed = time.perf_counter() - started
+            requests_before = await asyncio.to_thread(zookeeper_requests, run)
+            with gvp.CpuMeter(pids) as meter:
+                started = time.perf_counter()
+                await asyncio.gather(
+                    *(work(i, c, started + args.churn_seconds) for i, c in enumerate(clients))
+                )
+                elapsed = time.perf_counter() - started
+            requests_after = await asyncio.to_thread(zookeeper_requests, run)
     finally:
         await close_clients(clients)
     waited_from = time.perf_counter()
@@ -779,6 +819,9 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
         settled,
         rss_before,
         rss_mib(replica.pid),
+        meter,
+        per_op(requests_before, requests_after, len(latencies)),
+        {name: p50_p99(values) for name, values in steps.items()},
     )
 
 
@@ -801,9 +844,23 @@ def report_churn(run: Run, result: Churn) -> None:
         f"{result.before} -> {result.after}, {settled}; RSS {result.rss_before:.0f} -> "
         f"{result.rss_after:.0f} MiB",
     )
+    if result.meter is not None:
+        used = result.meter.used
+        cycles = max(1, result.cycles)
+        run.cell(
+            "churn-cpu",
+            "CPU per churn cycle: the replica / the metadata ZooKeeper / the Pulsar JVM; "
+            "ZooKeeper requests per cycle",
+            f"{used.get('replica-1', 0.0) / cycles * 1e3:.2f} ms / "
+            f"{used.get('metadata zk', 0.0) / cycles * 1e3:.2f} ms / "
+            f"{used.get('pulsar+zk', 0.0) / cycles * 1e3:.2f} ms; {result.zk_requests}",
+        )
     run.detail(
         f"churn: {result.cycles} cycles ({result.replies} with a reply) in "
         f"{result.seconds:.1f} s through 1 replica"
+        + (f"; {result.meter.summary()}" if result.meter is not None else "")
+        + "; steps p50 / p99: "
+        + ", ".join(f"{name} {figures}" for name, figures in result.steps.items())
     )
 
 
@@ -1542,13 +1599,18 @@ def fleet_phases(run: Run) -> None:
         churned = asyncio.run(churn(run, replicas[0], namespace, pids))
         report_churn(run, churned)
 
-    started = [start_gateway(run, f"replica-{i}", namespace) for i in (2, 3)]
+    if "three" in run.args.skip:  # no second and third replica: no phase needs them
+        run.args.skip.append("propagation")
+    started = [
+        start_gateway(run, f"replica-{i}", namespace)
+        for i in ((2, 3) if "three" not in run.args.skip else ())
+    ]
     replicas += [process.wait_ready() for process in started]
     for process in replicas:
         pids[process.name] = process.pid
     ports = [process.port for process in replicas]
 
-    if "ops" not in run.args.skip:
+    if "ops" not in run.args.skip and "three" not in run.args.skip:
         run.machine_load("declare+bind, 3 replicas")
         result = asyncio.run(
             declare_bind(run, ports, pids, "three", mode="lazy", connections=run.args.connections)
@@ -1671,6 +1733,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "fleet",
             "ops",
             "eager",
+            "three",
             "churn",
             "propagation",
             "direct",
@@ -1678,7 +1741,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "load",
             "document",
         ],
-        help="leave a phase out (repeatable): fleet = ops + propagation",
+        help="leave a phase out (repeatable): fleet = ops + propagation; three = the runs "
+        "through 3 replicas (ops and propagation)",
     )
     args = parser.parse_args(argv)
     defaults = {

@@ -65,7 +65,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -252,12 +252,14 @@ def gateway_process(
     *,
     switch_interval: float | None = None,
     timeout: float = 60.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[GatewayProcess]:
     """``starlight-rabbitmq -c <temp conf>`` on a free loopback port, vhost ``/`` on
     ``public/<namespace>``; stopped with SIGINT (graceful), then SIGKILL if it lingers.
 
     ``switch_interval``: run the same entry point under ``sys.setswitchinterval`` (an
     experiment knob: how long pulsar-client's C++ callback threads may wait for the GIL).
+    ``extra_args``: more command-line arguments, e.g. ``--workers 2``.
     """
     workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     port = rabbitmq.free_port()
@@ -273,7 +275,7 @@ def gateway_process(
     log = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
     with log.open("wb") as out:
-        command = [str(GATEWAY_EXE), "-c", str(conf)]
+        command = [str(GATEWAY_EXE), "-c", str(conf), *extra_args]
         if switch_interval is not None:
             command = [
                 str(GATEWAY_EXE.parent / "python"),
@@ -282,6 +284,7 @@ def gateway_process(
                 "from gateway.cli import main; sys.exit(main(sys.argv[1:]))",
                 "-c",
                 str(conf),
+                *extra_args,
             ]
         if os.environ.get("BENCH_CPROFILE"):
             # The gateway's trio thread under cProfile (written when it exits): call counts

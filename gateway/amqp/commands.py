@@ -143,7 +143,9 @@ class ExchangeUnbind:
 @dataclass(frozen=True, slots=True)
 class QueueDeclare:
     """``queue`` may be ``""`` (a server-named queue) only until the shell names it: the
-    backend always gets a name."""
+    backend always gets a name, and ``server_named`` says the shell made it up for this
+    command (random, so nobody can have used it before: docs/fleet.md, "Lazy
+    subscriptions"). Not on the wire."""
 
     METHOD: ClassVar[tuple[int, int]] = (50, 10)
     queue: str = ""
@@ -153,6 +155,7 @@ class QueueDeclare:
     auto_delete: bool = False
     nowait: bool = False
     arguments: Arguments = field(default_factory=_no_arguments)
+    server_named: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,6 +254,10 @@ class MemoryMetadataStore:
             frozenset((b.source, b.routing_key) for b in edges if b.destination == exchange),
         )
 
+    async def sync_has_exchange_bindings(self, namespace: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return bool(self._namespace(namespace).exchange_bindings)
+
     async def opened(self, known: int = 0) -> list[str]:
         if len(self._opened) > known:
             await trio.lowlevel.checkpoint()

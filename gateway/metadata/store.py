@@ -191,6 +191,14 @@ class MetadataStore(Protocol):
         when the view may lag another replica's bind (one listing: the exchange's node)."""
         ...
 
+    async def sync_has_exchange_bindings(self, namespace: str) -> bool:
+        """False if the namespace has no exchange binding as of this replica's latest write
+        (True may also mean it had some once): a queue binder reads it right after its write,
+        and reads its exchange's edges (``sync_edges_of``, a listing of every binding of the
+        exchange) only when it is True. Like ``sync_topic_key``, no sync is needed after a
+        write of this replica's own."""
+        ...
+
     async def opened(self, known: int = 0) -> list[str]:
         """The namespaces this replica has opened, once there are more than ``known``."""
         ...

@@ -217,7 +217,7 @@ class AMQPSession:
             # The name rules need no lookup; server-named queues are exempt from them.
             check_queue_declare(command.queue, passive=command.passive)
         else:
-            command = replace(command, queue=server_named_queue())
+            command = replace(command, queue=server_named_queue(), server_named=True)
         status = await self._vhost.declare_queue(command, self._link.owner)
         state.last_queue = status.name
         COUNTERS.queues_declared += 1

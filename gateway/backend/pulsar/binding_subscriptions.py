@@ -104,7 +104,14 @@ class BindingSubscriptions:
     async def after_queue_binding(self, binding: Binding, prepared: Prepared) -> None:
         """The handshake's binder half for a queue binding, through exchange bindings into
         its exchange that ZooKeeper has now."""
-        graph = ZooKeeperGraph(self._catalog, self._r.store)
+        store = self._r.store
+        if not self._catalog.view.exchange_bindings and not await self._catalog.write(
+            store.sync_has_exchange_bindings(self._catalog.namespace)
+        ):
+            # None in the namespace: nothing leads into the exchange, and listing its node
+            # (every binding it has, thousands for a busy exchange) would be for nothing.
+            return
+        graph = ZooKeeperGraph(self._catalog, store)
         if not (await graph.edges(binding.exchange)).incoming:
             return
         upstream = await graph.upstream(binding.exchange)

@@ -55,8 +55,10 @@ from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.stream_feed import StreamFeeder
 from gateway.backend.pulsar.ttl_sweep import ExpirySweeper
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.chunked import Picked
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, QueueCondition, VhostView
+from gateway.model.entities import Queue
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.admin import PulsarAdmin
@@ -69,6 +71,14 @@ __all__ = ["FleetDuties", "NamespaceLeader"]
 REAP_TICK = 1.0
 # How often the reconciler looks for bindings that miss a subscription.
 RECONCILE_INTERVAL = 60.0
+
+
+def _if_exclusive(queue: Queue) -> Queue | None:
+    return queue if queue.owner is not None else None
+
+
+def _if_auto_delete(queue: Queue) -> Queue | None:
+    return queue if queue.auto_delete else None
 
 
 class FleetDuties:
@@ -168,6 +178,10 @@ class NamespaceLeader:
         # Auto-delete queues seen with consumers this term, and ones found never consumed.
         self._consumed: set[str] = set()
         self._unconsumed: set[str] = set()
+        # Exclusive and auto-delete queues: the reaper's candidates (looked for only where
+        # the queues changed: chunked.py).
+        self._exclusive: Picked[str, Queue, Queue] = Picked(_if_exclusive)
+        self._auto_delete: Picked[str, Queue, Queue] = Picked(_if_auto_delete)
 
     async def run(self) -> None:
         try:
@@ -195,9 +209,7 @@ class NamespaceLeader:
             # Nothing changed since a tick that found no candidate: looking at every queue
             # again each second would stall the replica's event loop in a large vhost.
             return
-        orphaned = {
-            q.name for q in view.queues.values() if q.owner is not None and q.name not in view.owned
-        }
+        orphaned = {name for name in self._exclusive(view.queues) if name not in view.owned}
         abandoned = self._abandoned_in(view)
         now = trio.current_time()
         for name in self._due(self._orphaned, orphaned, now):
@@ -222,16 +234,14 @@ class NamespaceLeader:
         """Auto-delete queues without consumers that had some this term, or that this leader
         has not asked the store about yet (a new leader does not know their past)."""
         candidates: set[str] = set()
-        for queue in view.queues.values():
-            if not queue.auto_delete:
-                continue
+        for queue in self._auto_delete(view.queues).values():
             if view.consumers.get(queue.name):
                 self._consumed.add(queue.name)
                 self._unconsumed.discard(queue.name)
             elif queue.name in self._consumed or queue.name not in self._unconsumed:
                 candidates.add(queue.name)
-        self._consumed &= set(view.queues)
-        self._unconsumed &= set(view.queues)
+        self._consumed = {name for name in self._consumed if name in view.queues}
+        self._unconsumed = {name for name in self._unconsumed if name in view.queues}
         return candidates
 
     async def _delete(self, name: str, condition: QueueCondition, why: str) -> bool:

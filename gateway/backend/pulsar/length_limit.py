@@ -40,7 +40,9 @@ import trio
 
 from gateway.backend.interface import Message
 from gateway.backend.pulsar.expiry import DeadLetter
+from gateway.metadata.chunked import Picked
 from gateway.metadata.store import VhostView
+from gateway.model.entities import Queue
 from gateway.model.length_limit import LengthLimit, length_limit
 from gateway.model.naming import subscription_for
 from gateway.pulsar.admin import PulsarAdmin
@@ -48,7 +50,7 @@ from gateway.pulsar.errors import NotFound
 
 log = logging.getLogger("gateway.pulsar.length_limit")
 
-__all__ = ["REFUSED_ARGUMENTS", "LengthLimits", "count_ready", "limits_in"]
+__all__ = ["REFUSED_ARGUMENTS", "LengthLimits", "count_ready", "limits_in", "limits_picker"]
 
 # The queue arguments this backend refuses (406 naming them), with why.
 REFUSED_ARGUMENTS: Final = {
@@ -80,14 +82,20 @@ async def count_ready(admin: PulsarAdmin, topics: Collection[str], queue: str) -
     return total
 
 
+def _limit_of(queue: Queue) -> LengthLimit | None:
+    return length_limit(queue.arguments)
+
+
 def limits_in(view: VhostView) -> dict[str, LengthLimit]:
-    """The length limits of the queues in ``view``."""
-    limits = {}
-    for name, queue in view.queues.items():
-        limit = length_limit(queue.arguments)
-        if limit is not None:
-            limits[name] = limit
-    return limits
+    """The length limits of the queues in ``view`` (a look at every queue: ``limits_picker``
+    follows successive views at the cost of what changed)."""
+    return {name: limit for name, q in view.queues.items() if (limit := _limit_of(q)) is not None}
+
+
+def limits_picker() -> Picked[str, Queue, LengthLimit]:
+    """The length limits of successive views' queues (``picker(view.queues)``), looking only
+    at the queues that changed since the previous view (chunked.py)."""
+    return Picked(_limit_of)
 
 
 class LengthLimits:
@@ -96,14 +104,16 @@ class LengthLimits:
     def __init__(self, count_ready: CountReady, dead_letter: DeadLetter) -> None:
         self._count_ready = count_ready
         self._dead_letter = dead_letter
-        self._limits: tuple[int, dict[str, LengthLimit]] = (-1, {})
+        self._limits: tuple[int, Mapping[str, LengthLimit]] = (-1, {})
+        self._picker = limits_picker()
         # Per queue: (ready messages as last counted and counted up since, when counted).
         self._counts: dict[str, tuple[int, float]] = {}
 
-    def of(self, view: VhostView) -> dict[str, LengthLimit]:
-        """The limits of the view's queues (recomputed when the view changes)."""
+    def of(self, view: VhostView) -> Mapping[str, LengthLimit]:
+        """The limits of the view's queues (looked at again, where they changed, when the
+        view changes: every declare elsewhere changes it)."""
         if self._limits[0] != view.version:
-            self._limits = (view.version, limits_in(view))
+            self._limits = (view.version, self._picker(view.queues))
             self._counts = {q: c for q, c in self._counts.items() if q in self._limits[1]}
         return self._limits[1]
 

@@ -8,7 +8,7 @@ import logging
 import trio
 
 from gateway.backend.pulsar.cleaner import repeat_rounds
-from gateway.backend.pulsar.length_limit import limits_in
+from gateway.backend.pulsar.length_limit import limits_picker
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 
 log = logging.getLogger("gateway.pulsar.length_trim")
@@ -26,12 +26,13 @@ class LengthTrimmer:
     def __init__(self, vhost: PulsarVirtualHost, namespace: str) -> None:
         self._vhost = vhost
         self._namespace = namespace
+        self._limits = limits_picker()
 
     async def run(self, interval: float = TRIM_INTERVAL) -> None:
         await repeat_rounds("length", self._namespace, self.trim, interval)
 
     async def trim(self) -> None:
-        for queue, limit in sorted(limits_in(self._vhost.catalog.view).items()):
+        for queue, limit in sorted(self._limits(self._vhost.catalog.view.queues).items()):
             if limit.rejects_publish:
                 continue
             try:

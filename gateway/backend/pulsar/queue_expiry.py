@@ -26,9 +26,10 @@ import logging
 from gateway.backend.pulsar.cleaner import repeat_rounds
 from gateway.backend.pulsar.queue_use import LAST_USED, now_ms
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.chunked import Picked
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition
-from gateway.model.entities import DEFAULT_EXCHANGE
+from gateway.model.entities import DEFAULT_EXCHANGE, Queue
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.ttl import queue_expires
 from gateway.pulsar.admin import PulsarAdmin
@@ -50,6 +51,8 @@ class QueueExpirer:
         self._namespace = namespace
         # Per queue with x-expires: the latest use this leader knows of (ms).
         self._used: dict[str, int] = {}
+        # The queues with an expiry, and theirs (looked for only where the queues changed).
+        self._expiring: Picked[str, Queue, int] = Picked(lambda q: queue_expires(q.arguments))
 
     async def run(self, interval: float = EXPIRY_TICK) -> None:
         await repeat_rounds("queue-expiry", self._namespace, self.expire, interval)
@@ -58,10 +61,7 @@ class QueueExpirer:
         view = self._vhost.catalog.view
         now = now_ms()
         self._used = {q: used for q, used in self._used.items() if q in view.queues}
-        for name, queue in sorted(view.queues.items()):
-            expires = queue_expires(queue.arguments)
-            if expires is None:
-                continue
+        for name, expires in sorted(self._expiring(view.queues).items()):
             used = self._used.setdefault(name, now)  # first seen: a full period from now
             if view.consumers.get(name):
                 self._used[name] = now

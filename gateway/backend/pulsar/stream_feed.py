@@ -35,8 +35,10 @@ from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.stream_copies import LogCopier
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.model.arguments import is_stream
+from gateway.model.entities import Queue
 
 log = logging.getLogger("gateway.pulsar.stream_feed")
 
@@ -45,9 +47,10 @@ __all__ = ["StreamFeeder"]
 # Without a change of the view, the leader still looks this often (a feed whose new topic
 # could not be subscribed to tries again).
 RECHECK_INTERVAL = 1.0
-# A look at every queue of a large vhost takes time (when the queues changed): the next round
-# waits this many times as long, so that the feed takes at most about a third of the
-# replica's time however fast the view changes.
+# A look at the queues takes time (when they changed): the next round waits this many times
+# as long, so that the feed takes at most about a third of the replica's time however fast the
+# view changes. Only the parts of the queue map that changed are looked at (``streams``):
+# microseconds per change, whatever the size of the vhost.
 ROUND_SPACING = 2.0
 # A routing key's first publisher makes the subscriptions on its topic with Pulsar's admin API
 # (activation.py), which resets a subscription that a consumer created meanwhile and
@@ -63,6 +66,10 @@ LOOKUPS = 8
 IN_FLIGHT = 256
 # After a failure, the stream's feed starts again this much later.
 RETRY_DELAY = 1.0
+
+
+def _if_stream(queue: Queue) -> bool | None:
+    return True if is_stream(queue.arguments) else None
 
 
 class _Feed:
@@ -87,6 +94,7 @@ class StreamFeeder:
         # a change of bindings or routing keys only does not look at every queue again).
         self._queues: object = None
         self._streams: tuple[str, ...] = ()
+        self._picked: Picked[str, Queue, bool] = Picked(_if_stream)
         self._scanned_in = 0.0  # how long the last look at every queue took (seconds)
         # At most this many of those looks at once (a new leader looks at every topic).
         self._lookups = trio.CapacityLimiter(LOOKUPS)
@@ -113,11 +121,12 @@ class StreamFeeder:
                         await trio.sleep(recheck)
 
     def streams(self, view: VhostView) -> tuple[str, ...]:
-        """The streams of ``view`` (looked for among its queues only when those changed)."""
+        """The streams of ``view`` (looked for among its queues only where those changed:
+        chunked.py)."""
         self._scanned_in = 0.0
         if view.queues is not self._queues:
             started = time.perf_counter()
-            self._streams = tuple(n for n, q in view.queues.items() if is_stream(q.arguments))
+            self._streams = tuple(self._picked(view.queues))
             self._queues = view.queues
             self._scanned_in = time.perf_counter() - started
         return self._streams

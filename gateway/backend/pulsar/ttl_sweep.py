@@ -31,8 +31,10 @@ import trio
 
 from gateway.backend.pulsar.cleaner import repeat_rounds
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import dead_letter_target
+from gateway.model.entities import Queue
 from gateway.model.naming import subscription_for
 from gateway.model.ttl import queue_message_ttl
 from gateway.pulsar.admin import PulsarAdmin
@@ -49,6 +51,14 @@ SWEEP_READ_AHEAD = 20
 HEAD_RECHECK = 5.0
 
 
+def _swept(queue: Queue) -> Queue | None:
+    """The queue if a sweep has anything to do with it (a TTL, or a dead-letter exchange)."""
+    arguments = queue.arguments
+    if queue_message_ttl(arguments) is None and dead_letter_target(arguments) is None:
+        return None
+    return queue
+
+
 class ExpirySweeper:
     def __init__(
         self, vhost: PulsarVirtualHost, store: MetadataStore, admin: PulsarAdmin, namespace: str
@@ -60,6 +70,9 @@ class ExpirySweeper:
         # Per queue with a dead-letter exchange: when its head is next worth reading (the
         # head's expiry, or a while later if it has none: only a consumer moves the head).
         self._due: dict[str, float] = {}
+        # The queues with a message TTL or a dead-letter exchange: the others have nothing to
+        # sweep (looked for only where the queues changed).
+        self._swept: Picked[str, Queue, Queue] = Picked(_swept)
 
     async def run(self, interval: float = SWEEP_INTERVAL) -> None:
         await repeat_rounds("expiry", self._namespace, self.sweep, interval)
@@ -68,7 +81,7 @@ class ExpirySweeper:
         view = self._store.view(self._namespace)
         now = trio.current_time()
         self._due = {q: due for q, due in self._due.items() if q in view.queues}
-        for queue in sorted(view.queues.values(), key=lambda q: q.name):
+        for queue in sorted(self._swept(view.queues).values(), key=lambda q: q.name):
             ttl = queue_message_ttl(queue.arguments)
             if dead_letter_target(queue.arguments) is None:
                 if ttl is not None:

@@ -195,15 +195,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
         queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
         if created and not subscribed:
-            if queue_expires(queue.arguments) is not None:
+            expiring = queue_expires(queue.arguments) is not None
+            if expiring:
                 # Its uses are recorded on its own subscription (queue_use.py), so that one is
                 # made now rather than at the first publish.
                 await self.catalog.write(
                     self._r.store.register_topic_key(self.catalog.namespace, *activation)
                 )
-            await self._subscriptions.subscribe_if_active(
-                activation, topic, name, undo=self.drop_queue
-            )
+            if expiring or not command.server_named:
+                # The binder's half of the handshake. A name made up for this command (128
+                # random bits) cannot have been published to before it was created, so no
+                # key of it can be registered yet: nothing to read (docs/fleet.md).
+                await self._subscriptions.subscribe_if_active(
+                    activation, topic, name, undo=self.drop_queue
+                )
         if not command.passive:  # a redeclare renews an x-expires lease (queue_use.py)
             await self._queue_use.used(name, queue.arguments)
         if created:

@@ -14,16 +14,8 @@ from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.codec import binding_id
 from gateway.metadata.paths import BUCKETS, Folder, encode_name
-from gateway.metadata.zookeeper.calls import (
-    TXN_BYTES,
-    TXN_OPS,
-    Delete,
-    KazooCalls,
-    Op,
-    nothing,
-    op_size,
-    unexpected,
-)
+from gateway.metadata.zookeeper.calls import KazooCalls, nothing, unexpected
+from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Delete, Op, op_size
 from gateway.metadata.zookeeper.transactions import EntityTransactions, create_ops, unbind_ops
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.entities import Binding, Exchange, Queue

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 import outcome
@@ -27,16 +27,17 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
-    RolledBackError,
-    RuntimeInconsistency,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
 
 from gateway.metadata.codec import namespace_document
 from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.mixed_read import MISSING, Read
 from gateway.metadata.paths import BUCKETS, Layout
 from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.zookeeper.group_commit import GroupCommit, failed_index
+from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 
 T = TypeVar("T")
 
@@ -48,10 +49,8 @@ ATTEMPTS: Final = 16
 # racing twenty binds of the same queue) spread out instead of losing every round.
 RACE_BACKOFF: Final = 0.002
 RACE_BACKOFF_CAP: Final = 0.2
-# Operations per transaction, and their approximate size: a multi is one packet, and
-# ZooKeeper refuses packets over jute.maxbuffer (1 MB by default).
-TXN_OPS: Final = 900
-TXN_BYTES: Final = 512 * 1024
+# The timeout sweeper drops answered replies at least this often (seconds).
+SWEEP: Final = 1.0
 # Errors that say "the connection went away": the outcome of a write is then unknown.
 CONNECTION_ERRORS: Final = (
     ConnectionLoss,
@@ -67,42 +66,8 @@ _REFUSAL: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Create:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    path: str
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SetData:
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """Fails the transaction unless ``path`` exists (at ``version``; -1: any)."""
-
-    path: str
-    version: int = -1
-
-
-Op = Create | Delete | SetData | Check
 # A failed transaction: the index of the operation that failed, and its error.
 Failure = tuple[int, Exception]
-
-
-def op_size(op: Op) -> int:
-    """About how many bytes ``op`` adds to a transaction's packet."""
-    return len(op.path) + 32 + (len(op.data) if isinstance(op, Create | SetData) else 0)
 
 
 def absent(path: str) -> list[Op]:
@@ -117,13 +82,50 @@ def nothing() -> None:
 
 
 class Reply(Generic[T]):
-    """One answer, applied on the trio thread and awaited by one task."""
+    """One answer, applied on the trio thread and awaited by one task.
 
-    __slots__ = ("done", "result")
+    Lighter than a trio Event and a cancel scope per request (two to five requests per AMQP
+    command): the waiting task is parked and rescheduled directly, and the timeout is the
+    calls' one sweeper's (``KazooCalls._sweep``), not a deadline per request."""
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
+    __slots__ = ("_task", "deadline", "result")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
         self.result: outcome.Outcome[T] | None = None
+        self._task: trio.lowlevel.Task | None = None
+
+    def set(self, result: outcome.Outcome[T]) -> None:
+        """The answer (or the timeout): the first one counts; the waiting task wakes up."""
+        if self.result is not None:
+            return
+        self.result = result
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> outcome.Outcome[T]:
+        """The answer, once set (a checkpoint either way)."""
+        if self.result is None:
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.checkpoint()
+        assert self.result is not None
+        return self.result
+
+
+def _children(answer: Any) -> list[str]:
+    return [] if answer is MISSING else list(answer)
+
+
+def _data(answer: Any) -> tuple[bytes, int] | None:
+    return None if answer is MISSING else (answer[0], answer[1])
 
 
 def unexpected(error: Exception, what: str) -> Exception:
@@ -179,6 +181,10 @@ class KazooCalls:
     def __init__(self, session: KazooSession, layout: Layout) -> None:
         self.session = session
         self.layout = layout
+        self.group = GroupCommit(session)
+        # Replies not yet timed out or dropped, oldest first; whether the sweeper runs.
+        self._pending: deque[tuple[Reply[Any], str]] = deque()
+        self._sweeping = False
 
     @property
     def client(self) -> Any:
@@ -194,30 +200,59 @@ class KazooCalls:
 
     # ------------------------------------------------------------------ issuing, waiting
 
-    def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
-        """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
-        once while ZooKeeper is unreachable (kazoo would queue it)."""
-        self.check_writable(what)
-        reply: Reply[T] = Reply()
+    def _reply(
+        self, apply: Callable[[Any], T], what: str
+    ) -> tuple[Reply[T], Callable[[Any], None]]:
+        """A reply and the callback that fills it: ``apply`` the answer there (in answer
+        order), and wake the task awaiting it. The sweeper times it out."""
+        reply: Reply[T] = Reply(trio.current_time() + self.session.request_timeout)
 
         def on_answer(result: Any) -> None:
-            reply.result = outcome.capture(apply, result)
-            reply.done.set()
+            reply.set(outcome.capture(apply, result))
 
+        self._pending.append((reply, what))
+        if not self._sweeping:
+            self._sweeping = True
+            trio.lowlevel.spawn_system_task(self._sweep, name="metadata request timeouts")
+        return reply, on_answer
+
+    async def _sweep(self) -> None:
+        """Time out the replies not answered within ``request_timeout``. They are in the
+        order of their deadlines; answered ones are dropped at least every second."""
+        pending = self._pending
+        try:
+            while pending:
+                reply, what = pending[0]
+                if reply.result is not None:
+                    pending.popleft()
+                elif trio.current_time() >= reply.deadline:
+                    pending.popleft()
+                    reply.set(outcome.Error(self._timed_out(what)))
+                else:
+                    await trio.sleep_until(min(reply.deadline, trio.current_time() + SWEEP))
+        finally:
+            self._sweeping = False
+
+    def _timed_out(self, what: str) -> MetadataUnavailable:
+        return MetadataUnavailable(
+            f"ZooKeeper did not answer within {self.session.request_timeout:g} s while trying "
+            f"to {what}; the change may or may not have been made"
+        )
+
+    def submit(self, what: str, issue: Callable[[], Any], apply: Callable[[Any], T]) -> Reply[T]:
+        """Issue a kazoo call; its answer is applied in order on the trio thread. Refused at
+        once while ZooKeeper is unreachable (kazoo would queue it). Grouped transactions and
+        reads waiting for the end of the turn go first (group_commit.py, "Order")."""
+        self.check_writable(what)
+        self.group.flush()
+        reply, on_answer = self._reply(apply, what)
         self.session.link(issue(), on_answer)
         return reply
 
     async def wait(self, reply: Reply[T], what: str) -> T:
         """The answer, or MetadataUnavailable if none comes within ``request_timeout``."""
-        timeout = self.session.request_timeout
-        with trio.move_on_after(timeout):
-            await reply.done.wait()
-        if reply.result is None:
-            raise MetadataUnavailable(
-                f"ZooKeeper did not answer within {timeout:g} s while trying to "
-                f"{what}; the change may or may not have been made"
-            )
-        return reply.result.unwrap()
+        result = await reply.wait()
+        return result.unwrap()
 
     async def ask(self, issue: Callable[[], Any], apply: Callable[[Any], T], what: str) -> T:
         return await self.wait(self.submit(what, issue, apply), what)
@@ -243,18 +278,7 @@ class KazooCalls:
         on_success: Callable[[], None] | None = None,
         on_failure: Callable[[int, Exception], None] | None = None,
     ) -> Reply[Failure | None]:
-        # transaction() even for one create: create_async would reorder answers.
-        transaction = self.client.transaction()
-        for op in ops:
-            if isinstance(op, Create):
-                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
-            elif isinstance(op, Delete):
-                transaction.delete(op.path, op.version)
-            elif isinstance(op, SetData):
-                transaction.set_data(op.path, op.data, op.version)
-            else:
-                transaction.check(op.path, op.version)
-
+        self.check_writable(what)
         # Watch events for what it creates or changes are held until it is answered.
         own = self.session.own_writes
         written = [op.path for op in ops if isinstance(op, Create | SetData)]
@@ -262,14 +286,12 @@ class KazooCalls:
         def apply(result: Any) -> Failure | None:
             failed = True
             try:
-                for index, item in enumerate(value(result, what)):
-                    # The other operations of a failed transaction report "rolled back".
-                    if isinstance(item, Exception) and not isinstance(
-                        item, RolledBackError | RuntimeInconsistency
-                    ):
-                        if on_failure is not None:
-                            on_failure(index, item)
-                        return index, item
+                results = value(result, what)
+                index = failed_index(results)
+                if index is not None:
+                    if on_failure is not None:
+                        on_failure(index, results[index])
+                    return index, results[index]
                 failed = False
                 if on_success is not None:
                     on_success()
@@ -277,22 +299,30 @@ class KazooCalls:
             finally:
                 own.end(written, failed=failed)
 
-        reply: Reply[Failure | None] = self.submit(what, transaction.commit_async, apply)
+        reply, on_answer = self._reply(apply, what)
+        # With the other transactions of this turn, in one multi (group_commit.py).
+        self.group.write(ops, on_answer)
         own.begin(written)
         return reply
 
     # ------------------------------------------------------------------ small requests
 
+    def submit_read(self, kind: Read, path: str, what: str, apply: Callable[[Any], T]) -> Reply[T]:
+        """Read ``path`` with the other reads of this turn, in one multiRead
+        (group_commit.py); ``apply`` gets the answer: ``(data, version)`` or the children, or
+        ``MISSING``."""
+        self.check_writable(what)
+
+        def answered(result: Any) -> T:
+            return apply(value(result, what))
+
+        reply, on_answer = self._reply(answered, what)
+        self.group.read(kind, path, on_answer)
+        return reply
+
     def submit_children(self, path: str, what: str) -> Reply[list[str]]:
         """List ``path`` (no watch); a missing node has no children."""
-
-        def apply(result: Any) -> list[str]:
-            try:
-                return list(value(result, what))
-            except NoNodeError:
-                return []
-
-        return self.submit(what, lambda: self.client.get_children_async(path), apply)
+        return self.submit_read(Read.CHILDREN, path, what, _children)
 
     async def children(self, path: str, what: str) -> list[str]:
         return await self.wait(self.submit_children(path, what), what)
@@ -301,26 +331,22 @@ class KazooCalls:
         """The children of ``path`` after a sync (none if it does not exist): what another
         replica wrote before now, whether or not this one's watches have reported it."""
         await self.prepare(what)
+        self.group.flush()
         self.client.sync_async(path)  # the listing below is answered after it (same session)
         return await self.children(path, what)
 
+    def submit_data(self, path: str, what: str) -> Reply[tuple[bytes, int] | None]:
+        """The node's data and version (None if it does not exist), read with the other
+        reads of this turn."""
+        return self.submit_read(Read.DATA, path, what, _data)
+
     async def read_data(self, path: str, what: str) -> tuple[bytes, int] | None:
         """The node's data and version; None if it does not exist."""
-
-        def apply(result: Any) -> tuple[bytes, int] | None:
-            try:
-                data, stat = value(result, what)
-            except NoNodeError:
-                return None
-            return bytes(data or b""), int(stat.version)
-
-        return await self.ask(lambda: self.client.get_async(path), apply, what)
+        return await self.wait(self.submit_data(path, what), what)
 
     async def exists(self, path: str, what: str) -> bool:
-        def apply(result: Any) -> bool:
-            return value(result, what) is not None
-
-        return await self.ask(lambda: self.client.exists_async(path), apply, what)
+        """Whether ``path`` exists."""
+        return await self.read_data(path, what) is not None
 
     async def delete_if_there(self, path: str, what: str) -> None:
         failure = await self.transact(what, [Delete(path)], nothing)

@@ -12,9 +12,10 @@ anything was listed, and every consumer registration raises that version: a cons
 registered after our listing fails the delete (BadVersion), and we list again. That makes a
 ``QueueCondition`` exact: it is checked on listings no registration has overtaken.
 
-Each attempt is the same named steps (``_attempt``): read the version the condition is checked
-at, list the refs and the records, check the condition, commit one batch, and explain a
-failure (``_after_failure``) as "list again", "gone already", or a real error.
+Each attempt is the same named steps (``_attempt``): read the node's document and version, list
+the refs and the records (one multiRead, served in that order, so the version is read before
+anything is listed), check the condition, commit one batch, and explain a failure
+(``_after_failure``) as "list again", "gone already", or a real error.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway.metadata.codec import (
 )
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.mirror import NamespaceMirror
+from gateway.metadata.mixed_read import MISSING, Read
 from gateway.metadata.paths import (
     Folder,
     decode_exchange_binding_id,
@@ -47,24 +49,19 @@ from gateway.metadata.store import REMOVE, DrainRecord, QueueCondition
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     ATTEMPTS,
-    TXN_BYTES,
-    TXN_OPS,
     Again,
-    Create,
-    Delete,
     KazooCalls,
-    Op,
+    Reply,
     absent,
-    op_size,
     retry_races,
     unexpected,
-    value,
 )
+from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Create, Delete, Op, op_size
 from gateway.metadata.zookeeper.reclaim import EphemeralRecords
 from gateway.metadata.zookeeper.transactions import (
     DrainWrites,
     QueueRecords,
-    list_queue_records,
+    submit_queue_records,
     unbind_ops,
 )
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
@@ -228,28 +225,26 @@ class _CascadingDelete:
         return await retry_races(self.what, self._attempt)
 
     async def _attempt(self) -> bool | Again:
-        """Check the condition on the queue's document (at its version), list the refs and
-        the records (at that version still, or AGAIN), check the rest of the condition, and
-        commit the next batch; a failure is explained by ``_after_failure``."""
-        checked_version: int | None = None
-        if self._condition is not None and self._condition is not QueueCondition.UNUSED:
-            document = await self._calls.read_data(self._path, self.what)
-            if document is None:
-                self._watcher.forget(self._namespace, self._folder, self._child)
-                return False
-            data, checked_version = document
-            _check_document(self._name, self._condition, data)
-        listing = await self._list_refs()
-        if listing is None:
+        """Read the node (its document and version), list its refs and the queue's records
+        (all in one multiRead: group_commit.py, served in this order), check the condition,
+        and commit the next batch at the version read first; a failure is explained by
+        ``_after_failure``."""
+        node = self._submit_node()
+        refs_reply = self._calls.submit_children(self._path, self.what)
+        records_of = None
+        if self._folder is Folder.QUEUES:
+            records_of = submit_queue_records(self._calls, self._namespace, self._name, self.what)
+        document = await self._calls.wait(node, self.what)
+        refs = await self._calls.wait(refs_reply, self.what)
+        records = None if records_of is None else await records_of()
+        if document is None:
             return False
-        refs, version = listing
-        if checked_version is not None and version != checked_version:
-            return AGAIN  # a consumer came or went between the two reads
+        data, version = document
+        if self._condition is not None and self._condition is not QueueCondition.UNUSED:
+            _check_document(self._name, self._condition, data)
         if self._refuse_bindings and any(map(self._as_source, refs)):
             raise ConditionNotMet("exchange", self._name, "it has bindings")
-        records = None
-        if self._folder is Folder.QUEUES:
-            records = await list_queue_records(self._calls, self._namespace, self._name, self.what)
+        if records is not None:
             _check_records(self._name, self._condition, records)
         batch = self._next_batch(refs, version, records)
         failure = await self._calls.transact(
@@ -270,22 +265,17 @@ class _CascadingDelete:
         except ValueError:
             return True
 
-    async def _list_refs(self) -> tuple[list[str], int] | None:
-        """The node's children (refs, named by binding id) and its version; None: no node."""
-        what = self.what
+    def _submit_node(self) -> Reply[tuple[bytes, int] | None]:
+        """Read the node's document and version (None: no node, forgotten by the view in
+        answer order)."""
 
-        def apply(result: Any) -> tuple[list[str], int] | None:
-            try:
-                refs, stat = value(result, what)
-            except NoNodeError:
+        def apply(answer: Any) -> tuple[bytes, int] | None:
+            if answer is MISSING:
                 self._watcher.forget(self._namespace, self._folder, self._child)
                 return None
-            return list(refs), int(stat.version)
+            return bytes(answer[0]), int(answer[1])
 
-        client = self._calls.client
-        return await self._calls.ask(
-            lambda: client.get_children_async(self._path, include_data=True), apply, what
-        )
+        return self._calls.submit_read(Read.DATA, self._path, self.what, apply)
 
     # ------------------------------------------------------------------ planning
 

@@ -27,14 +27,13 @@ from gateway.metadata.store import MetadataUnavailable
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,
-    Create,
     KazooCalls,
-    SetData,
     nothing,
     retry_races,
     unexpected,
     value,
 )
+from gateway.metadata.zookeeper.ops import Create, SetData
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from gateway.metadata.codec import encode_exchange_binding, exchange_binding_id
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.paths import Folder
 from gateway.metadata.store import DrainRecord
-from gateway.metadata.zookeeper.calls import Create, Delete, KazooCalls, Op
+from gateway.metadata.zookeeper.calls import KazooCalls
+from gateway.metadata.zookeeper.ops import Create, Delete, Op
 from gateway.metadata.zookeeper.transactions import EntityTransactions, exchange_binding_refs
 from gateway.model.entities import ExchangeBinding
 

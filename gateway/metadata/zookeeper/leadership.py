@@ -20,14 +20,8 @@ from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.store import MetadataUnavailable
-from gateway.metadata.zookeeper.calls import (
-    ATTEMPTS,
-    Create,
-    KazooCalls,
-    nothing,
-    too_many_races,
-    value,
-)
+from gateway.metadata.zookeeper.calls import ATTEMPTS, KazooCalls, nothing, too_many_races, value
+from gateway.metadata.zookeeper.ops import Create
 
 log = logging.getLogger(__name__)
 

@@ -314,6 +314,16 @@ class ZooKeeperMetadataStore:
                     queues.add((parsed.queue, parsed.routing_key))
         return ExchangeEdges(frozenset(queues), frozenset(outgoing), frozenset(incoming))
 
+    async def sync_has_exchange_bindings(self, namespace: str) -> bool:
+        what = "look for exchange bindings"
+        await self._calls.prepare(what)
+        # An exchange binding's create makes its bucket first (ensure_parents), and buckets
+        # are never deleted (but with the namespace): a folder without buckets never had one.
+        # At most 256 two-letter names, where sync_edges_of lists every binding of an
+        # exchange. No sync: read right after a write of our own (see sync_topic_key).
+        folder = f"{self._layout.namespace(namespace)}/{Folder.EXCHANGE_BINDINGS.value}"
+        return bool(await self._calls.children(folder, what))
+
     async def list_namespaces(self) -> list[str]:
         path = self._layout.vhosts
         namespaces = []

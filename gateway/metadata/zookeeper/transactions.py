@@ -14,7 +14,7 @@ when the write returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,16 +57,13 @@ from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,
-    Create,
-    Delete,
     KazooCalls,
-    Op,
-    SetData,
     absent,
     retry_races,
     unexpected,
     value,
 )
+from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 from gateway.metadata.zookeeper.reclaim import EphemeralRecord, EphemeralRecords
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
@@ -142,11 +139,11 @@ class QueueRecords:
     drains: list[str] = field(default_factory=list)
 
 
-async def list_queue_records(
+def submit_queue_records(
     calls: KazooCalls, namespace: str, name: str, what: str
-) -> QueueRecords:
-    """List the queue's buckets in the owners, consumers and drains folders (the three
-    requests are in flight together)."""
+) -> Callable[[], Awaitable[QueueRecords]]:
+    """Submit the listings of the queue's buckets in the owners, consumers and drains folders
+    (with the other reads of this turn: one multiRead); the function returned awaits them."""
     child = encode_name(name)
     replies = {
         folder: calls.submit_children(
@@ -154,16 +151,27 @@ async def list_queue_records(
         )
         for folder in (Folder.OWNERS, Folder.CONSUMERS, Folder.DRAINS)
     }
-    listed = {folder: await calls.wait(reply, what) for folder, reply in replies.items()}
-    return QueueRecords(
-        owner=child in listed[Folder.OWNERS],
-        consumers=[c for c in listed[Folder.CONSUMERS] if queue_of_child(c) == child],
-        drains=[
-            d
-            for d in listed[Folder.DRAINS]
-            if queue_of_child(d) == child and d != child + SEPARATOR
-        ],
-    )
+
+    async def records() -> QueueRecords:
+        listed = {folder: await calls.wait(reply, what) for folder, reply in replies.items()}
+        return QueueRecords(
+            owner=child in listed[Folder.OWNERS],
+            consumers=[c for c in listed[Folder.CONSUMERS] if queue_of_child(c) == child],
+            drains=[
+                d
+                for d in listed[Folder.DRAINS]
+                if queue_of_child(d) == child and d != child + SEPARATOR
+            ],
+        )
+
+    return records
+
+
+async def list_queue_records(
+    calls: KazooCalls, namespace: str, name: str, what: str
+) -> QueueRecords:
+    """List the queue's buckets in the owners, consumers and drains folders (one request)."""
+    return await submit_queue_records(calls, namespace, name, what)()
 
 
 class DrainWrites:

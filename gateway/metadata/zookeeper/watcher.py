@@ -230,9 +230,15 @@ class NamespaceWatcher:
             return
         root = self._layout.namespace(state.name)
         epoch = self._epoch
+        start = len(root) + 1
 
         @direct
         def on_event(event_type: int, path: str) -> None:  # kazoo's connection thread
+            # A ref (<folder>/<bucket>/<entity>/<binding id>: names hold no "/") is no entity
+            # (_on_event): dropped here, before the hop to trio. Half the events of a
+            # declare+bind are refs (a binding has two).
+            if path.count("/", start) > 2:
+                return
             self._session.notify(self._on_event, state, epoch, event_type, path)
 
         def apply(result: Any) -> None:

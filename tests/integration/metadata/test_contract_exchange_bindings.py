@@ -212,3 +212,20 @@ async def test_delete_racing_binds_leaves_no_orphan(fleet: Fleet, namespace: str
     await late.create_exchange(namespace, Exchange("y", ExchangeType.TOPIC))
     assert late.view(namespace).exchange_bindings == frozenset()
     assert await late.sync_edges_of(namespace, "x") == ExchangeEdges()
+
+
+async def test_a_binder_reads_whether_the_namespace_has_exchange_bindings(
+    fleet: Fleet, namespace: str
+) -> None:
+    """The queue binder's cheap half of the handshake (binding_subscriptions.py): read right
+    after its own write, it sees an exchange binding written before that write, on any
+    replica; without one, the binder lists no exchange's bindings."""
+    a = await _opened(fleet, namespace, "x", "y")
+    b = await _opened(fleet, namespace)
+    await b.create_queue(namespace, Queue("q"))
+    await b.add_binding(namespace, Binding("q", "x", "k"))
+    assert await b.sync_has_exchange_bindings(namespace) is False
+    await a.add_exchange_binding(namespace, ExchangeBinding("x", "y", "k"))
+    # b's next write is ordered after a's: the read right after it sees a's exchange binding.
+    await b.add_binding(namespace, Binding("q", "y", "k"))
+    assert await b.sync_has_exchange_bindings(namespace) is True

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.metadata.chunked import ChunkedDict, FrozenChunkedMap, FrozenChunkedSet
+from gateway.metadata.chunked import ChunkedDict, FrozenChunkedMap, FrozenChunkedSet, Picked
 
 _OPS = st.lists(
     st.tuples(st.sampled_from(["set", "del", "snap"]), st.integers(0, 3000), st.integers()),
@@ -73,3 +75,93 @@ def test_a_map_started_from_a_base_behaves_as_a_dict_and_leaves_the_base_alone(
         assert sorted(frozen.values()) == sorted(expected.values())
         assert dict(frozen) == expected and len(frozen) == len(expected)
     assert base == original
+
+
+def _snapshots(ops: list[tuple[str, int, int]]) -> Iterator[FrozenChunkedMap[str, int]]:
+    """Apply ``ops`` to a live map, giving a snapshot at each "snap" and at the end."""
+    live: ChunkedDict[str, int] = ChunkedDict()
+    for op, key_number, value in [*ops, ("snap", 0, 0)]:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+        elif op == "del":
+            live.pop(key, None)
+        else:
+            yield live.frozen()
+
+
+@given(_OPS)
+def test_consecutive_snapshots_share_exactly_the_chunks_that_did_not_change(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    before = ChunkedDict[str, int]().frozen()
+    for after in _snapshots(ops):
+        changed = {k for k in set(dict(before)) | set(dict(after)) if before.get(k) != after.get(k)}
+        shared = [
+            i for i, (o, n) in enumerate(zip(before.chunks, after.chunks, strict=True)) if o is n
+        ]
+        for index in shared:
+            assert dict(before.chunks[index]) == dict(after.chunks[index])
+            assert not changed & set(after.chunks[index]) and not changed & set(
+                before.chunks[index]
+            )
+        before = after
+
+
+@given(_OPS)
+def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    looked: list[int] = []
+
+    def even(value: int) -> int | None:
+        looked.append(value)
+        return value * 10 if value % 2 == 0 else None
+
+    picked: Picked[str, int, int] = Picked(even)
+    for snapshot in _snapshots(ops):
+        looked.clear()
+        found = picked(snapshot)
+        assert dict(found) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
+        assert len(looked) <= len(snapshot)
+        looked.clear()
+        assert picked(snapshot) is found and looked == []  # the same snapshot: no look
+
+
+def test_picked_looks_only_at_the_chunks_that_changed() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    for n in range(5000):
+        live[f"k{n}"] = n
+    looked: list[int] = []
+
+    def truthy(value: int) -> int | None:
+        looked.append(value)
+        return value or None
+
+    picked: Picked[str, int, int] = Picked(truthy)
+    picked(live.frozen())
+    assert len(looked) == 5000
+    looked.clear()
+    live["k7"] = -7
+    assert picked(live.frozen())["k7"] == -7 and "k0" not in picked(live.frozen())
+    assert 1 <= len(looked) < 50  # one chunk of 1,024
+    assert dict(picked({"a": 1, "b": 0})) == {"a": 1}  # a plain mapping: looked at whole
+
+
+@given(st.dictionaries(st.integers(0, 3000).map(lambda n: f"k{n}"), st.integers()), _OPS)
+def test_picked_follows_snapshots_of_a_map_started_from_a_base(
+    base: dict[str, int], ops: list[tuple[str, int, int]]
+) -> None:
+    live: ChunkedDict[str, int] = ChunkedDict(dict(base))
+    picked: Picked[str, int, int] = Picked(lambda value: value * 10 if value % 2 == 0 else None)
+    snapshots = [live.frozen()]
+    for op, key_number, value in ops:
+        key = f"k{key_number}"
+        if op == "set":
+            live[key] = value
+        elif op == "del":
+            live.pop(key, None)
+        else:
+            snapshots.append(live.frozen())
+    for snapshot in snapshots:
+        assert dict(picked(snapshot)) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}

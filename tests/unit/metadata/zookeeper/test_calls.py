@@ -14,26 +14,15 @@ from gateway.metadata.zookeeper.calls import (
     AGAIN,
     ATTEMPTS,
     Again,
-    Check,
-    Create,
-    Delete,
-    Op,
-    SetData,
     absent,
     nothing,
-    op_size,
     retry_races,
     unexpected,
 )
+from gateway.metadata.zookeeper.ops import Create, Delete, Op
 from tests.unit.metadata.conftest import Parts, make_parts
 
 zk = pytest.mark.integration
-
-
-def test_op_size_counts_the_path_and_the_data() -> None:
-    assert op_size(Create("/a/b", b"xyz")) == len("/a/b") + 32 + 3
-    assert op_size(SetData("/a", b"12")) == len("/a") + 32 + 2
-    assert op_size(Delete("/a")) == op_size(Check("/a")) == len("/a") + 32
 
 
 def test_unexpected_wraps_only_zookeeper_errors() -> None:
@@ -170,3 +159,31 @@ async def test_a_missing_node_in_a_read_is_none_not_an_error(parts: Parts, zk_pr
             lambda result: result.get_nowait(),
             "read",
         )
+
+
+@zk
+async def test_a_request_not_answered_in_time_is_refused_by_the_sweeper(parts: Parts) -> None:
+    parts.session.request_timeout = 0.2
+    never = parts.calls.client.handler.async_result()  # an answer that never comes
+    reply = parts.calls.submit("look", lambda: never, lambda result: result.get_nowait())
+    with trio.fail_after(5):
+        with pytest.raises(MetadataUnavailable, match=r"did not answer within 0\.2 s"):
+            await parts.calls.wait(reply, "look")
+    # Later requests are answered as usual (the sweeper came and went).
+    assert await parts.calls.exists("/", "look") is True
+
+
+@zk
+async def test_a_cancelled_wait_leaves_the_answer_to_be_applied(
+    parts: Parts, zk_prefix: str, raw: KazooClient
+) -> None:
+    raw.ensure_path(zk_prefix)
+    ran: list[str] = []
+    reply = parts.calls.submit_transaction(
+        "create", [Create(f"{zk_prefix}/late")], lambda: ran.append("applied")
+    )
+    with trio.move_on_after(0):
+        await parts.calls.wait(reply, "create")  # cancelled at once
+    assert await parts.calls.exists(f"{zk_prefix}/late", "look") is True
+    assert ran == ["applied"]  # applied on arrival, though nobody awaited it
+    assert await parts.calls.wait(reply, "create") is None  # and still there to read

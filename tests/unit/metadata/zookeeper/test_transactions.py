@@ -18,7 +18,7 @@ from gateway.metadata.codec import (
 )
 from gateway.metadata.paths import Folder, Layout, encode_name
 from gateway.metadata.store import DrainRecord
-from gateway.metadata.zookeeper.calls import Create, Delete, SetData
+from gateway.metadata.zookeeper.ops import Create, Delete, SetData
 from gateway.metadata.zookeeper.transactions import (
     binding_ref,
     by_queue,
