@@ -130,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     client = pulsar.Client(BROKER, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     topic = f"persistent://public/default/bench-receive-{uuid.uuid4().hex[:8]}"
-    producer = client.create_producer(topic, batching_enabled=True)
+    producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
     properties = {"amqp-exchange": "", "amqp-routing-key": "q"}
     for _ in range(args.count):
         producer.send_async(b"x" * 1024, None, properties=properties)
