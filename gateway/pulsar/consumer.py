@@ -7,37 +7,26 @@ pulsar-client's own multi-topic consumer is not used: its internal queue keeps f
 listener after a pause (measured: up to ``receiver_queue_size`` x topics messages), and its
 topic list is fixed at subscribe time.
 
-Messages are pulled, not pushed: the trio thread asks each per-topic consumer for its next
-message with ``receive_async``. pulsar-client answers at once, on the calling thread, when its
-C++ receiver queue holds one (the usual case with a backlog: the callback appends it to a
-deque and the trio thread asks again, with no other thread involved); otherwise the request
-stays pending and pulsar-client's I/O thread answers it when a message arrives, and wakes trio
-(coalesced, see bridge.py). ``receive()`` takes from the deque. Nothing leaves the deque unless
-``receive()`` returns it, so cancelling a ``receive()`` never loses a message.
-
-This replaced a ``message_listener``, which pulsar-client calls on its listener thread once
-per message: that thread then took the GIL for every message, against the trio thread, and
-the hand-offs were most of the receive path's cost (docs/performance.md, "Issue 16, consume
-side": a receive + ack loop went from ~50-64 to ~16-24 µs of process CPU per message).
+Messages come from a ``message_listener`` (called on the C++ listener thread). The listener
+appends the message to a deque and wakes trio (coalesced, see bridge.py); ``receive()`` takes
+from the deque. Nothing leaves the deque unless ``receive()`` returns it, so cancelling a
+``receive()`` never loses a message.
 
 What bounds memory:
 
 * each topic's C++ receiver queue: at most ``receiver_queue_size`` messages (flow permits go
-  back to the broker only as messages are taken out of it), and
-* the trio-side deque: messages are asked for only while the deque plus the requests pending
-  stay below ``buffer_size``; once it is full (``paused``), no more are asked for, so the
-  next messages stay in the C++ queues, and so on back to the broker. Asking resumes once the
-  deque is down to half. An empty deque asks every topic, whatever is pending (a topic
-  without messages must not keep the others unasked), so the deque can go past the bound by
-  at most ``topics - 1``.
+  back to the broker only as the listener takes messages out of it), and
+* the trio-side deque: when it reaches ``buffer_size`` the listener pauses every per-topic
+  consumer (``pause_message_listener``) *from inside the listener call*, so the next message
+  stays in its C++ queue, and so on back to the broker. ``receive()`` resumes them once the
+  deque is down to half. Pausing and resuming happen under one lock, so they cannot cross.
 
-So at most ``buffer_size + topics x (receiver_queue_size + 1)`` messages sit in the gateway.
+So at most ``buffer_size + topics x receiver_queue_size`` messages sit in the gateway.
 
 With ``ConsumerOptions.priority_of`` the trio-side buffer is ordered instead of first in first
 out: ``receive()`` takes the highest priority it holds, the oldest first within one priority
-(an AMQP priority queue, gateway/model/priority.py). The priority is computed as the message
-arrives (on whichever thread answers the request); ``put_back`` returns a message to its place
-in line.
+(an AMQP priority queue, gateway/model/priority.py). The priority is computed on the listener
+thread, as the message arrives; ``put_back`` returns a message to its place in line.
 
 Messages buffered but not acknowledged when the consumer closes are redelivered by Pulsar
 (to other consumers of a Shared subscription at once, to the subscription's next consumer
@@ -47,8 +36,6 @@ otherwise). Pulsar does not count such redeliveries in ``redelivery_count``.
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -58,22 +45,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from gateway.model.priority import PriorityBuffer
-from gateway.pulsar.bridge import (
-    NativeCall,
-    TrioWaker,
-    ignore_result,
-    is_ok,
-    keep_thread_state,
-    result_name,
-)
+from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
-
-log = logging.getLogger("gateway.pulsar.consumer")
 
 SubscriptionType = Literal["shared", "exclusive", "failover", "key_shared"]
 InitialPosition = Literal["latest", "earliest"]
@@ -118,7 +96,7 @@ class ConsumerOptions:
         return self.buffer_size or max(1, self.receiver_queue_size)
 
 
-def _native_config(options: ConsumerOptions) -> Any:
+def _native_config(options: ConsumerOptions, listener: Any) -> Any:
     import _pulsar
 
     conf = _pulsar.ConsumerConfiguration()
@@ -143,25 +121,8 @@ def _native_config(options: ConsumerOptions) -> Any:
         conf.consumer_name(options.consumer_name)
     if options.priority_level is not None:
         priority_levels().apply(conf, options.priority_level)
-    # No message listener: messages are asked for (``receive_async``), see the module docstring.
+    conf.message_listener(listener)
     return conf
-
-
-class _Feed:
-    """One topic's pulsar-client consumer, and whether a request to it is pending."""
-
-    __slots__ = ("asking", "callback", "live", "native", "topic")
-
-    def __init__(self, topic: str, native: Any) -> None:
-        self.topic = topic
-        self.native = native
-        self.live = True  # False once removed or closed: what it still answers is dropped
-        self.asking = False  # a receive_async is pending
-        self.callback: Callable[[Any, Any], None] = _no_callback
-
-
-def _no_callback(_result: Any, _message: Any) -> None:
-    pass
 
 
 class ReceivedMessage:
@@ -254,15 +215,9 @@ class TrioConsumer:
         self._client = client
         self.subscription = subscription
         self.options = options
-        # topic -> its feed (its _pulsar.Consumer). Changed on the trio thread under _lock.
-        self._feeds: dict[str, _Feed] = {}
-        # Feeds with no request pending, to ask in turn (the trio thread asks; a request's
-        # answer puts its feed back here, under _lock).
-        self._idle: deque[_Feed] = deque()
-        # Requests pending: they count against the buffer's bound (each may bring a message).
-        self._asked = 0
-        # Answers on this thread come while it asks (inline): no wake-up needed for those.
-        self._trio_thread = threading.get_ident()
+        # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
+        # by the listener thread.
+        self._natives: dict[str, Any] = {}
         # Topics being subscribed (add_topic in progress): a second add_topic of one waits
         # for the first instead of subscribing it twice.
         self._adding: dict[str, trio.Event] = {}
@@ -281,42 +236,28 @@ class TrioConsumer:
         self._lot = trio.lowlevel.ParkingLot()
         self._waker = TrioWaker(self._wake_receivers, client.token)
 
-    # --- answers to receive_async (on the trio thread while it asks, or pulsar-client's) -----
+    # --- listener thread ------------------------------------------------------------------
 
-    def _on_received(self, feed: _Feed, result: Any, native_msg: Any) -> None:
-        """pulsar-client's answer to one ``receive_async`` of ``feed``: never raises, never
-        blocks for long."""
+    def _on_message(self, native_consumer: Any, native_msg: Any) -> None:
+        """pulsar-client's message listener: never raises, never blocks for long."""
         try:
-            inline = threading.get_ident() == self._trio_thread
-            if not inline:
-                keep_thread_state()
-            ok = is_ok(result)
+            keep_thread_state()
+            if self._closed:
+                return  # left unacknowledged: the broker redelivers it after the close
             ordered = self._ordered
-            priority = self._priority(native_msg) if ok and ordered is not None else 0
-            with self._lock:
-                feed.asking = False
-                self._asked -= 1
-                if not feed.live or self._closed:
-                    # Removed or closed meanwhile: left unacknowledged, the broker redelivers
-                    # it once that consumer is closed.
-                    return
-                if not ok:
-                    # Only a closing consumer fails a pending request (pulsar-client fails
-                    # them on close); the feed is not asked again.
-                    log.debug("receive on %s failed: %s", feed.topic, result_name(result))
-                    return
-                self._idle.append(feed)
-                item = (feed.native, native_msg)
-                if ordered is not None:
-                    ordered.push(item, priority)
-                    held = len(ordered)
-                else:
-                    self._buffer.append(item)
-                    held = len(self._buffer)
-                if held >= self._capacity:
-                    self._paused = True
-            if not inline:
+            if ordered is not None:
+                priority = self._priority(native_msg)
+                with self._lock:
+                    ordered.push((native_consumer, native_msg), priority)
+                    if len(ordered) >= self._capacity:
+                        self._pause(native_consumer)
                 self._waker.wake()
+                return
+            with self._lock:
+                self._buffer.append((native_consumer, native_msg))
+                if len(self._buffer) >= self._capacity:
+                    self._pause(native_consumer)
+            self._waker.wake()
         except BaseException:
             pass
 
@@ -326,53 +267,29 @@ class TrioConsumer:
         except Exception:
             return 0
 
-    def _ask(self) -> None:
-        """On the trio thread: ask idle feeds for messages, in turn, while the buffer plus the
-        requests pending stay below the bound. With a backlog pulsar-client answers each
-        request before ``receive_async`` returns, so this fills the buffer in one pass."""
-        lock = self._lock
-        idle = self._idle
-        capacity = self._capacity
-        while True:
-            with lock:
-                if self._paused or self._stopped or self._closed or not idle:
-                    return
-                held = self.buffered
-                if held and held + self._asked >= capacity:
-                    self._paused = True
-                    return
-                # (With nothing buffered every idle feed is asked, whatever is pending: a
-                # request to a topic without messages must not keep the others unasked,
-                # as it would a Basic.Get consumer's, whose bound is 1.)
-                feed = idle.popleft()
-                feed.asking = True
-                self._asked += 1
-            try:
-                feed.native.receive_async(feed.callback)
-            except Exception as error:  # closed under us: pulsar-client raises, not answers
-                with lock:
-                    if feed.asking:
-                        feed.asking = False
-                        self._asked -= 1
-                log.debug("receive on %s refused: %s", feed.topic, error)
+    def _pause(self, native_consumer: Any) -> None:
+        """Under _lock: the buffer is full."""
+        if not self._paused:
+            self._paused = True
+            for native in self._natives.values():
+                native.pause_message_listener()
+        # Also covers a consumer whose subscribe completed but that is not in _natives yet.
+        native_consumer.pause_message_listener()
 
     # --- trio side ------------------------------------------------------------------------
 
     def _wake_receivers(self) -> None:
         self._lot.unpark_all()
-        self._ask()  # the feed that answered has no request pending any more
 
     def _attach(self, topic: str, native: Any) -> None:
-        feed = _Feed(topic, native)
-        feed.callback = functools.partial(self._on_received, feed)
         with self._lock:
-            self._feeds[topic] = feed
-            self._idle.append(feed)
-        self._ask()
+            self._natives[topic] = native
+            if self._paused:
+                native.pause_message_listener()
 
     @property
     def topics(self) -> tuple[str, ...]:
-        return tuple(self._feeds)
+        return tuple(self._natives)
 
     @property
     def buffered(self) -> int:
@@ -382,7 +299,7 @@ class TrioConsumer:
 
     @property
     def paused(self) -> bool:
-        """Whether no more messages are asked for because the trio-side buffer is full."""
+        """Whether the listeners are paused because the trio-side buffer is full."""
         return self._paused
 
     @property
@@ -403,13 +320,10 @@ class TrioConsumer:
             else:
                 place, (native_consumer, native) = ordered.pop_entry()
                 left = len(ordered)
-            resume = self._paused and not self._stopped and left <= self._low_water
-            if resume:
+            if self._paused and not self._stopped and left <= self._low_water:
                 self._paused = False
-        if resume or (left == 0 and self._idle):
-            # Down to half: ask again (or the buffer is empty and a feed could be asked: a
-            # bound smaller than a burst, or an answer that came while paused).
-            self._ask()
+                for each in self._natives.values():
+                    each.resume_message_listener()
         return ReceivedMessage(native, native_consumer, self, place)
 
     def receive_nowait(self) -> ReceivedMessage:
@@ -477,7 +391,7 @@ class TrioConsumer:
         ordered = self._ordered
         if ordered is None or self._closed or self._stopped or message.place is None:
             return False
-        if message.topic not in self._feeds:
+        if message.topic not in self._natives:
             return False  # its topic was removed meanwhile: Pulsar redelivers it
         priority = self._priority(message.native)
         with self._lock:
@@ -497,14 +411,15 @@ class TrioConsumer:
         consumer, so it stays open; buffered messages are negatively acknowledged so that they
         go to other consumers (each is passed to ``given_back``: Pulsar will count a
         redelivery of a message nobody saw). (Messages already in the C++ receiver queues stay
-        there until :meth:`aclose`, which makes the broker redeliver them, and so does a message
-        that answers a request pending at the time: it stays buffered, unreceived.)
+        there until :meth:`aclose`, which makes the broker redeliver them.)
         """
         if self._closed or self._stopped:
             return 0
         with self._lock:
-            self._stopped = True  # nothing is asked for any more
+            self._stopped = True
             self._paused = True
+            for native in self._natives.values():
+                native.pause_message_listener()
             if not hand_back:
                 return 0
             returned = self._take_all()
@@ -537,7 +452,7 @@ class TrioConsumer:
         if adding is not None:
             await adding.wait()
             return
-        if topic in self._feeds:
+        if topic in self._natives:
             return
         adding = self._adding[topic] = trio.Event()
         try:
@@ -558,13 +473,9 @@ class TrioConsumer:
         from this topic can no longer be acknowledged.
         """
         with self._lock:
-            feed = self._feeds.pop(topic, None)
-            if feed is None:
+            native = self._natives.pop(topic, None)
+            if native is None:
                 return 0
-            feed.live = False
-            if feed in self._idle:
-                self._idle.remove(feed)
-            native = feed.native
             if self._ordered is not None:
                 dropped = len(self._ordered.keep(lambda item: item[1].topic_name() != topic))
             else:
@@ -578,11 +489,8 @@ class TrioConsumer:
         self._closed = True
         with self._lock:
             self._take_all()
-            natives = [feed.native for feed in self._feeds.values()]
-            for feed in self._feeds.values():
-                feed.live = False
-            self._feeds.clear()
-            self._idle.clear()
+            natives = list(self._natives.values())
+            self._natives.clear()
         self._lot.unpark_all()  # waiting receive() calls raise ClosedError
         return natives
 
@@ -641,7 +549,7 @@ async def _finish_all(
 
 async def _subscribe_one(consumer: TrioConsumer, topic: str) -> Any:
     client = consumer._client
-    conf = _native_config(consumer.options)
+    conf = _native_config(consumer.options, consumer._on_message)
 
     def close_abandoned(native: Any) -> None:
         native.close_async(ignore_result)

@@ -257,41 +257,20 @@ async def test_bad_properties_give_the_slot_back() -> None:
 
 @dataclass
 class FakeConsumer:
-    """A per-topic pulsar-client consumer: ``receive_async`` answers at once with a message
-    its receiver queue holds, else keeps the request for ``arrive`` to answer."""
-
     topic: str = "persistent://t/ns/q"
-    queued: deque[Any] = field(default_factory=deque)  # the C++ receiver queue
-    pending: Any = None  # the callback of a request waiting for a message
-    asked: int = 0
+    paused: bool = False
+    pauses: int = 0
+    resumes: int = 0
     acked: list[Any] = field(default_factory=list)
     nacked: list[Any] = field(default_factory=list)
 
-    def receive_async(self, callback: Any) -> None:
-        assert self.pending is None, "one request at a time"
-        self.asked += 1
-        if self.queued:
-            callback(OK, self.queued.popleft())
-        else:
-            self.pending = callback
+    def pause_message_listener(self) -> None:
+        self.paused = True
+        self.pauses += 1
 
-    def arrive(self, message: Any) -> None:
-        """A message from the broker (on pulsar-client's I/O thread in real life)."""
-        callback, self.pending = self.pending, None
-        if callback is None:
-            self.queued.append(message)
-        else:
-            callback(OK, message)
-
-    def fail_pending(self) -> None:
-        """What closing does to a pending request."""
-        callback, self.pending = self.pending, None
-        if callback is not None:
-            callback(FakeResult("AlreadyClosed"), None)
-
-    def close_async(self, callback: Any) -> None:
-        self.fail_pending()
-        callback(OK)
+    def resume_message_listener(self) -> None:
+        self.paused = False
+        self.resumes += 1
 
     def acknowledge_async(self, message: Any, callback: Any) -> None:
         self.acked.append(message)
@@ -321,64 +300,37 @@ class FakeMessage:
         return FakeMessageId(self.batch_index)
 
 
-def make_consumer(
-    buffer_size: int, queued: int | list[FakeMessage] = 0
-) -> tuple[TrioConsumer, FakeConsumer]:
+def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
     client = cast(PulsarClient, FakeClient())
     consumer = TrioConsumer(
         client, "q", ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size)
     )
-    messages = [FakeMessage(n) for n in range(queued)] if isinstance(queued, int) else queued
-    native = FakeConsumer(queued=deque(messages))
+    native = FakeConsumer()
     consumer._attach(native.topic, native)
     return consumer, native
 
 
-async def test_asks_up_to_capacity_and_again_at_half() -> None:
-    consumer, native = make_consumer(buffer_size=4, queued=10)
-    # Answered at once from the receiver queue, until the buffer is full: nothing pending.
-    assert consumer.buffered == 4 and consumer.paused and native.asked == 4
-    assert native.pending is None and len(native.queued) == 6
+async def test_listener_pauses_at_capacity_and_receive_resumes_at_half() -> None:
+    consumer, native = make_consumer(buffer_size=4)
+
+    def listener_thread() -> None:
+        # A paused pulsar-client listener is not called again; emulate that.
+        for n in range(10):
+            if native.paused:
+                break
+            consumer._on_message(native, FakeMessage(n))
+
+    in_thread(listener_thread)
+    assert consumer.buffered == 4 and native.paused and native.pauses >= 1
     got = [await consumer.receive()]
-    assert consumer.paused and native.asked == 4  # 3 left: above half
+    assert native.paused and consumer.paused  # 3 left: above half
     got.append(await consumer.receive())
-    # Down to half: asked again, until full again.
-    assert consumer.buffered == 4 and consumer.paused
-    assert native.asked == 6 and len(native.queued) == 4
+    assert not native.paused and not consumer.paused  # down to half: resumed
+    assert native.resumes == 1
     assert [m.native.n for m in got] == [0, 1]
     got[0].ack()
     got[1].nack()
     assert native.acked == [got[0].native] and native.nacked == [got[1].native]
-
-
-async def test_a_pending_request_is_answered_from_another_thread() -> None:
-    consumer, native = make_consumer(buffer_size=4)
-    assert native.pending is not None and consumer.buffered == 0
-
-    async def arrive_later() -> None:
-        await trio.testing.wait_all_tasks_blocked()
-        in_thread(native.arrive, FakeMessage(7))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(arrive_later)
-        with trio.fail_after(5):
-            message = await consumer.receive()
-    assert message.native.n == 7
-    assert native.pending is not None  # asked again for the next one
-
-
-async def test_an_empty_buffer_asks_every_topic() -> None:
-    """A Basic.Get consumer's bound is 1: a request pending on a topic without messages must
-    not keep its other topics unasked."""
-    client = cast(PulsarClient, FakeClient())
-    consumer = TrioConsumer(client, "q", ConsumerOptions(receiver_queue_size=1))
-    quiet, busy = FakeConsumer(topic="t/quiet"), FakeConsumer(topic="t/busy")
-    consumer._attach(quiet.topic, quiet)
-    consumer._attach(busy.topic, busy)
-    assert quiet.pending is not None and busy.pending is not None
-    in_thread(busy.arrive, FakeMessage(1, topic=busy.topic))
-    with trio.fail_after(5):
-        assert (await consumer.receive()).native.n == 1
 
 
 async def test_cancelled_receive_takes_nothing() -> None:
@@ -386,7 +338,7 @@ async def test_cancelled_receive_takes_nothing() -> None:
     with trio.move_on_after(0.01) as scope:
         await consumer.receive()
     assert scope.cancelled_caught
-    native.arrive(FakeMessage(1))
+    consumer._on_message(native, FakeMessage(1))
     with trio.CancelScope() as cancelled:
         cancelled.cancel()
         await consumer.receive()  # cancelled before taking anything
@@ -409,46 +361,27 @@ async def test_close_wakes_receivers_and_drops_late_messages() -> None:
         await trio.testing.wait_all_tasks_blocked()
         consumer._mark_closed()
     assert len(errors) == 1
-    native.arrive(FakeMessage(9))  # answers the request pending at the close: not buffered
+    consumer._on_message(native, FakeMessage(9))  # after close: not buffered
     assert consumer.buffered == 0
     with pytest.raises(ClosedError):
         consumer.acknowledge(cast(Any, None))
 
 
-async def test_a_failed_request_is_not_asked_again() -> None:
-    consumer, native = make_consumer(buffer_size=4)
-    native.fail_pending()
-    native.queued.append(FakeMessage(1))
-    with pytest.raises(trio.WouldBlock):
-        consumer.receive_nowait()
-    assert native.asked == 1
-
-
-async def test_removed_topic_answers_are_dropped() -> None:
-    consumer, native = make_consumer(buffer_size=4)
-    assert native.pending is not None
-    await consumer.remove_topic(native.topic)  # its close fails the pending request
-    assert native.pending is None
-    native.arrive(FakeMessage(3))  # (left in the closed consumer's queue)
-    assert consumer.buffered == 0 and consumer.topics == ()
-
-
 async def test_stop_receiving_nacks_the_buffer_and_stays_paused() -> None:
-    consumer, native = make_consumer(buffer_size=10, queued=3)
+    consumer, native = make_consumer(buffer_size=10)
+    for n in range(3):
+        consumer._on_message(native, FakeMessage(n))
     assert consumer.stop_receiving() == 3
-    assert consumer.paused and [m.n for m in native.nacked] == [0, 1, 2]
-    native.arrive(FakeMessage(3))  # the request pending at the stop: kept until the close
-    native.arrive(FakeMessage(4))
-    assert native.asked == 4 and list(native.queued) == [FakeMessage(4)]  # not asked again
+    assert native.paused and [m.n for m in native.nacked] == [0, 1, 2]
     assert consumer.stop_receiving() == 0
 
 
 async def test_stop_receiving_keeps_batched_messages_unacknowledged() -> None:
     """A negative ack would send the batch's whole entry back, with its delivered and still
     unacknowledged messages: batched messages wait for the consumer's close instead."""
-    consumer, native = make_consumer(
-        buffer_size=10, queued=[FakeMessage(0), FakeMessage(1, batch_index=3)]
-    )
+    consumer, native = make_consumer(buffer_size=10)
+    consumer._on_message(native, FakeMessage(0))
+    consumer._on_message(native, FakeMessage(1, batch_index=3))
     given_back: list[ReceivedMessage] = []
     assert consumer.stop_receiving(given_back.append) == 2
     assert [m.n for m in native.nacked] == [0]
