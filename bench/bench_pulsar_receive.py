@@ -6,10 +6,10 @@ which pulsar-client answers on the calling (trio) thread when its receiver queue
 was tried and reverted (docs/performance.md, "Issue 16, consume side"). This measures the
 two shapes alone, without the gateway: N messages of 1 KiB are published to a fresh topic
 of ``public/default`` on the local stack, then each mode reads them all from a new Shared
-subscription (receiver queue 1,000), reading the properties and payload of each message and acknowledging it (``acknowledge_async``), as
-the gateway does. Printed per mode and round: process CPU per message (all threads) and
-msg/s. Needs the local stack up (``python3 scripts/stack.py up``); the topic is left behind in
-``public/default`` (a few MiB).
+subscription (receiver queue 1,000), reading the properties and payload of each message and
+acknowledging it (``acknowledge_async``), as the gateway does. Printed per mode and round:
+process CPU per message (all threads) and msg/s. Needs the local stack up
+(``python3 scripts/stack.py up``); the topic is left behind in ``public/default`` (a few MiB).
 
     .venv/bin/python bench/bench_pulsar_receive.py -n 20000 --rounds 2
 """
