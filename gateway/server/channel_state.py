@@ -64,6 +64,10 @@ class SessionChannel:
     tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)
+    # Tasks waiting in ``wait_for_credit``: without any, a settlement has nobody to wake
+    # (the common case, an ack per delivery with credit to spare), and ``signal_credit``
+    # does nothing rather than replace an Event per ack.
+    credit_waiters: int = 0
     # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
     # their subscriptions close once those are settled, or with the channel.
     retired: list[Consumer] = field(default_factory=list)
@@ -71,8 +75,9 @@ class SessionChannel:
     reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
 
     def signal_credit(self) -> None:
-        self.credit_changed.set()
-        self.credit_changed = trio.Event()
+        if self.credit_waiters:
+            self.credit_changed.set()
+            self.credit_changed = trio.Event()
 
     def consumers_unacked(self) -> int:
         # A cancelled consumer's unacknowledged deliveries count too (RabbitMQ's limiter
@@ -88,4 +93,8 @@ class SessionChannel:
 
     async def wait_for_credit(self, consumer: Consumer) -> None:
         while not self.has_credit(consumer):
-            await self.credit_changed.wait()
+            self.credit_waiters += 1
+            try:
+                await self.credit_changed.wait()
+            finally:
+                self.credit_waiters -= 1

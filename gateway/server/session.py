@@ -719,7 +719,26 @@ class AMQPSession:
         if state.tx is not None:
             state.tx.hold_settlement(state.tags.take(event.delivery_tag, event.multiple), None)
             return
+        if not event.multiple:
+            # One ack per delivery, the usual case: settled without the lists and dicts of
+            # ``settle`` (an unknown or forgotten tag goes the general way, which judges it).
+            entry = state.tags.unsettled.pop(event.delivery_tag, None)
+            if entry is not None:
+                self._ack_one(state, entry)
+                return
         self._ack(state, state.tags.settle(event.delivery_tag, event.multiple))
+
+    def _ack_one(self, state: SessionChannel, entry: Unacked) -> None:
+        """``_ack`` of one entry."""
+        consumer = entry.consumer
+        if consumer is not None and consumer.unacked > 0:
+            consumer.unacked -= 1
+        delivery = entry.delivery
+        delivery.ack_now()
+        counts = self._counts
+        counts.acknowledged += 1
+        counts.acknowledged_bytes += len(delivery.message.body)
+        state.signal_credit()
 
     async def _apply_settlement(
         self, state: SessionChannel, entries: list[Unacked], requeue: bool | None
