@@ -77,9 +77,14 @@ def test_a_map_started_from_a_base_behaves_as_a_dict_and_leaves_the_base_alone(
     assert base == original
 
 
-def _snapshots(ops: list[tuple[str, int, int]]) -> Iterator[FrozenChunkedMap[str, int]]:
-    """Apply ``ops`` to a live map, giving a snapshot at each "snap" and at the end."""
-    live: ChunkedDict[str, int] = ChunkedDict()
+def _snapshots(
+    ops: list[tuple[str, int, int]], base: dict[str, int] | None = None
+) -> Iterator[FrozenChunkedMap[str, int]]:
+    """Apply ``ops`` to a live map (started from ``base``), giving a snapshot at the start
+    when there is a base, at each "snap" and at the end."""
+    live: ChunkedDict[str, int] = ChunkedDict(base)
+    if base is not None:
+        yield live.frozen()
     for op, key_number, value in [*ops, ("snap", 0, 0)]:
         key = f"k{key_number}"
         if op == "set":
@@ -152,16 +157,6 @@ def test_picked_looks_only_at_the_chunks_that_changed() -> None:
 def test_picked_follows_snapshots_of_a_map_started_from_a_base(
     base: dict[str, int], ops: list[tuple[str, int, int]]
 ) -> None:
-    live: ChunkedDict[str, int] = ChunkedDict(dict(base))
     picked: Picked[str, int, int] = Picked(lambda value: value * 10 if value % 2 == 0 else None)
-    snapshots = [live.frozen()]
-    for op, key_number, value in ops:
-        key = f"k{key_number}"
-        if op == "set":
-            live[key] = value
-        elif op == "del":
-            live.pop(key, None)
-        else:
-            snapshots.append(live.frozen())
-    for snapshot in snapshots:
+    for snapshot in _snapshots(ops, dict(base)):
         assert dict(picked(snapshot)) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
