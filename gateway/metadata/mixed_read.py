@@ -29,11 +29,10 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 
-from gateway.metadata.multiread import MISSING, MULTI_READ
+from gateway.metadata.multiread import GET_DATA, MISSING, MULTI_READ
 
 __all__ = ["MISSING", "MixedRead", "Read"]
 
-_GET_DATA: Final = 4  # ZooDefs.OpCode.getData
 _GET_CHILDREN: Final = 8  # ZooDefs.OpCode.getChildren
 _ERROR: Final = -1
 # Stat: czxid, mzxid, ctime, mtime (longs), then version (an int).
@@ -43,7 +42,7 @@ _VERSION_OFFSET: Final = 4 * 8
 class Read(enum.Enum):
     """What to read of a node: its data and version, or its children."""
 
-    DATA = _GET_DATA
+    DATA = GET_DATA
     CHILDREN = _GET_CHILDREN
 
 
@@ -76,7 +75,7 @@ class MixedRead:
             header, offset = MultiHeader.deserialize(buffer, offset)
             if header.done:
                 break
-            if header.type == _GET_DATA:
+            if header.type == GET_DATA:
                 data, offset = read_buffer(buffer, offset)
                 version = int_struct.unpack_from(buffer, offset + _VERSION_OFFSET)[0]
                 offset += stat_struct.size
