@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import random
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,30 @@ async def load_once(hosts: str, prefix: str, namespace: str = BIG) -> tuple[floa
         return elapsed, len(view.queues), len(view.bindings)
 
 
+async def timed_probes(
+    store: ZooKeeperMetadataStore,
+    namespace: str,
+    tag: str,
+    count: int,
+    lines: _Lines,
+    write_times: list[float],
+    seen_times: list[float],
+    pause: tuple[float, float] | None = None,
+) -> None:
+    """Create ``count`` probe queues one at a time (after a random pause in ``pause``, in
+    seconds, if given); for each, the write's time and the time until the reader process
+    printed ``seen <index> <time>`` for it (the same monotonic clock)."""
+    for index in range(count):
+        if pause is not None:
+            await trio.sleep(random.uniform(*pause))
+        started = time.perf_counter()
+        await store.create_queue(namespace, Queue(f"p-{tag}-{index}", durable=True))
+        write_times.append(time.perf_counter() - started)
+        word, seen_index, seen_at = (await lines.next()).split()
+        assert word == "seen" and int(seen_index) == index
+        seen_times.append(float(seen_at) - started)
+
+
 class _Lines:
     """Lines from a child process's stdout."""
 
@@ -131,13 +156,7 @@ async def propagation(
         with trio.fail_after(600):
             assert await lines.next() == "ready"
             async with ZooKeeperMetadataStore(hosts, prefix=prefix) as a:
-                for index in range(writes):
-                    started = time.perf_counter()
-                    await a.create_queue(namespace, Queue(f"p-{tag}-{index}", durable=True))
-                    write_times.append(time.perf_counter() - started)
-                    word, seen_index, seen_at = (await lines.next()).split()
-                    assert word == "seen" and int(seen_index) == index
-                    seen_times.append(float(seen_at) - started)
+                await timed_probes(a, namespace, tag, writes, lines, write_times, seen_times)
             word, rebuild = (await lines.next()).split()
             assert word == "rebuild"
             word, rss = (await lines.next()).split()

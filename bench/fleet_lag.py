@@ -121,14 +121,9 @@ async def measure(
             await trio.sleep(warmup)  # the writers at their rate before the first probe
             cpu_before = _cpu_seconds(reader.pid)
             async with ZooKeeperMetadataStore(hosts, prefix=prefix) as a:
-                for index in range(probes):
-                    await trio.sleep(random.uniform(0.005, 0.015))
-                    started = time.perf_counter()
-                    await a.create_queue(namespace, Queue(f"p-{tag}-{index}", durable=True))
-                    write_times.append(time.perf_counter() - started)
-                    word, seen_index, seen_at = (await lines.next()).split()
-                    assert word == "seen" and int(seen_index) == index
-                    seen_times.append(float(seen_at) - started)
+                await bm.timed_probes(
+                    a, namespace, tag, probes, lines, write_times, seen_times, (0.005, 0.015)
+                )
             reader_cpu = _cpu_seconds(reader.pid) - cpu_before
             ops = 0
             seconds = 0.0
