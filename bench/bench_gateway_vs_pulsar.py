@@ -640,6 +640,9 @@ async def amqp_consume(
 class Latency:
     deliver_ns: list[int]
     confirm_ns: list[int]
+    # CPU during the trickle: at a low rate every message wakes the threads on its path, and on
+    # this machine a wake-up costs far more than at throughput (docs/performance.md).
+    meter: CpuMeter | None = None
 
     @staticmethod
     def _fmt(values: list[int]) -> str:
@@ -655,6 +658,15 @@ class Latency:
 
     def confirm(self) -> str:
         return self._fmt(self.confirm_ns)
+
+    def cpu_per_message(self) -> str:
+        """µs of CPU per message of each measured process (the client is this process)."""
+        if self.meter is None or not self.deliver_ns:
+            return "-"
+        used = self.meter.used
+        names = [k for k in self.meter.pids if k in used] + ["client"]
+        per_message = 1e6 / len(self.deliver_ns)
+        return ", ".join(f"{k} {used[k] * per_message:.0f}" for k in names)
 
 
 async def amqp_latency(
@@ -859,15 +871,17 @@ class AmqpRunner:
         finally:
             await client.close()
         if args.latency_count:
-            self.rates.latency = await amqp_latency(
-                self.host,
-                self.port,
-                f"{self.queue}-lat",
-                args.latency_count,
-                args.latency_rate,
-                args.size,
-                20,
-            )
+            with CpuMeter(self.pids) as meter:
+                self.rates.latency = await amqp_latency(
+                    self.host,
+                    self.port,
+                    f"{self.queue}-lat",
+                    args.latency_count,
+                    args.latency_rate,
+                    args.size,
+                    20,
+                )
+            self.rates.latency.meter = meter
         return self.rates
 
 
@@ -1156,14 +1170,16 @@ class RawRunner:
         args = self.args
         try:
             if args.latency_count:
-                self.rates.latency = raw_latency(
-                    self.client,
-                    f"persistent://public/{self.namespace}/raw-lat",
-                    args.latency_count,
-                    args.latency_rate,
-                    args.size,
-                    20,
-                )
+                with CpuMeter(self.pids) as meter:
+                    self.rates.latency = raw_latency(
+                        self.client,
+                        f"persistent://public/{self.namespace}/raw-lat",
+                        args.latency_count,
+                        args.latency_rate,
+                        args.size,
+                        20,
+                    )
+                self.rates.latency.meter = meter
         finally:
             self.client.close()
         return self.rates
@@ -1400,6 +1416,11 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
         print(
             "| confirm latency p50/p99/max ms | "
             + " | ".join(r.latency.confirm() if r.latency else "-" for _, r in cols)
+            + " |"
+        )
+        print(
+            "| CPU µs/msg during the latency trickle | "
+            + " | ".join(r.latency.cpu_per_message() if r.latency else "-" for _, r in cols)
             + " |"
         )
     print(
