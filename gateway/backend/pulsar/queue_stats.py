@@ -38,6 +38,10 @@ __all__ = ["QueueStatsRefresher"]
 
 QUEUE_STATS_INTERVAL = 15.0
 QUEUE_STATS_CALLS_PER_SECOND = 50.0
+# A round yields to the other tasks after this many queues: with lazy subscriptions most
+# queues have no live topic, so the walk would otherwise never await, and at a million queues
+# it held the leader's trio thread (its clients, its metadata events) for seconds.
+QUEUES_PER_TURN = 1000
 
 
 class QueueStatsRefresher:
@@ -76,7 +80,9 @@ class QueueStatsRefresher:
         view = self._vhost.catalog.view
         topics: dict[str, TopicStats | None] = {}
         gauges: dict[str, QueueGauge] = {}
-        for queue in list(view.queues):
+        for walked, queue in enumerate(list(view.queues), start=1):
+            if walked % QUEUES_PER_TURN == 0:
+                await trio.lowlevel.checkpoint()
             subscription = subscription_for(queue)
             ready = messages = 0
             for topic in sorted(self._vhost.live_topics(view, queue)):

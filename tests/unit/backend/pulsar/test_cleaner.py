@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
+import trio
 
 from gateway.backend.pulsar.cleaner import (
+    BINDINGS_PER_TURN,
     SubscriptionCleaner,
     SubscriptionReconciler,
     acknowledged_up_to,
@@ -193,7 +195,7 @@ async def test_the_reconciler_repairs_a_pattern_binding_without_its_subscription
         lambda queue, topic: repaired.append((queue, topic)),
     )
     # Literal bindings subscribe before they are written: only the pattern is checked.
-    assert reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b")}
+    assert await reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b")}
     admin.refuse = True
     await reconciler.round()  # Pulsar refused: checked again next round
     admin.refuse = False
@@ -204,7 +206,7 @@ async def test_the_reconciler_repairs_a_pattern_binding_without_its_subscription
     assert repaired == [("q", PREFIX + "a.b")]
     # Topics that reach a queue through exchange bindings are checked too.
     vhost.fed = {("q", PREFIX + "upstream")}
-    assert reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b"), *vhost.fed}
+    assert await reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b"), *vhost.fed}
     await reconciler.round()
     assert repaired == [("q", PREFIX + "a.b"), ("q", PREFIX + "upstream")]
 
@@ -220,3 +222,31 @@ async def test_rounds_go_on_after_a_failure_and_end_with_the_namespace() -> None
 
     await repeat_rounds("cleaner", NS, one_round, 0)
     assert rounds == ["round", "round"]
+
+
+async def test_the_reconcilers_walk_over_many_bindings_lets_other_tasks_run() -> None:
+    count = 3 * BINDINGS_PER_TURN
+    view = VhostView(
+        exchanges={"d": Exchange("d", ExchangeType.DIRECT)},
+        bindings=frozenset(Binding(f"q{i}", "d", f"k{i}") for i in range(count)),
+    )
+    store = MemoryMetadataStore()
+    reconciler = SubscriptionReconciler(
+        cast(PulsarVirtualHost, FakeVhost(store)), store, cast(PulsarAdmin, FakeAdmin()), NS
+    )
+    turns = 0
+    done = False
+
+    async def other_task() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()  # the other task is running
+        turns = 0
+        assert await reconciler.expected(view) == set()  # direct bindings: nothing to check
+        done = True
+    assert turns >= count // BINDINGS_PER_TURN - 1
