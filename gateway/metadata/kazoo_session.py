@@ -15,8 +15,8 @@ everything again once it is back.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -99,6 +99,10 @@ class KazooSession:
         self.session_lost = False
         # Set (and replaced) at every state change, for tasks waiting on one.
         self.connection_changed = trio.Event()
+        # Calls handed to trio and not run yet (``notify``), and whether a ``run_sync_soon``
+        # that will run them is on its way.
+        self._handed: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._handing = False
 
     # ------------------------------------------------------------------ state
 
@@ -172,13 +176,38 @@ class KazooSession:
     # ------------------------------------------------------------------ kazoo threads -> trio
 
     def notify(self, fn: Callable[..., None], *args: Any) -> None:
-        """From any kazoo thread: run ``fn(*args)`` on the trio thread soon, in call order."""
+        """From any thread (kazoo's, or trio's own): run ``fn(*args)`` on the trio thread
+        soon, in call order.
+
+        One ``run_sync_soon`` hands over every call made until it runs, not one each: each
+        costs a write to trio's wake-up socket on the calling thread and a pass of trio's
+        queue, and under load kazoo's connection thread reads several answers and events per
+        wake-up (docs/fleet.md, "Where the replica's CPU goes"). The flag is cleared *before*
+        the queue is read, so a call appended after that read sees it cleared and sends
+        another hand-over: none is left behind (at worst one hand-over finds nothing)."""
         token = self._token
         if token is None:
             return
-        # RunFinishedError: the trio run is over, nobody is left to care.
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(fn, *args)
+        self._handed.append((fn, args))
+        if self._handing:
+            return
+        self._handing = True
+        try:
+            token.run_sync_soon(self._hand_over)
+        except trio.RunFinishedError:  # the trio run is over, nobody is left to care
+            self._handing = False
+            self._handed.clear()
+
+    def _hand_over(self) -> None:
+        """On the trio thread: run the calls handed over so far, in order. Those appended
+        meanwhile (by these very calls, e.g. a group commit's flush scheduled by an answer)
+        wait for the next hand-over, after the tasks woken now have run: as trio's own queue
+        does, one batch per pass."""
+        self._handing = False
+        handed = self._handed
+        for _ in range(len(handed)):
+            fn, args = handed.popleft()
+            fn(*args)
 
     def link(self, async_result: Any, apply: Callable[[Any], None]) -> None:
         """Run ``apply(async_result)`` on the trio thread when the answer comes.

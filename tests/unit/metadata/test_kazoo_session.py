@@ -143,6 +143,53 @@ async def test_notify_runs_on_the_trio_thread(zk_hosts: str) -> None:
         await session.aclose()
 
 
+async def test_notify_hands_over_every_call_in_order(zk_hosts: str) -> None:
+    """Calls from several threads at once, handed over in batches: every one runs, each
+    thread's in the order it made them; a call made while a batch runs waits for the next."""
+    session = _session(zk_hosts)
+    await session.connect()
+    try:
+        threads, calls = 4, 2000
+        ran: dict[int, list[int]] = {thread: [] for thread in range(threads)}
+        done = trio.Event()
+        remaining = [threads * calls]
+
+        def note(thread: int, index: int) -> None:
+            ran[thread].append(index)
+            remaining[0] -= 1
+            if not remaining[0]:
+                done.set()
+
+        def call_many(thread: int) -> None:
+            for index in range(calls):
+                session.notify(note, thread, index)
+
+        async with trio.open_nursery() as nursery:
+            for thread in range(threads):
+                nursery.start_soon(trio.to_thread.run_sync, call_many, thread)
+        with trio.fail_after(DEADLINE):
+            await done.wait()
+        assert ran == {thread: list(range(calls)) for thread in range(threads)}
+
+        order: list[str] = []
+        later = trio.Event()
+
+        def first() -> None:
+            session.notify(second)
+            order.append("first")
+
+        def second() -> None:
+            order.append("second")
+            later.set()
+
+        session.notify(first)
+        with trio.fail_after(DEADLINE):
+            await later.wait()
+        assert order == ["first", "second"]
+    finally:
+        await session.aclose()
+
+
 async def test_call_in_thread_turns_kazoo_errors_into_unavailable(
     zk_hosts: str, zk_prefix: str
 ) -> None:
