@@ -1,11 +1,16 @@
 """Per-message settlement when Pulsar stores several messages in one entry (a batch).
 
 Pulsar acknowledges and redelivers whole entries unless the broker tracks acknowledgements by
-batch index (``acknowledgmentAtBatchIndexLevelEnabled``, off on the local stack as on many
-clusters). AMQP settles one message at a time: an acknowledged message is never delivered
-again, a requeued one is, with ``redelivered=true``, and the others of its entry are not
-disturbed. Both kinds of batch are checked: the gateway's own producers (batching on, the
-default) and a native Pulsar producer that batches.
+batch index (``acknowledgmentAtBatchIndexLevelEnabled``, PIP-54). AMQP settles one message at
+a time: an acknowledged message is never delivered again, a requeued one is, with
+``redelivered=true``, and the others of its entry are not disturbed.
+
+Every test runs on both kinds of broker: the shared stack (Pulsar's default, entry-level
+acknowledgements: the gateway's producers must not batch there, which is checked) and a
+standalone of the session's own with the setting on (``batch_index_stack``: the gateway's
+producers batch, which is checked too, and its consumers send per-index acknowledgements).
+Both kinds of batch are settled: the gateway's own (where it batches) and a native Pulsar
+producer's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.vhost import Namespace
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_entries import Entry, entries_of, entry_holding
 from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
 
 pytestmark = pytest.mark.integration
@@ -37,6 +43,8 @@ class Setup:
     gateway: GatewayInThread
     namespace: Namespace
     stack: Any
+    # The broker keeps acknowledgements per batch index (batch_index_stack).
+    tracks_indexes: bool
 
     def connect(self) -> pika.BlockingConnection:
         return pika.BlockingConnection(
@@ -50,21 +58,25 @@ class Setup:
         response.raise_for_status()
         return dict(response.json()["subscriptions"][subscription_for(queue)])
 
+    def entries(self, queue: str, count: int) -> list[Entry]:
+        """How the first ``count`` messages of ``queue``'s own topic lie in its entries."""
+        return entries_of(self.stack.broker_url, topic_for(self.namespace, "", queue), count)
 
-@pytest.fixture
-def setup(pulsar_stack: Any) -> Iterator[Setup]:
-    with fresh_namespace(pulsar_stack) as namespace:
+
+@pytest.fixture(params=["entry-acks", "batch-index-acks"])
+def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
+    tracks_indexes = request.param == "batch-index-acks"
+    stack = request.getfixturevalue("batch_index_stack" if tracks_indexes else "pulsar_stack")
+    with fresh_namespace(stack) as namespace:
         config = dataclasses.replace(
-            stack_config(
-                pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
-            ),
+            stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace),
             # A native producer writes to a queue's topic here: its subscription must exist
             # from the declare on, not from the first publish through the gateway.
             amqpLazySubscriptions=False,
         )
         assert config.amqpBatchingEnabled  # the default: what users run
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
-            yield Setup(gateway, Namespace("public", namespace), pulsar_stack)
+            yield Setup(gateway, Namespace("public", namespace), stack, tracks_indexes)
 
 
 @dataclass
@@ -102,15 +114,29 @@ def consume(setup: Setup, queue: str, prefetch: int) -> Collector:
 
 
 def publish_through_gateway(setup: Setup, queue: str) -> None:
+    """m0..m9 and "last" in one transaction: the commit hands them to the queue's producer in
+    one pass, so that they share an entry where the producers batch."""
     connection = setup.connect()
     channel = connection.channel()
     channel.queue_declare(queue)
-    # Without confirms, so the publishes arrive back to back and share producer batches.
+    channel.tx_select()
     for i in range(COUNT):
         channel.basic_publish("", queue, b"m%d" % i)
-    channel.confirm_delivery()  # waits for nothing earlier, but the next publish is confirmed
     channel.basic_publish("", queue, b"last")
+    channel.tx_commit()  # Commit-Ok once every message is stored
     connection.close()
+
+
+def check_gateway_batching(setup: Setup, queue: str, together: set[bytes]) -> None:
+    """On a broker that tracks batch indexes the gateway's producers batched: ``together``
+    share an entry (else a test would settle nothing inside a batch). On any other broker
+    they wrote one message per entry (a per-index ack would be taken for the whole entry)."""
+    entries = setup.entries(queue, COUNT + 1)
+    if setup.tracks_indexes:
+        entry = entry_holding(entries, next(iter(together)))
+        assert entry.batch and together <= set(entry.bodies), entries
+    else:
+        assert not any(entry.batch for entry in entries), entries
 
 
 def publish_native_batch(setup: Setup, queue: str, count: int = COUNT) -> None:
@@ -182,6 +208,8 @@ def settle_and_check(setup: Setup, queue: str, total: int) -> None:
 
 def test_gateway_batches_settle_per_message(setup: Setup) -> None:
     publish_through_gateway(setup, "q")
+    # m3 is requeued beside m2 and m4, acknowledged, and m5, held.
+    check_gateway_batching(setup, "q", {b"m2", b"m3", b"m4", b"m5"})
     settle_and_check(setup, "q", COUNT + 1)
 
 
