@@ -41,6 +41,14 @@ recognised as such (``--wait-quiet`` waits for a quiet machine first). ``--profi
 the gateway with py-spy during its first repetition of each throughput phase and prints the top
 functions; ``--aio-pika`` adds aio-pika's figures against RabbitMQ.
 
+``--batch-index-acks`` runs the Pulsar phases against a standalone of the run's own instead
+of the local stack (free ports, the local stack's memory settings, its data in a temporary
+folder, stopped after; ~30 s to start) whose broker keeps acknowledgements per batch index
+(``acknowledgmentAtBatchIndexLevelEnabled=true``, PIP-54): only there do the gateway's
+producers batch and its consumers acknowledge per batch index (gateway/backend/pulsar/
+batching.py); the local stack has Pulsar's default, off. The raw client is the same either
+way (it batches, and acknowledges whole batches).
+
 Every phase is bounded (``--phase-timeout``, default 120 s) and the whole run stays on loopback.
 """
 
@@ -82,6 +90,9 @@ import rabbitmq  # noqa: E402  (bench/rabbitmq.py, next to this file)
 
 GATEWAY_EXE = REPO_DIR / ".venv" / "bin" / "starlight-rabbitmq"
 ZK_PREFIX = "/starlight-rabbitmq"
+
+
+BATCH_INDEX_ACKS = "acknowledgmentAtBatchIndexLevelEnabled=true\n"
 
 
 def load_stack() -> ModuleType:
@@ -195,6 +206,33 @@ class CpuMeter:
 
 
 # --- Pulsar namespace and the gateway process --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The Pulsar the run measures on, and its JVM's pid (None: not found)."""
+
+    broker_url: str
+    web_url: str
+    zookeeper: str
+    pid: int | None
+
+
+@contextlib.contextmanager
+def own_broker(stack: ModuleType, broker_config: str) -> Iterator[Broker]:
+    """A standalone of the run's own with ``broker_config`` (tests/support/own_stack.py), with
+    the local stack's JVM settings so that the two compare; stopped on exit."""
+    sys.path.insert(0, str(REPO_DIR))
+    from tests.support.own_stack import own_stack
+
+    print("starting a Pulsar standalone of this run's own (free ports) ...", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-pulsar-") as directory,
+        own_stack(
+            Path(directory), broker_config=broker_config, jvm_options=tuple(stack.JVM_MEMORY)
+        ) as started,
+    ):
+        yield Broker(started.broker_url, started.web_url, started.zookeeper, started.pid)
 
 
 @contextlib.contextmanager
@@ -1476,6 +1514,48 @@ def print_report(args: argparse.Namespace, results: dict[str, Rates], notes: lis
         print(f"note: {note}")
 
 
+def run_pulsar_phases(
+    broker: Broker,
+    args: argparse.Namespace,
+    spy: str | None,
+    results: dict[str, Rates],
+    notes: list[str],
+) -> None:
+    """The raw client's and the gateway's phases on ``broker``, in a fresh namespace."""
+    args.web_url = broker.web_url
+    with fresh_namespace(broker.web_url, broker.zookeeper) as namespace:
+        print(f"namespace public/{namespace} on {broker.broker_url}")
+        with contextlib.ExitStack() as running:
+            gateway: AmqpRunner | None = None
+            summaries: dict[str, str] = {}
+            if not args.no_gateway:
+                gw = running.enter_context(
+                    gateway_process(
+                        broker.broker_url,
+                        broker.web_url,
+                        broker.zookeeper,
+                        namespace,
+                        switch_interval=args.switch_interval,
+                    )
+                )
+                pids = {"gateway": gw.pid}
+                if broker.pid:
+                    pids["pulsar"] = broker.pid
+                profiler: Profiler = no_profiler
+                if args.profile is not None and spy is not None:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    profiler = py_spy_profiler(spy, gw.pid, args.profile, summaries)
+                gateway = AmqpRunner("127.0.0.1", gw.port, args, pids, profiler)
+            raw: RawRunner | None = None
+            if not args.no_raw:
+                pids = {"pulsar": broker.pid} if broker.pid else {}
+                raw = RawRunner(broker.broker_url, namespace, args, pids)
+            print("raw pulsar-client and gateway, alternating repetitions ...", flush=True)
+            results.update(asyncio.run(run_pulsar_pair(raw, gateway, args.repeat)))
+            for phase, summary in summaries.items():
+                notes.append(f"gateway profile, {phase} phase:\n{summary}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--count", type=int, default=20_000, help="messages per phase")
@@ -1522,6 +1602,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run the gateway under sys.setswitchinterval(SECONDS) (default: Python's 0.005)",
     )
     parser.add_argument(
+        "--batch-index-acks",
+        action="store_true",
+        help="measure on a Pulsar standalone of the run's own whose broker keeps batch-index "
+        "acknowledgements (acknowledgmentAtBatchIndexLevelEnabled=true): the gateway batches "
+        "only there",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -1536,47 +1623,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None and spy is None:
         parser.error("--profile needs py-spy on PATH or in .venv/bin (pip install py-spy)")
     stack = load_stack()
-    args.web_url = stack.WEB_URL
     notes: list[str] = []
     results: dict[str, Rates] = {}
     print(f"machine: {machine_line()}")
     wait_for_quiet(args.wait_quiet)
     if not (args.no_raw and args.no_gateway):
-        if not stack.is_up():
-            print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
-            return 2
-        pulsar_pid = find_pid("PulsarStandaloneStarter")
-        with fresh_namespace(stack.WEB_URL, stack.ZOOKEEPER) as namespace:
-            print(f"namespace public/{namespace} on {stack.BROKER_URL}")
-            with contextlib.ExitStack() as running:
-                gateway: AmqpRunner | None = None
-                summaries: dict[str, str] = {}
-                if not args.no_gateway:
-                    gw = running.enter_context(
-                        gateway_process(
-                            stack.BROKER_URL,
-                            stack.WEB_URL,
-                            stack.ZOOKEEPER,
-                            namespace,
-                            switch_interval=args.switch_interval,
-                        )
-                    )
-                    pids = {"gateway": gw.pid}
-                    if pulsar_pid:
-                        pids["pulsar"] = pulsar_pid
-                    profiler: Profiler = no_profiler
-                    if args.profile is not None and spy is not None:
-                        args.profile.mkdir(parents=True, exist_ok=True)
-                        profiler = py_spy_profiler(spy, gw.pid, args.profile, summaries)
-                    gateway = AmqpRunner("127.0.0.1", gw.port, args, pids, profiler)
-                raw: RawRunner | None = None
-                if not args.no_raw:
-                    pids = {"pulsar": pulsar_pid} if pulsar_pid else {}
-                    raw = RawRunner(stack.BROKER_URL, namespace, args, pids)
-                print("raw pulsar-client and gateway, alternating repetitions ...", flush=True)
-                results.update(asyncio.run(run_pulsar_pair(raw, gateway, args.repeat)))
-                for phase, summary in summaries.items():
-                    notes.append(f"gateway profile, {phase} phase:\n{summary}")
+        with contextlib.ExitStack() as brokers:
+            if args.batch_index_acks:
+                broker = brokers.enter_context(own_broker(stack, BATCH_INDEX_ACKS))
+            elif stack.is_up():
+                broker = Broker(
+                    stack.BROKER_URL,
+                    stack.WEB_URL,
+                    stack.ZOOKEEPER,
+                    find_pid("PulsarStandaloneStarter"),
+                )
+            else:
+                print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
+                return 2
+            run_pulsar_phases(broker, args, spy, results, notes)
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()
         if reason:

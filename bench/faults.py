@@ -17,7 +17,7 @@ Each scenario runs against a fresh ``python -m gateway.cli`` process on a fresh 
    round trips; ``--idle`` connections held (RSS delta / connections); ``--loris`` slow
    handshakes (one octet of the header every 0.2 s) and as many silent ones (handshake timeout
    2 s) during round trips; the open-files limit (256) reached, then freed;
-4. the Pulsar broker (a standalone of our own on free ports, tests/faults/own_stack.py) stopped
+4. the Pulsar broker (a standalone of our own on free ports, tests/support/own_stack.py) stopped
    under a publisher with confirms and a consumer for ``--outages`` seconds each (one past the
    producers' 30 s send timeout), and killed with SIGKILL for 5 s, then started again:
    confirms, nacks, closes, duplicates, the time from the broker up to the first new confirm;
@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO))
 from tests.faults.gateway_process import gateway, open_amqp  # noqa: E402
 from tests.faults.memory import fast_publisher, unacked_consumer  # noqa: E402
 from tests.faults.outages import through_an_outage  # noqa: E402
-from tests.faults.own_stack import own_stack, pulsar_of  # noqa: E402
 from tests.faults.partition import partitioned_fleet, through_a_partition  # noqa: E402
 from tests.faults.storms import KB, bursts, hold_idle, served_during, slow_loris  # noqa: E402
 from tests.support.clients import connect, unique  # noqa: E402
+from tests.support.own_stack import own_stack, pulsar_of  # noqa: E402
 
 
 def _stack() -> Any:

@@ -1,7 +1,7 @@
 """Issue 17 item 3, a partitioned replica: the fleet and the scenario, shared by
 tests/faults/test_partitioned_replica.py and bench/faults.py.
 
-The broker is a standalone of our own (tests/faults/own_stack.py) that advertises
+The broker is a standalone of our own (tests/support/own_stack.py) that advertises
 ``127.0.0.5``: after a lookup every gateway connects there, to a proxy on the broker's port
 that forwards to the broker on 127.0.0.1 (tests/faults/proxies.py). The partition drops and
 refuses the connections of the ``isolated`` replica's process only (the proxy knows them by
@@ -21,10 +21,10 @@ from typing import Any
 
 from tests.faults.gateway_process import LimitedGatewayProcess, wait_until
 from tests.faults.outages import Consumer, Publisher
-from tests.faults.own_stack import OwnStack, new_stack
 from tests.faults.proxies import ProxyThread
 from tests.integration.fleet.processes import free_port, write_config
 from tests.support.clients import connect, unique
+from tests.support.own_stack import OwnStack, new_stack
 from tests.support.pulsar_gateway import fresh_namespace
 
 ADVERTISED = "127.0.0.5"  # on Linux the whole of 127.0.0.0/8 is loopback

@@ -1,6 +1,6 @@
 """Issue 17 item 1: the Pulsar broker goes down under load and comes back.
 
-The broker is a standalone of the test's own on free ports (tests/faults/own_stack.py: the
+The broker is a standalone of the test's own on free ports (tests/support/own_stack.py: the
 shared one serves every other test), stopped with SIGTERM as an operator stops it or killed
 with SIGKILL as in a crash, and started again on its data; the gateway keeps its metadata in
 the shared ZooKeeper, which stays up. A publisher with confirms and a consumer with acks run
@@ -18,8 +18,8 @@ import pytest
 
 from tests.faults.gateway_process import LimitedGatewayProcess, gateway
 from tests.faults.outages import through_an_outage
-from tests.faults.own_stack import OwnStack, own_stack, pulsar_of
 from tests.support.clients import connect, unique
+from tests.support.own_stack import OwnStack, own_stack, pulsar_of
 
 pytestmark = pytest.mark.integration
 

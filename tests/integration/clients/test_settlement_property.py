@@ -13,9 +13,12 @@ Cancelling a consumer leaves its unacknowledged messages with the channel, as Ra
 they are settled by later acks, nacks and rejects, and go back when the channel closes. The
 in-memory backend runs many examples (the channel logic); the Pulsar backend runs
 a bounded number, with messages published through the gateway and with messages written as
-one batch by a native producer (consumers without a prefetch limit, no Basic.Get: a Pulsar
-consumer that read ahead part of a batch and closes gives the whole entry back on a broker
-without batch-index acknowledgement, docs/compatibility.md, "Settlement").
+one batch by a native producer, on two brokers: the shared stack (entry-level
+acknowledgements, Pulsar's default: there batches are consumed without a prefetch limit and
+without Basic.Get, since a Pulsar consumer that read ahead part of a batch and closes gives the
+whole entry back, docs/compatibility.md, "Settlement") and ``batch_index_stack``
+(``acknowledgmentAtBatchIndexLevelEnabled=true``: every operation, and the gateway's own
+producers batch, which each example checks).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gateway.model.naming import topic_for
 from gateway.model.vhost import Namespace
 from tests.support.clients import connect, unique
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.pulsar_entries import entries_of
 from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
 
 # ------------------------------------------------------------------------------ operations
@@ -352,20 +356,24 @@ class PulsarGateway:
     gateway: GatewayInThread
     namespace: Namespace
     broker_url: str
+    # The broker keeps acknowledgements per batch index (batch_index_stack).
+    tracks_indexes: bool
 
 
-@pytest.fixture(scope="module")
-def pulsar_gateway(pulsar_stack: Any) -> Iterator[PulsarGateway]:
-    with fresh_namespace(pulsar_stack) as namespace:
+@pytest.fixture(scope="module", params=["entry-acks", "batch-index-acks"])
+def pulsar_gateway(request: pytest.FixtureRequest) -> Iterator[PulsarGateway]:
+    tracks_indexes = request.param == "batch-index-acks"
+    stack = request.getfixturevalue("batch_index_stack" if tracks_indexes else "pulsar_stack")
+    with fresh_namespace(stack) as namespace:
         config = dataclasses.replace(
-            stack_config(
-                pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
-            ),
+            stack_config(stack.web_url, stack.broker_url, stack.zookeeper, namespace),
             # Native batches are written to queues' topics: subscribed from the declare on.
             amqpLazySubscriptions=False,
         )
         with GatewayInThread(backend_factory=backend_factory(config)) as gateway:
-            yield PulsarGateway(gateway, Namespace("public", namespace), pulsar_stack.broker_url)
+            yield PulsarGateway(
+                gateway, Namespace("public", namespace), stack.broker_url, tracks_indexes
+            )
 
 
 PULSAR_SETTINGS = settings(
@@ -380,6 +388,33 @@ PULSAR_SETTINGS = settings(
 @given(ops=st.lists(OPS, max_size=30), count=st.integers(1, 5))
 def test_settlement_on_pulsar(pulsar_gateway: PulsarGateway, ops: list[Op], count: int) -> None:
     run_example(pulsar_gateway.gateway.port, ops, count, publish=publish_confirmed)
+
+
+@pytest.mark.integration
+# The gateway's producers batch only where the broker tracks batch indexes.
+@pytest.mark.parametrize("pulsar_gateway", ["batch-index-acks"], indirect=True)
+@PULSAR_SETTINGS
+@given(ops=st.lists(OPS, max_size=30), count=st.integers(2, 6))
+def test_settlement_on_pulsar_with_gateway_batches(
+    pulsar_gateway: PulsarGateway, ops: list[Op], count: int
+) -> None:
+    """Published in one transaction: the gateway's producer writes them as one batch
+    (checked), and every operation applies."""
+
+    def publish_in_one_commit(
+        connection: pika.BlockingConnection, queue: str, bodies: list[bytes]
+    ) -> None:
+        channel = connection.channel()
+        channel.tx_select()
+        for body in bodies:
+            channel.basic_publish("", queue, body)
+        channel.tx_commit()
+        channel.close()
+        topic = topic_for(pulsar_gateway.namespace, "", queue)
+        entries = entries_of(pulsar_gateway.broker_url, topic, len(bodies))
+        assert any(entry.batch and len(entry.bodies) > 1 for entry in entries), entries
+
+    run_example(pulsar_gateway.gateway.port, ops, count, publish=publish_in_one_commit)
 
 
 @pytest.mark.integration
@@ -406,11 +441,14 @@ def test_settlement_on_pulsar_with_a_batch(
         finally:
             client.close()
 
+    # On a broker without batch-index acknowledgements, a consumer that read ahead part of the
+    # batch and closes gives the whole entry back: no prefetch limits, no Basic.Get there.
+    tracks_indexes = pulsar_gateway.tracks_indexes
     run_example(
         pulsar_gateway.gateway.port,
         ops,
         count,
         publish=publish_batch,
-        prefetch_limits=False,
-        gets=False,
+        prefetch_limits=tracks_indexes,
+        gets=tracks_indexes,
     )

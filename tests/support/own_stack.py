@@ -1,7 +1,12 @@
-"""A Pulsar standalone of the fault tests' own, on free ports, that a test may stop and start
-again: the shared stack (6650/8080/2181) serves every other test running at the same time and
-must never go down. It is scripts/stack.py's standalone with a profile made at run time (its
-state in a temporary folder, the classpath the shared stack already resolved)."""
+"""A Pulsar standalone of a test's (or a benchmark's) own, on free ports: one that a test may
+stop and start again, or one with a broker setting the shared stack does not have. The shared
+stack (6650/8080/2181) serves every other test running at the same time and must never go down
+or be reconfigured. It is scripts/stack.py's standalone with a profile made at run time (its
+state in a temporary folder, the classpath the shared stack already resolved).
+
+Users: the fault tests (tests/faults/), the settlement tests on a broker that keeps
+batch-index acknowledgements (tests/integration/clients/conftest.py) and benchmarks
+(bench/faults.py, bench/bench_gateway_vs_pulsar.py ``--batch-index-acks``)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any
 from tests.conftest import _load_stack_module
 
 # As the secured profile's: the C1 compiler only halves the JVM's start (scripts/stack.py).
+# A benchmark passes the default profile's instead (peak throughput needs C2).
 JVM_OPTIONS = (
     "-Xms128m",
     "-Xmx512m",
@@ -61,6 +67,12 @@ class OwnStack:
     def zookeeper(self) -> str:
         return str(self.profile.zookeeper)
 
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs (a benchmark counts its CPU time)."""
+        record = _load_stack_module()._read_record(self.profile.state_dir())
+        return None if record is None else int(record.pid)
+
     def up(self) -> None:
         """Start it (again, on its data) and wait until it is healthy."""
         _load_stack_module().ensure_up(profile=self.profile)
@@ -82,21 +94,29 @@ class OwnStack:
             time.sleep(0.05)  # polling interval of a condition with a deadline
 
 
-def new_stack(directory: Path, *, advertised_address: str | None = None) -> OwnStack:
+def new_stack(
+    directory: Path,
+    *,
+    advertised_address: str | None = None,
+    broker_config: str = "",
+    jvm_options: tuple[str, ...] = JVM_OPTIONS,
+) -> OwnStack:
     """A standalone on free ports with its state in ``directory``, not started yet.
     ``advertised_address``: what the broker tells clients to connect to after a lookup (it
-    still listens on 127.0.0.1), for a proxy listening there on the broker's port."""
+    still listens on 127.0.0.1), for a proxy listening there on the broker's port.
+    ``broker_config``: lines appended to its standalone.conf (``key=value``, later keys win)."""
     stack = _load_stack_module()
     broker, web, zookeeper, bookie = _free_ports(4)
     extra = f"advertisedAddress={advertised_address}\n" if advertised_address else ""
+    extra += broker_config
     profile = stack.Profile(
-        f"faults-{broker}",
+        f"own-{broker}",
         broker,
         web,
         zookeeper,
         bookie,
         tls=False,
-        jvm_options=JVM_OPTIONS,
+        jvm_options=jvm_options,
         directory=directory,
         extra_config=extra,
     )
@@ -104,9 +124,12 @@ def new_stack(directory: Path, *, advertised_address: str | None = None) -> OwnS
 
 
 @contextmanager
-def own_stack(directory: Path) -> Iterator[OwnStack]:
-    """A started standalone on free ports with its state in ``directory``, stopped after."""
-    own = new_stack(directory)
+def own_stack(
+    directory: Path, *, broker_config: str = "", jvm_options: tuple[str, ...] = JVM_OPTIONS
+) -> Iterator[OwnStack]:
+    """A started standalone on free ports with its state in ``directory``, stopped after
+    (``broker_config`` and ``jvm_options`` as for ``new_stack``)."""
+    own = new_stack(directory, broker_config=broker_config, jvm_options=jvm_options)
     own.up()
     try:
         yield own
