@@ -469,6 +469,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it
         (``enqueued``: a requeued copy of a message that entered the queue then)."""
         topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
+        # With lazy subscriptions that topic has no subscription until something is published
+        # to it through the default exchange (activation.py): prepared here as a publisher
+        # prepares it, or the copy would be stored where no subscription keeps it, and the
+        # original acknowledged: the message lost.
+        default = self.catalog.exchange(self.catalog.view, DEFAULT_EXCHANGE)
+        if default is not None:
+            await self._publish_routes.prepare(default, queue)
         properties = to_pulsar(message)
         if enqueued is not None:
             properties[REQUEUED] = "true"
