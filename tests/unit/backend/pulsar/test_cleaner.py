@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-import trio
 
 from gateway.backend.pulsar.cleaner import (
     BINDINGS_PER_TURN,
@@ -24,6 +23,7 @@ from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from gateway.model.naming import subscription_for
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import AdminError, NotFound
+from tests.support.turns import turns_during
 
 NS = "t/n"
 PREFIX = "persistent://t/n/"
@@ -234,19 +234,6 @@ async def test_the_reconcilers_walk_over_many_bindings_lets_other_tasks_run() ->
     reconciler = SubscriptionReconciler(
         cast(PulsarVirtualHost, FakeVhost(store)), store, cast(PulsarAdmin, FakeAdmin()), NS
     )
-    turns = 0
-    done = False
-
-    async def other_task() -> None:
-        nonlocal turns
-        while not done:
-            turns += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other_task)
-        await trio.lowlevel.checkpoint()  # the other task is running
-        turns = 0
-        assert await reconciler.expected(view) == set()  # direct bindings: nothing to check
-        done = True
+    expected, turns = await turns_during(reconciler.expected(view))
+    assert expected == set()  # direct bindings: nothing to check
     assert turns >= count // BINDINGS_PER_TURN - 1

@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import trio
-
 from gateway.backend.pulsar.queue_stats import QUEUES_PER_TURN, QueueStatsRefresher
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.admin import PulsarAdmin
+from tests.support.turns import turns_during
 
 NS = "public/stats"
 
@@ -45,21 +44,7 @@ def _refresher(queues: int) -> tuple[QueueStatsRefresher, QuietVhost]:
 async def test_a_round_over_many_queues_lets_other_tasks_run() -> None:
     queues = 5 * QUEUES_PER_TURN
     refresher, vhost = _refresher(queues)
-    turns = 0
-    done = False
-
-    async def other_task() -> None:
-        nonlocal turns
-        while not done:
-            turns += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other_task)
-        await trio.lowlevel.checkpoint()  # the other task is running
-        turns = 0
-        await refresher.refresh()
-        done = True
+    _, turns = await turns_during(refresher.refresh())
     # Without the turns, the other task would not run once while 5,000 queues are walked.
     assert turns >= queues // QUEUES_PER_TURN - 1
     assert len(vhost.topics_asked) == queues
