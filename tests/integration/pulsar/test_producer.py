@@ -253,3 +253,55 @@ async def test_grouped_submits_without_waiting_join_the_group_or_decline(
     assert bodies == [b"m0", b"m1", b"m2"]
     await producer.aclose()
     assert producer.submit_grouped_nowait(b"closed") is None
+
+
+# A child process, so that a deadlock (the GIL held while waiting for pulsar-client's lock,
+# which never returns) fails this test instead of hanging the suite.
+_FLUSH_ROUNDS = """
+import random, sys, time, trio
+from gateway.pulsar.client import ClientOptions, PulsarClient
+from gateway.pulsar.producer import ProducerOptions
+
+async def main(url, topic):
+    random.seed(7)
+    options = ClientOptions(service_url=url, operation_timeout_seconds=15)
+    async with await PulsarClient.create(options) as client:
+        producer = await client.create_producer(
+            topic, ProducerOptions(batching_enabled=True, batching_max_publish_delay_ms=1)
+        )
+        for _ in range(300):
+            handles = [await producer.submit(b"x" * 1024) for _ in range(random.randrange(50))]
+            # Python work holding the GIL while the 1 ms batch timer fires (the gateway's
+            # trio thread is busy like this): pulsar-client's thread takes the producer's
+            # lock and waits for the GIL, and then the flush comes.
+            busy_until = time.perf_counter() + random.random() * 0.003
+            while time.perf_counter() < busy_until:
+                pass
+            await producer.flush()
+            assert all(handle.done() for handle in handles)
+        await producer.aclose()
+    print("flushed 300 rounds")
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+async def test_flush_waits_for_every_earlier_send_and_never_deadlocks(
+    pulsar_stack: StackEndpoints, topic: Topic
+) -> None:
+    """``flush`` returns once all earlier sends completed, while a batching producer's timer
+    hands batches over. Through pulsar-client's ``flush_async`` this deadlocked within a few
+    dozen rounds (its binding holds the GIL while it waits for the producer's lock)."""
+    import sys
+
+    with trio.move_on_after(60):  # a deadlocked child is killed when this scope cancels
+        process = await trio.run_process(
+            [sys.executable, "-c", _FLUSH_ROUNDS, pulsar_stack.broker_url, topic("flushes")],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert process.returncode == 0, process.stderr.decode()[-3000:]
+        assert b"flushed 300 rounds" in process.stdout
+        return
+    pytest.fail("the flush rounds did not finish in 60 s: deadlocked")
