@@ -80,9 +80,24 @@ class QueueSubscription(Protocol):
         channel flushes then, so a burst of deliveries goes out in one write)."""
         ...
 
+    def receive_nowait(self) -> Delivery | None:
+        """A message that is already here, or None. The channel takes a consumer's messages
+        through it in one pass while the consumer has credit, instead of one per scheduling
+        round: with publishers keeping the gateway busy, one per round starved consumers
+        (docs/performance.md, "Consumer starvation"). A backend may always answer None
+        (then every message comes through ``receive``)."""
+        ...
+
     async def close(self) -> None:
         """Stop receiving; deliveries not yet settled go back to the queue."""
         ...
+
+
+class ReceivesByWaiting:
+    """For a subscription that hands messages over only through ``receive``."""
+
+    def receive_nowait(self) -> None:
+        return None
 
 
 class SubscriptionEnded(Exception):

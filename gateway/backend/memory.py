@@ -25,6 +25,8 @@ from gateway.backend.interface import (
     Owner,
     PublishOutcome,
     QueueStatus,
+    QueueSubscription,
+    ReceivesByWaiting,
     SubscriptionEnded,
 )
 from gateway.backend.memory_stream import MemoryStream, MemoryStreamSubscription
@@ -253,7 +255,7 @@ class MemoryQueue:
 
 
 @dataclass(eq=False)
-class MemorySubscription:
+class MemorySubscription(ReceivesByWaiting):
     queue: MemoryQueue
     on_closed: Callable[[MemoryQueue], Awaitable[None]]
     # Removes expired messages from every queue of the vhost (dead-lettering them): run while
@@ -507,7 +509,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         *,
         prefetch: int = 0,
         qos: ConsumerQos = NO_QOS,
-    ) -> MemorySubscription | MemoryStreamSubscription:
+    ) -> QueueSubscription:
         queue, exclusive = command.queue, command.exclusive
         await self._expire_queues()
         entity = self.catalog.queue(self.catalog.view, queue, owner)

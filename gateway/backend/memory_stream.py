@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from gateway.backend.interface import Message, SubscriptionEnded
+from gateway.backend.interface import Message, ReceivesByWaiting, SubscriptionEnded
 from gateway.model.streams import (
     FIRST,
     LAST,
@@ -119,7 +119,7 @@ class MemoryStreamDelivery:
 
 
 @dataclass(eq=False)
-class MemoryStreamSubscription:
+class MemoryStreamSubscription(ReceivesByWaiting):
     stream: MemoryStream
     position: int
     filter: StreamFilter | None

@@ -485,10 +485,7 @@ class AMQPSession:
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
     async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
-        # A subscription that can hand over what it holds without waiting (Pulsar's can).
-        take_now: Callable[[], Delivery | None] | None = getattr(
-            consumer.subscription, "receive_nowait", None
-        )
+        take_now = consumer.subscription.receive_nowait
         with consumer.scope:
             try:
                 while True:
@@ -522,14 +519,13 @@ class AMQPSession:
                     # credit is looked at before each, with nothing awaited in between, so
                     # consumers sharing the channel's credit cannot overshoot it).
                     self._deliver(state, consumer, delivery)
-                    if take_now is not None:
-                        for _ in range(BURST):
-                            if not state.has_credit(consumer):
-                                break
-                            more = take_now()
-                            if more is None:
-                                break
-                            self._deliver(state, consumer, more)
+                    for _ in range(BURST):
+                        if not state.has_credit(consumer):
+                            break
+                        more = take_now()
+                        if more is None:
+                            break
+                        self._deliver(state, consumer, more)
 
             except SubscriptionEnded:
                 await self._consumer_ended(state, consumer)

@@ -17,14 +17,18 @@ class RegisteredSubscription:
     client that cancels and then deletes if-unused, consumes exclusively or declares finds
     the consumer gone, as with RabbitMQ."""
 
-    __slots__ = ("_settled", "receive", "subscription")
+    __slots__ = ("_settled", "receive", "receive_nowait", "subscription")
 
     def __init__(
         self, subscription: PulsarQueueSubscription, settled: Callable[[], Awaitable[None]]
     ) -> None:
         self.subscription = subscription
-        # The delivery path calls the subscription's own method: no extra call per message.
+        # The delivery path calls the subscription's own methods: no extra call per message.
+        # ``receive_nowait`` is what lets the delivery loop hand a consumer's buffered
+        # messages over in one pass (session.py ``_deliver_loop``); without it, one message
+        # per pass starved consumers whenever publishers kept the gateway busy.
         self.receive = subscription.receive
+        self.receive_nowait = subscription.receive_nowait
         self._settled = settled
 
     async def close(self) -> None:

@@ -33,7 +33,7 @@ import trio
 
 from gateway.amqp import commands as cmd
 from gateway.backend.catalog import Catalog
-from gateway.backend.interface import ConsumerQos, SubscriptionEnded
+from gateway.backend.interface import ConsumerQos, ReceivesByWaiting, SubscriptionEnded
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
@@ -89,7 +89,7 @@ async def join_line(
     return line
 
 
-class SingleActiveSubscription:
+class SingleActiveSubscription(ReceivesByWaiting):
     """What ``PulsarVirtualHost.consume`` returns for a single-active-consumer queue."""
 
     def __init__(

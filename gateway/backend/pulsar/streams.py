@@ -31,7 +31,13 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
-from gateway.backend.interface import ConsumerQos, Message, Stored, SubscriptionEnded
+from gateway.backend.interface import (
+    ConsumerQos,
+    Message,
+    ReceivesByWaiting,
+    Stored,
+    SubscriptionEnded,
+)
 from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
@@ -103,7 +109,7 @@ class PulsarStreamDelivery:
         """Neither requeued nor dropped (``rabbit_stream_queue:settle``: all credit)."""
 
 
-class PulsarStreamSubscription:
+class PulsarStreamSubscription(ReceivesByWaiting):
     """One AMQP consumer of a stream: a Reader on its log."""
 
     def __init__(

@@ -37,6 +37,7 @@ from gateway.backend.interface import (
     Owner,
     PublishOutcome,
     QueueStatus,
+    QueueSubscription,
 )
 from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
@@ -61,7 +62,7 @@ from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
-from gateway.backend.pulsar.streams import PulsarStreamSubscription, StreamQueues, stream_of
+from gateway.backend.pulsar.streams import StreamQueues, stream_of
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition, VhostView
 from gateway.model.arguments import is_stream
@@ -538,7 +539,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         *,
         prefetch: int = 0,
         qos: ConsumerQos = NO_QOS,
-    ) -> RegisteredSubscription | PulsarStreamSubscription | SingleActiveSubscription:
+    ) -> QueueSubscription:
         queue, exclusive = command.queue, command.exclusive
         entity = await self.catalog.find_queue(queue, owner)
         self.catalog.check_consume(entity, command)

@@ -28,6 +28,9 @@ class SlowClose:
     async def receive(self, before_wait: Any = None) -> Any:
         return await self._inner.receive(before_wait)
 
+    def receive_nowait(self) -> Any:
+        return self._inner.receive_nowait()
+
     async def close(self) -> None:
         await trio.sleep(1.0)
         await self._inner.close()
