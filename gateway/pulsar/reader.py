@@ -138,6 +138,18 @@ class TrioReader:
                 return ReadMessage(head.message)
             await self._lot.park()
 
+    def receive_nowait(self) -> ReadMessage | None:
+        """``receive`` when it need not wait: None when the next message is not read yet, or
+        when what comes next is an error (left for ``receive`` to raise)."""
+        if self._closed or not self._slots:
+            return None
+        head = self._slots[0]
+        if not head.filled or head.error is not None:
+            return None
+        self._slots.popleft()
+        self._ask()
+        return ReadMessage(head.message)
+
     async def seek(self, timestamp_ms: int) -> None:
         """Move to the first message published at ``timestamp_ms`` or later. Only before the
         first ``receive``: reads already asked for would mix both positions."""

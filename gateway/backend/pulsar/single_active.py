@@ -33,7 +33,7 @@ import trio
 
 from gateway.amqp import commands as cmd
 from gateway.backend.catalog import Catalog
-from gateway.backend.interface import ConsumerQos, ReceivesByWaiting, SubscriptionEnded
+from gateway.backend.interface import ConsumerQos, SubscriptionEnded
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
@@ -89,7 +89,7 @@ async def join_line(
     return line
 
 
-class SingleActiveSubscription(ReceivesByWaiting):
+class SingleActiveSubscription:
     """What ``PulsarVirtualHost.consume`` returns for a single-active-consumer queue."""
 
     def __init__(
@@ -161,6 +161,14 @@ class SingleActiveSubscription(ReceivesByWaiting):
                 await flush()
                 continue
             await self._changed.wait()
+
+    def receive_nowait(self) -> PulsarDelivery | None:
+        """A message already here while this consumer is the active one (no receive is in
+        progress then, so there is nothing for ``_stop_receiving`` to cancel)."""
+        serving = self._serving
+        if self.ended or serving is None or not self.active:
+            return None
+        return serving.receive_nowait()
 
     async def close(self) -> None:
         """Stop (the session gave back what the client held): the Pulsar consumer closes

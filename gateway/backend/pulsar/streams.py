@@ -34,7 +34,6 @@ from gateway.amqp.fieldtable import Field
 from gateway.backend.interface import (
     ConsumerQos,
     Message,
-    ReceivesByWaiting,
     Stored,
     SubscriptionEnded,
 )
@@ -64,7 +63,7 @@ from gateway.model.streams import (
 )
 from gateway.pulsar.errors import AdminError, ClosedError, NotFound, PulsarClientError, amqp_errors
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
-from gateway.pulsar.reader import TrioReader, open_reader
+from gateway.pulsar.reader import ReadMessage, TrioReader, open_reader
 
 log = logging.getLogger("gateway.pulsar.streams")
 
@@ -109,7 +108,7 @@ class PulsarStreamDelivery:
         """Neither requeued nor dropped (``rabbit_stream_queue:settle``: all credit)."""
 
 
-class PulsarStreamSubscription(ReceivesByWaiting):
+class PulsarStreamSubscription:
     """One AMQP consumer of a stream: a Reader on its log."""
 
     def __init__(
@@ -143,14 +142,32 @@ class PulsarStreamSubscription(ReceivesByWaiting):
                 read = await self._reader.receive()
             except ClosedError:
                 raise SubscriptionEnded(self.queue) from None
-            offset = offset_of(read.message_id)
-            if self._start is not None and offset < self._start:
-                continue  # earlier messages of the entry a numeric offset starts in
-            message = from_pulsar(read.payload, read.properties, "", self.queue)
-            if self._filter is not None and not self._filter.admits(message.properties.headers):
-                continue
-            header = with_offset_header(message.header, offset)
-            return PulsarStreamDelivery(replace(message, header=header))
+            delivery = self._delivery(read)
+            if delivery is not None:
+                return delivery
+
+    def receive_nowait(self) -> PulsarStreamDelivery | None:
+        """A message already read, or None (the next ``receive`` says why, if it was not
+        just that nothing is read yet)."""
+        while not self.ended:
+            read = self._reader.receive_nowait()
+            if read is None:
+                return None
+            delivery = self._delivery(read)
+            if delivery is not None:
+                return delivery
+        return None
+
+    def _delivery(self, read: ReadMessage) -> PulsarStreamDelivery | None:
+        """What the consumer gets of ``read``: None if its offset or filter skips it."""
+        offset = offset_of(read.message_id)
+        if self._start is not None and offset < self._start:
+            return None  # earlier messages of the entry a numeric offset starts in
+        message = from_pulsar(read.payload, read.properties, "", self.queue)
+        if self._filter is not None and not self._filter.admits(message.properties.headers):
+            return None
+        header = with_offset_header(message.header, offset)
+        return PulsarStreamDelivery(replace(message, header=header))
 
     async def end(self) -> None:
         """The stream was deleted: the next receive raises SubscriptionEnded."""
