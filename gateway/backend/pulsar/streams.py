@@ -31,12 +31,7 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
-from gateway.backend.interface import (
-    ConsumerQos,
-    Message,
-    Stored,
-    SubscriptionEnded,
-)
+from gateway.backend.interface import ConsumerQos, Message, Stored, SubscriptionEnded
 from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
