@@ -203,17 +203,33 @@ def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], floa
 
 @contextlib.contextmanager
 def gateway_target(
-    stack: ModuleType, switch_interval: float | None
+    stack: ModuleType, switch_interval: float | None, *, batch_index_acks: bool = False
 ) -> Iterator[tuple[str, dict[str, int]]]:
-    broker, web, zk = stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER
-    with (
-        gvp.fresh_namespace(web, zk) as namespace,
-        gvp.gateway_process(broker, web, zk, namespace, switch_interval=switch_interval) as gw,
-    ):
+    """The gateway on the local stack, or with ``batch_index_acks`` on a standalone of the
+    run's own whose broker keeps batch-index acknowledgements (the gateway batches there)."""
+    with contextlib.ExitStack() as running:
+        if batch_index_acks:
+            broker = running.enter_context(gvp.own_broker(stack, gvp.BATCH_INDEX_ACKS))
+        else:
+            broker = gvp.Broker(
+                stack.BROKER_URL,
+                stack.WEB_URL,
+                stack.ZOOKEEPER,
+                gvp.find_pid("PulsarStandaloneStarter"),
+            )
+        namespace = running.enter_context(gvp.fresh_namespace(broker.web_url, broker.zookeeper))
+        gw = running.enter_context(
+            gvp.gateway_process(
+                broker.broker_url,
+                broker.web_url,
+                broker.zookeeper,
+                namespace,
+                switch_interval=switch_interval,
+            )
+        )
         pids = {"gateway": gw.pid}
-        pulsar_pid = gvp.find_pid("PulsarStandaloneStarter")
-        if pulsar_pid:
-            pids["pulsar"] = pulsar_pid
+        if broker.pid:
+            pids["pulsar"] = broker.pid
         print(f"gateway on 127.0.0.1:{gw.port}, namespace public/{namespace}", flush=True)
         yield f"amqp://guest:guest@127.0.0.1:{gw.port}", pids
 
@@ -293,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         help="record the gateway with py-spy during each PerfTest run "
         "(DIR/gateway-perftest-<load>.txt) and print the top functions",
     )
+    parser.add_argument(
+        "--batch-index-acks",
+        action="store_true",
+        help="run the gateway on a Pulsar standalone of the run's own whose broker keeps "
+        "batch-index acknowledgements (acknowledgmentAtBatchIndexLevelEnabled=true): the "
+        "gateway's producers batch only there",
+    )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument(
@@ -318,8 +341,15 @@ def main(argv: list[str] | None = None) -> int:
 
     targets: list[tuple[str, contextlib.AbstractContextManager[tuple[str, dict[str, int]]]]] = []
     if not args.no_gateway:
-        if stack.is_up():
-            targets.append(("gateway", gateway_target(stack, args.switch_interval)))
+        if stack.is_up() or args.batch_index_acks:
+            targets.append(
+                (
+                    "gateway",
+                    gateway_target(
+                        stack, args.switch_interval, batch_index_acks=args.batch_index_acks
+                    ),
+                )
+            )
         else:
             notes.append("gateway skipped: the local stack is not up (scripts/stack.py up)")
     if not args.no_rabbitmq:
