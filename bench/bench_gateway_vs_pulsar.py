@@ -236,6 +236,19 @@ def own_broker(stack: ModuleType, broker_config: str) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
+def measured_broker(stack: ModuleType, *, batch_index_acks: bool) -> Iterator[Broker]:
+    """The Pulsar a run measures on: the local stack's (which must be up), or with
+    ``batch_index_acks`` a standalone of the run's own whose broker keeps batch-index
+    acknowledgements (the gateway's producers batch only there)."""
+    if batch_index_acks:
+        with own_broker(stack, BATCH_INDEX_ACKS) as broker:
+            yield broker
+    else:
+        pid = find_pid("PulsarStandaloneStarter")
+        yield Broker(stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER, pid)
+
+
+@contextlib.contextmanager
 def fresh_namespace(web_url: str, zookeeper: str) -> Iterator[str]:
     """``public/bench-<random>``; on exit the namespace (forced) and its gateway metadata go."""
     name = f"bench-{uuid.uuid4().hex[:10]}"
@@ -1637,19 +1650,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_line()}")
     wait_for_quiet(args.wait_quiet)
     if not (args.no_raw and args.no_gateway):
-        with contextlib.ExitStack() as brokers:
-            if args.batch_index_acks:
-                broker = brokers.enter_context(own_broker(stack, BATCH_INDEX_ACKS))
-            elif stack.is_up():
-                broker = Broker(
-                    stack.BROKER_URL,
-                    stack.WEB_URL,
-                    stack.ZOOKEEPER,
-                    find_pid("PulsarStandaloneStarter"),
-                )
-            else:
-                print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
-                return 2
+        if not args.batch_index_acks and not stack.is_up():
+            print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
+            return 2
+        with measured_broker(stack, batch_index_acks=args.batch_index_acks) as broker:
             run_pulsar_phases(broker, args, spy, results, notes)
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()

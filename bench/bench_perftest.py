@@ -207,26 +207,17 @@ def gateway_target(
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """The gateway on the local stack, or with ``batch_index_acks`` on a standalone of the
     run's own whose broker keeps batch-index acknowledgements (the gateway batches there)."""
-    with contextlib.ExitStack() as running:
-        if batch_index_acks:
-            broker = running.enter_context(gvp.own_broker(stack, gvp.BATCH_INDEX_ACKS))
-        else:
-            broker = gvp.Broker(
-                stack.BROKER_URL,
-                stack.WEB_URL,
-                stack.ZOOKEEPER,
-                gvp.find_pid("PulsarStandaloneStarter"),
-            )
-        namespace = running.enter_context(gvp.fresh_namespace(broker.web_url, broker.zookeeper))
-        gw = running.enter_context(
-            gvp.gateway_process(
-                broker.broker_url,
-                broker.web_url,
-                broker.zookeeper,
-                namespace,
-                switch_interval=switch_interval,
-            )
-        )
+    with (
+        gvp.measured_broker(stack, batch_index_acks=batch_index_acks) as broker,
+        gvp.fresh_namespace(broker.web_url, broker.zookeeper) as namespace,
+        gvp.gateway_process(
+            broker.broker_url,
+            broker.web_url,
+            broker.zookeeper,
+            namespace,
+            switch_interval=switch_interval,
+        ) as gw,
+    ):
         pids = {"gateway": gw.pid}
         if broker.pid:
             pids["pulsar"] = broker.pid
