@@ -208,9 +208,9 @@ class _Index:
         self.owned: set[str] = set()
         self.consumers: dict[str, int] = {}
         self.drains: dict[tuple[str, str], DrainRecord] = {}
-        # Single-active-consumer queues' consumers: queue -> record name -> place; the
-        # frozen lines of the last view, and the queues whose line changed since.
-        self.places: dict[str, dict[str, LinePlace]] = {}
+        # Single-active-consumer queues' consumers: queue -> consumer id -> its record's name
+        # and place; the frozen lines of the last view, and the queues whose line changed since.
+        self.places: dict[str, dict[str, tuple[str, LinePlace]]] = {}
         self.lines: dict[str, tuple[LinePlace, ...]] = {}
         self.stale_lines: set[str] = set()
         # Which parts of the last view are stale: a change to queues does not copy the
@@ -353,13 +353,15 @@ class _Index:
             else:
                 self.owned.discard(entity.queue)
         elif isinstance(entity, ConsumerKey):
+            if entity.place is not None and not self._place(
+                entity.queue, child, entity.place, delta
+            ):
+                return  # one consumer's record replaced by another: the count stays
             count = self.consumers.get(entity.queue, 0) + delta
             if count > 0:
                 self.consumers[entity.queue] = count
             else:
                 self.consumers.pop(entity.queue, None)
-            if entity.place is not None:
-                self._place(entity.queue, child, entity.place if delta > 0 else None)
         elif delta > 0:
             self.drains[(entity.queue, entity.topic)] = entity.record
         else:
@@ -396,21 +398,31 @@ class _Index:
         else:
             self._queue_state(entity, -1, child)
 
-    def _place(self, queue: str, child: str, place: LinePlace | None) -> None:
+    def _place(self, queue: str, child: str, place: LinePlace, delta: int) -> bool:
+        """Record ``child`` entering (``delta`` 1) or leaving (-1) ``queue``'s line; False when
+        the consumer's count does not change. A consumer's record is replaced when it becomes
+        active or steps down, the new one created before the old one is deleted (lines.py):
+        the new one takes the consumer's place, and the old one's deletion, coming after, is
+        ignored. So a view never shows the consumer missing, nor twice."""
         places = self.places.setdefault(queue, {})
-        if place is None:
-            places.pop(child, None)
-            if not places:
-                del self.places[queue]
+        held = places.get(place.consumer)
+        if delta > 0:
+            places[place.consumer] = (child, place)
+            counted = held is None
         else:
-            places[child] = place
+            counted = held is not None and held[0] == child
+            if counted:
+                del places[place.consumer]
+        if not places:
+            del self.places[queue]
         self.stale_lines.add(queue)
+        return counted
 
     def _frozen_lines(self) -> None:
         for queue in self.stale_lines:
             places = self.places.get(queue)
             if places:
-                self.lines[queue] = _in_line(places.values())
+                self.lines[queue] = _in_line(place for _, place in places.values())
             else:
                 self.lines.pop(queue, None)
         self.stale_lines.clear()

@@ -4,8 +4,10 @@ stepping down, leaving (model/consumers.py has RabbitMQ's rules, docs/metadata.m
 A consumer of such a queue is an ephemeral record in the queue's consumers bucket whose name
 says everything the other replicas need: ``<queue>,<replica>,<serial>,<sequence>,<priority>,
 <credit>,<w|a>`` (waiting or active). The first three parts are the consumer's id, what the
-backend holds; the record is replaced (deleted and created again, in one transaction) when it
-becomes active or steps down.
+backend holds; the record is replaced when it becomes active or steps down: the new one
+created, then the old one deleted, in one transaction, so that another replica's view never
+shows the consumer missing between the two events (nor twice: its mirror keeps one record per
+consumer).
 
 Two compare-and-sets on the queue node's version (which every consumer registration raises,
 docs/metadata.md "Writes") make the line exact across replicas:
@@ -208,8 +210,10 @@ class ConsumerLines:
         new = line_child(queue, self._replica_id, serial, place)
         ops: list[Op] = [
             *([guard] if guard is not None else []),
-            Delete(self._path(namespace, old)),
+            # Created before the old one is deleted: the events reach other replicas in this
+            # order, and their views go from one record to the other (mirror.py ``_place``).
             Create(self._path(namespace, new), b"", ephemeral=True),
+            Delete(self._path(namespace, old)),
         ]
         entity = consumer_from_child(new)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from decimal import Decimal
 
 from hypothesis import given
@@ -16,10 +18,12 @@ from gateway.metadata.codec import (
     encode_exchange_binding,
     encode_queue,
     exchange_binding_id,
+    line_child,
     topic_key_child,
 )
 from gateway.metadata.mirror import Entity, NamespaceMirror, make_view
-from gateway.metadata.paths import Folder, bucket_of, encode_name
+from gateway.metadata.paths import Folder, bucket_for, bucket_of, encode_name
+from gateway.model.consumers import LinePlace
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 
 Q = Folder.QUEUES
@@ -292,6 +296,37 @@ def test_a_child_deleted_and_created_again_is_replaced_never_missing() -> None:
     assert mirror.snapshot().queues["a"].owner == "c1"  # until the read answers
     mirror.apply_data(Q, child, _q("a", owner="c2")[2])
     assert mirror.snapshot().queues["a"].owner == "c2"
+
+
+def test_a_line_record_replaced_create_first_is_never_missing_nor_twice() -> None:
+    """lines.py replaces a consumer's record (waiting -> active -> waiting) by creating the new
+    one, then deleting the old: applied one event at a time, each view shows it once."""
+    mirror = NamespaceMirror("t/n")
+    c = Folder.CONSUMERS
+    waiting = LinePlace("q,r,1", "r", 7, 0, 5, active=False)
+    records = [line_child("q", "r", 1, replace(waiting, active=flag)) for flag in (0, 1, 0)]
+    bucket = bucket_for(c, records[0])  # the queue's bucket
+    mirror.event_created(c, bucket, records[0])
+    mirror.apply_created(c, [records[0]])
+    seen = [mirror.snapshot()]
+    for old, new in itertools.pairwise(records):
+        mirror.event_created(c, bucket, new)
+        mirror.apply_created(c, [new])
+        seen.append(mirror.snapshot())
+        mirror.event_deleted(c, bucket, old)
+        mirror.apply_deleted(c, [old])
+        seen.append(mirror.snapshot())
+    assert [[p.active for p in v.lines["q"]] for v in seen] == [
+        [False],
+        [True],
+        [True],
+        [False],
+        [False],
+    ]
+    assert {v.consumers["q"] for v in seen} == {1}
+    mirror.event_deleted(c, bucket, records[-1])
+    mirror.apply_deleted(c, [records[-1]])
+    assert "q" not in mirror.snapshot().lines and "q" not in mirror.snapshot().consumers
 
 
 def test_events_are_accounted_for_by_the_next_listing() -> None:
