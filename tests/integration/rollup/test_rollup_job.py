@@ -75,14 +75,20 @@ class Job:
     def __init__(self, config: Path, topic: str, log: Path, env: dict[str, str]) -> None:
         self.log = log
         self._output = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        # Spark's block manager and staging directories and the JVM's unpacked native
+        # libraries (lz4, snappy) go to the test's own directory, not /tmp: a killed JVM
+        # (the crash runs) never removes them, and every `make test` would leave more.
+        scratch = log.parent / "spark-tmp"
+        scratch.mkdir(exist_ok=True)
         self.process = subprocess.Popen(
             [
                 *(COMMAND, "rollup", "-c", str(config), "--topic", topic),
                 *("--master", "local[2]", "--conf", "spark.ui.enabled=false"),
+                *("--conf", f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch}"),
             ],
             stdout=self._output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            env={**os.environ, "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch), **env},
             start_new_session=True,
         )
 
