@@ -203,10 +203,15 @@ def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], floa
 
 @contextlib.contextmanager
 def gateway_target(
-    stack: ModuleType, switch_interval: float | None, *, batch_index_acks: bool = False
+    stack: ModuleType,
+    switch_interval: float | None,
+    *,
+    batch_index_acks: bool = False,
+    workers: int = 1,
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """The gateway on the local stack, or with ``batch_index_acks`` on a standalone of the
-    run's own whose broker keeps batch-index acknowledgements (the gateway batches there)."""
+    run's own whose broker keeps batch-index acknowledgements (the gateway batches there);
+    ``workers`` > 1 starts it with ``--workers`` (the kernel spreads connections over them)."""
     with (
         gvp.measured_broker(stack, batch_index_acks=batch_index_acks) as broker,
         gvp.fresh_namespace(broker.web_url, broker.zookeeper) as namespace,
@@ -216,6 +221,7 @@ def gateway_target(
             broker.zookeeper,
             namespace,
             switch_interval=switch_interval,
+            extra_args=("--workers", str(workers)) if workers > 1 else (),
         ) as gw,
     ):
         pids = {"gateway": gw.pid}
@@ -307,6 +313,13 @@ def main(argv: list[str] | None = None) -> int:
         "batch-index acknowledgements (acknowledgmentAtBatchIndexLevelEnabled=true): the "
         "gateway's producers batch only there",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="start the gateway with --workers N (SO_REUSEPORT: which worker takes PerfTest's "
+        "producer and consumer connection is the kernel's choice)",
+    )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument(
@@ -337,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                 (
                     "gateway",
                     gateway_target(
-                        stack, args.switch_interval, batch_index_acks=args.batch_index_acks
+                        stack,
+                        args.switch_interval,
+                        batch_index_acks=args.batch_index_acks,
+                        workers=args.workers,
                     ),
                 )
             )
