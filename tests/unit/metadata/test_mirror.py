@@ -304,7 +304,9 @@ def test_a_line_record_replaced_create_first_is_never_missing_nor_twice() -> Non
     mirror = NamespaceMirror("t/n")
     c = Folder.CONSUMERS
     waiting = LinePlace("q,r,1", "r", 7, 0, 5, active=False)
-    records = [line_child("q", "r", 1, replace(waiting, active=flag)) for flag in (0, 1, 0)]
+    records = [
+        line_child("q", "r", 1, replace(waiting, active=flag)) for flag in (False, True, False)
+    ]
     bucket = bucket_for(c, records[0])  # the queue's bucket
     mirror.event_created(c, bucket, records[0])
     mirror.apply_created(c, [records[0]])
