@@ -255,9 +255,10 @@ class SingleActiveSubscription:
         line = view.lines.get(self.queue, ())
         mine = next((p for p in line if p.consumer == registration), None)
         if mine is None:
-            # Still ours, missing from this view only: being replaced (a change of state is
-            # a delete and a create, which a view may show one at a time). The next view
-            # has it.
+            # Still ours, missing from this view only: being replaced. A change of state
+            # creates the new record and deletes the old (zookeeper/lines.py); the old one's
+            # deletion event can reach this replica's view before its own transaction's
+            # answer puts the new one there. The next view has it.
             return
         if not mine.active:
             if self._serving is not None:
