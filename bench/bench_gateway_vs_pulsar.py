@@ -162,6 +162,19 @@ def find_pid(cmdline_part: str) -> int | None:
     return None
 
 
+def gateway_pids(supervisor: int) -> dict[str, int]:
+    """The supervisor and its workers (its children), by name."""
+    pids = {"gateway": supervisor}
+    children: list[str] = []
+    # /proc lists a process's children per thread that started them.
+    for task in Path(f"/proc/{supervisor}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += (task / "children").read_text().split()
+    for index, child in enumerate(sorted(children, key=int), start=1):
+        pids[f"worker{index}"] = int(child)
+    return pids
+
+
 @dataclass
 class CpuMeter:
     """CPU seconds per named process, this process, and the machine, between start and stop.

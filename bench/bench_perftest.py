@@ -224,7 +224,7 @@ def gateway_target(
             extra_args=("--workers", str(workers)) if workers > 1 else (),
         ) as gw,
     ):
-        pids = {"gateway": gw.pid}
+        pids = gvp.gateway_pids(gw.pid)  # with --workers, the workers too
         if broker.pid:
             pids["pulsar"] = broker.pid
         print(f"gateway on 127.0.0.1:{gw.port}, namespace public/{namespace}", flush=True)

@@ -50,6 +50,7 @@ from bench_gateway_vs_pulsar import (  # bench/, next to this file
     CpuMeter,
     find_pid,
     fresh_namespace,
+    gateway_pids,
     gateway_process,
     load_stack,
     machine_line,
@@ -174,19 +175,6 @@ def client_process(
 
 
 # --- the parent --------------------------------------------------------------------------------
-
-
-def gateway_pids(supervisor: int) -> dict[str, int]:
-    """The supervisor and its workers (its children), by name."""
-    pids = {"gateway": supervisor}
-    children: list[str] = []
-    # /proc lists a process's children per thread that started them.
-    for task in Path(f"/proc/{supervisor}/task").iterdir():
-        with contextlib.suppress(OSError):
-            children += (task / "children").read_text().split()
-    for index, child in enumerate(sorted(children, key=int), start=1):
-        pids[f"worker{index}"] = int(child)
-    return pids
 
 
 def wait_workers_ready(log: Path, workers: int, timeout: float = 120.0) -> None:
