@@ -45,6 +45,7 @@ from gateway.metadata.mirror import make_view  # noqa: E402
 from gateway.metadata.store import VhostView  # noqa: E402
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from gateway.model.entities import Binding, Exchange, ExchangeType, Queue  # noqa: E402
+from gateway.server.collector import tune_collector  # noqa: E402
 
 BIG = "public/bench-big"
 SMALL = "public/bench-small"
@@ -392,6 +393,7 @@ async def run(args: argparse.Namespace, hosts: str) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--reader"]:
         hosts, prefix, namespace, tag, count = sys.argv[2:7]
+        tune_collector()  # the reader stands for a replica: the collector set as a gateway's
         trio.run(reader, hosts, prefix, namespace, tag, int(count))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

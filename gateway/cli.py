@@ -25,6 +25,7 @@ from gateway.metadata.store import MetadataUnavailable
 from gateway.model.vhost import VhostMapper
 from gateway.observability.http import Endpoints, MetricsServer
 from gateway.observability.metrics import Identity
+from gateway.server.collector import tune_collector
 from gateway.server.listeners import bind_tcp, reuse_port_supported
 from gateway.server.monitoring import Monitoring, worker_node
 from gateway.server.server import GatewayServer, StartupError
@@ -317,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    tune_collector()
     try:
         if args.worker_index is not None:
             link = WorkerLink(args.worker_index, args.worker_fd)
