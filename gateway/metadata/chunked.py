@@ -26,6 +26,8 @@ from collections.abc import (
     Set,
     ValuesView,
 )
+from itertools import compress
+from operator import is_not
 from typing import Any, Final, Generic, TypeVar
 
 __all__ = ["CHUNKS", "ChunkedDict", "FrozenChunkedMap", "FrozenChunkedSet", "Picked"]
@@ -303,9 +305,10 @@ class Picked(Generic[K, V, R]):
             before = previous.chunks
         else:
             self._by_chunk.clear()
-        for index, (chunk, old) in enumerate(zip(chunks, before, strict=True)):
-            if chunk is old:
-                continue
+        # The chunks replaced since the last snapshot, compared in C (a Python loop over
+        # the 1,024 of them was ~2 % of a replica's CPU during declare+bind).
+        for index in compress(range(len(chunks)), map(is_not, chunks, before)):
+            chunk = chunks[index]
             changed = True
             found = {
                 k: r for k, v in chunk.items() if v is not _GONE and (r := pick(v)) is not None

@@ -343,14 +343,24 @@ def _check_queue_type(arguments: Mapping[str, Field], where: str) -> str:
     return name
 
 
+def _only_other_types(known: Mapping[str, Collection[str]]) -> Mapping[str, frozenset[str]]:
+    """Per queue type of ``known``: the arguments that only other types take."""
+    every = frozenset().union(*known.values())
+    return {queue_type: every - frozenset(keys) for queue_type, keys in known.items()}
+
+
 def _check_known(
     arguments: Mapping[str, Field],
     where: str,
     queue_type: str,
     known: Mapping[str, Collection[str]],
+    only_other_types: Mapping[str, frozenset[str]],
     validators: tuple[tuple[str, Validator], ...],
 ) -> None:
-    """RabbitMQ's checks: each argument of the type valid, none of another type only."""
+    """RabbitMQ's checks: each argument of the type valid, none of another type only
+    (``only_other_types``: ``known``'s, from :func:`_only_other_types`)."""
+    if not arguments:
+        return
     of_type = known[queue_type]
     for key, validate in validators:
         field = arguments.get(key)
@@ -358,13 +368,17 @@ def _check_known(
             reason = validate(field, arguments)
             if reason is not None:
                 raise _invalid(key, where, reason)
-    elsewhere = set().union(*known.values()) - set(of_type)
+    elsewhere = only_other_types[queue_type]
     for key in arguments:
         if key in elsewhere:
             raise ChannelError(
                 ReplyCode.PRECONDITION_FAILED,
                 f"invalid arg '{key}' for {where} of queue type {QUEUE_TYPE_MODULES[queue_type]}",
             )
+
+
+_DECLARE_ONLY_OTHER_TYPES: Final = _only_other_types(QUEUE_ARGUMENTS)
+_CONSUME_ONLY_OTHER_TYPES: Final = _only_other_types(CONSUMER_ARGUMENTS)
 
 
 def check_queue_arguments(
@@ -384,7 +398,14 @@ def check_queue_arguments(
     if dlx is not None and dlx.kind != "S":  # rabbit_channel checks it first
         raise _invalid_type("x-dead-letter-exchange", where, dlx)
     queue_type = _check_queue_type(arguments, where)
-    _check_known(arguments, where, queue_type, QUEUE_ARGUMENTS, _DECLARE_VALIDATORS)
+    _check_known(
+        arguments,
+        where,
+        queue_type,
+        QUEUE_ARGUMENTS,
+        _DECLARE_ONLY_OTHER_TYPES,
+        _DECLARE_VALIDATORS,
+    )
     implemented = STREAM_ARGUMENTS if queue_type == "stream" else frozenset()
     for key in arguments:
         if key in NOT_IMPLEMENTED and key not in implemented:
@@ -432,7 +453,14 @@ def check_consume_arguments(
     queue_type = queue_type_named(queue_arguments)
     if queue_type not in CONSUMER_ARGUMENTS:
         queue_type = "classic"
-    _check_known(arguments, where, queue_type, CONSUMER_ARGUMENTS, _CONSUME_VALIDATORS)
+    _check_known(
+        arguments,
+        where,
+        queue_type,
+        CONSUMER_ARGUMENTS,
+        _CONSUME_ONLY_OTHER_TYPES,
+        _CONSUME_VALIDATORS,
+    )
     for key in arguments:
         if key in _CONSUMER_NOT_IMPLEMENTED:
             raise _invalid(key, where, _NOT_OURS)

@@ -45,6 +45,10 @@ class Check:
 Op = Create | Delete | SetData | Check
 
 
+_WITH_DATA: Final = (Create, SetData)
+
+
 def op_size(op: Op) -> int:
     """About how many bytes ``op`` adds to a transaction's packet."""
-    return len(op.path) + 32 + (len(op.data) if isinstance(op, Create | SetData) else 0)
+    # A tuple, not ``Create | SetData``: that builds a union object at every call.
+    return len(op.path) + 32 + (len(op.data) if isinstance(op, _WITH_DATA) else 0)
