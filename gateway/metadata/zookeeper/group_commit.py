@@ -29,6 +29,14 @@ unawaited, could be sent after it: no caller does that. Any other request that g
 ``KazooCalls.submit`` flushes the groups first (:meth:`GroupCommit.flush`), so that requests
 of one task keep their order whatever API they use.
 
+**A window of requests in flight.** At most ``WINDOW`` groups (multis and multiReads) are
+unanswered at a time; what is submitted while the window is full waits for the next answer
+and goes with everything else submitted meanwhile. Alone, a task never waits for it (nothing
+is in flight); under load the groups grow with the load instead of with the number of
+connections that happen to submit in the same turn: measured through one replica, 48
+connections declaring and binding (docs/fleet.md, "Group commit with a window"). A request of
+another kind (``flush``) sends everything waiting at once, window or not, to keep the order.
+
 A group holds at most ``TXN_OPS`` operations and ``TXN_BYTES`` bytes (ZooKeeper refuses
 packets over ``jute.maxbuffer``), a multiRead at most ``READS`` paths; more start another.
 """
@@ -54,6 +62,8 @@ __all__ = ["READS", "Answer", "GroupCommit", "failed_index"]
 
 # Paths per multiRead (as the load's: an answer of a few hundred KB at most).
 READS: Final = 500
+# Groups unanswered at a time (see the module docstring).
+WINDOW: Final = 1
 _EPHEMERAL: Final = 1
 
 
@@ -104,6 +114,7 @@ class GroupCommit:
         self._writes: list[_Write] = []
         self._reads: list[tuple[Read, str, Deliver]] = []
         self._scheduled = False
+        self._in_flight = 0  # groups sent and not answered yet
         # What was sent: requests, and the members in them (for the benchmark's figures).
         self.requests = 0
         self.members = 0
@@ -122,14 +133,35 @@ class GroupCommit:
         self._reads.append((kind, path, deliver))
         self._schedule()
 
+    @property
+    def in_flight(self) -> int:
+        """Groups sent and not answered yet."""
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        """Transactions and reads submitted and not sent yet."""
+        return len(self._writes) + len(self._reads)
+
     def _schedule(self) -> None:
-        if not self._scheduled:
+        # With the window full, the next answer schedules the flush (_sent_answered).
+        if not self._scheduled and self._in_flight < WINDOW:
             self._scheduled = True
             self._session.notify(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
-        self.flush()
+        if self._in_flight < WINDOW:  # a flush() since may have filled it
+            self.flush()
+
+    def _sent(self) -> None:
+        self._in_flight += 1
+        self.requests += 1
+
+    def _sent_answered(self) -> None:
+        self._in_flight -= 1
+        if self._writes or self._reads:
+            self._schedule()
 
     def flush(self) -> None:
         """Send what is waiting now: the transactions (as few multis as fit), then the reads."""
@@ -161,11 +193,20 @@ class GroupCommit:
                     requests.append(KazooSetData(path, op.data, op.version))
         result = client.handler.async_result()
         client._call(Transaction(requests), result)
-        self.requests += 1
+        self._sent()
         self.members += len(group)
         self._session.link(result, lambda answer: self._answered(group, answer))
 
     def _answered(self, group: list[_Write], answer: Any) -> None:
+        # After the members' answers (and any group sent again: it was submitted before
+        # what waits), what waits is sent at the end of this turn, with whatever the tasks
+        # these answers wake submit.
+        try:
+            self._deliver(group, answer)
+        finally:
+            self._sent_answered()
+
+    def _deliver(self, group: list[_Write], answer: Any) -> None:
         try:
             results = answer.get_nowait()
         except Exception as error:  # the whole request: every member's answer
@@ -198,20 +239,22 @@ class GroupCommit:
         chroot = client.chroot or ""
         result = client.handler.async_result()
         client._call(MixedRead([(kind, chroot + path) for kind, path, _ in group]), result)
-        self.requests += 1
+        self._sent()
         self.members += len(group)
         self._session.link(result, lambda answer: self._read(group, answer))
 
-    @staticmethod
-    def _read(group: list[tuple[Read, str, Deliver]], answer: Any) -> None:
+    def _read(self, group: list[tuple[Read, str, Deliver]], answer: Any) -> None:
         try:
-            results = answer.get_nowait()
-        except Exception as error:
-            for _, _, deliver in group:
-                deliver(Answer(error=error))
-            return
-        for (_, _, deliver), data in zip(group, results, strict=True):
-            deliver(Answer(data))
+            try:
+                results = answer.get_nowait()
+            except Exception as error:
+                for _, _, deliver in group:
+                    deliver(Answer(error=error))
+                return
+            for (_, _, deliver), data in zip(group, results, strict=True):
+                deliver(Answer(data))
+        finally:
+            self._sent_answered()
 
 
 def _member_of(group: list[_Write], op_index: int) -> int:
