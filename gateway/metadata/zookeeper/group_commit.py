@@ -245,16 +245,20 @@ class GroupCommit:
 
     def _read(self, group: list[tuple[Read, str, Deliver]], answer: Any) -> None:
         try:
-            try:
-                results = answer.get_nowait()
-            except Exception as error:
-                for _, _, deliver in group:
-                    deliver(Answer(error=error))
-                return
-            for (_, _, deliver), data in zip(group, results, strict=True):
-                deliver(Answer(data))
+            self._deliver_reads(group, answer)
         finally:
             self._sent_answered()
+
+    @staticmethod
+    def _deliver_reads(group: list[tuple[Read, str, Deliver]], answer: Any) -> None:
+        try:
+            results = answer.get_nowait()
+        except Exception as error:
+            for _, _, deliver in group:
+                deliver(Answer(error=error))
+            return
+        for (_, _, deliver), data in zip(group, results, strict=True):
+            deliver(Answer(data))
 
 
 def _member_of(group: list[_Write], op_index: int) -> int:
