@@ -157,6 +157,10 @@ CHANNEL = gvp.CHANNEL
 READY = re.compile(
     r"ready: loaded (\d+) vhosts \((\d+) exchanges, (\d+) queues, (\d+) bindings\) in ([\d.]+) s"
 )
+# The private ZooKeeper's JIT is quiet once its compiler threads use less than this many CPU
+# seconds in this many seconds of load (warm_zookeeper).
+QUIET_COMPILER = 0.1
+QUIET_WINDOW = 2.0
 _ROUND_TAG = struct.Struct(">QQ")  # probe body: round, delivery tag on B's channel
 DOC_SIZES = (1_000, 7_000)
 ROW_ORDER = [
@@ -413,9 +417,11 @@ def stop_private_zookeeper(run: Run) -> None:
     run.zookeeper_process = None
 
 
-def start_gateway(run: Run, name: str, namespace: str, *, extra: str = "") -> GatewayProcess:
+def start_gateway(
+    run: Run, name: str, namespace: str, *, extra: str = "", args: tuple[str, ...] = ()
+) -> GatewayProcess:
     """A replica with vhost ``/`` on ``public/<namespace>``, on a free port (not waited for);
-    ``extra``: more configuration lines."""
+    ``extra``: more configuration lines; ``args``: more command-line arguments."""
     port = free_port()
     config = write_config(
         run.workdir,
@@ -426,7 +432,7 @@ def start_gateway(run: Run, name: str, namespace: str, *, extra: str = "") -> Ga
         broker_url=run.stack.BROKER_URL,
         extra=extra,
     )
-    process = GatewayProcess(name, config, port)
+    process = GatewayProcess(name, config, port, args)
     run.processes.append(process)
     return process.start()
 
@@ -662,6 +668,92 @@ def report_declare_bind(run: Run, result: DeclareBind) -> None:
         f"process: the AMQP client and the gateways' log readers, {client_us:.0f} µs/op); "
         f"deleting the {result.ops + run.args.warmup * result.connections} queues afterwards "
         f"took {result.delete_seconds:.1f} s"
+    )
+
+
+# ============================================================================ warm-up
+
+
+def compiler_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a JVM's JIT compiler threads (``C1/C2 CompilerThread``), from /proc."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            stat = (task / "stat").read_text()
+            if "Compiler" in stat[stat.index("(") + 1 : stat.rindex(")")]:
+                fields = stat[stat.rindex(")") + 2 :].split()
+                total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def warm_zookeeper(run: Run, port: int) -> None:
+    """Declare+bind+delete and churn cycles through the replica on ``port``, unmeasured,
+    until the private ZooKeeper's JIT compiler is quiet (under ``QUIET_COMPILER`` CPU
+    seconds in ``QUIET_WINDOW`` s) or ``--zookeeper-warmup`` seconds have passed.
+
+    A ZooKeeper serving a fleet has been running for days; this one starts with the run, and
+    for its first ~10-20 s of load its JIT compiler threads take most of a core (measured:
+    0.7-1.5 s of compiler CPU per 2 s, against ~0.2 s of request handling), CPU that the
+    phases would otherwise count as the metadata store's cost per operation and take from the
+    replica on a 2-core machine."""
+    if run.zookeeper_process is None or run.args.zookeeper_warmup <= 0:
+        return
+    zookeeper = run.zookeeper_process.pid
+    exchange = "bench.fleet.warmup"
+    clients = await open_clients([port], 16)
+    stop = asyncio.Event()
+
+    async def loop(index: int, client: gvp.AmqpClient) -> None:
+        await client.call(
+            commands.Exchange.Declare(exchange=exchange, exchange_type="direct"),
+            commands.Exchange.DeclareOk,
+        )
+        n = 0
+        while not stop.is_set():
+            name = f"warmup-{index}-{n}"
+            await client.call(commands.Queue.Declare(queue=name), commands.Queue.DeclareOk)
+            await client.call(
+                commands.Queue.Bind(queue=name, exchange=exchange, routing_key=name),
+                commands.Queue.BindOk,
+            )
+            await client.call(commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+            declared = await client.call(
+                commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk
+            )
+            tag = f"warmup-{index}-{n}"
+            await client.call(
+                commands.Basic.Consume(queue=declared.queue, consumer_tag=tag, no_ack=True),
+                commands.Basic.ConsumeOk,
+            )
+            await client.call(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk)
+            await client.call(commands.Queue.Delete(queue=declared.queue), commands.Queue.DeleteOk)
+            n += 1
+
+    started = time.perf_counter()
+    compiled_before = compiler_cpu_seconds(zookeeper)
+    try:
+        async with asyncio.timeout(run.args.zookeeper_warmup + run.args.phase_timeout):
+            tasks = [asyncio.create_task(loop(i, c)) for i, c in enumerate(clients)]
+            last = compiled_before
+            while time.perf_counter() - started < run.args.zookeeper_warmup:
+                await asyncio.sleep(QUIET_WINDOW)
+                if any(task.done() for task in tasks):
+                    break  # a failed loop: its exception is raised by the gather below
+                now = compiler_cpu_seconds(zookeeper)
+                quiet, last = now - last < QUIET_COMPILER, now
+                if quiet:
+                    break
+            stop.set()
+            await asyncio.gather(*tasks)
+            await clients[0].call(
+                commands.Exchange.Delete(exchange=exchange), commands.Exchange.DeleteOk
+            )
+    finally:
+        await close_clients(clients)
+    run.detail(
+        f"private ZooKeeper warmed up for {time.perf_counter() - started:.1f} s (unmeasured "
+        f"declare+bind+delete and churn cycles): its JIT compiler used "
+        f"{compiler_cpu_seconds(zookeeper) - compiled_before:.1f} CPU s meanwhile"
     )
 
 
@@ -1577,8 +1669,16 @@ def fleet_phases(run: Run) -> None:
         pids["pulsar+zk"] = run.pulsar_pid
     if run.zookeeper_process is not None:
         pids["metadata zk"] = run.zookeeper_process.pid
-    replicas = [start_gateway(run, "replica-1", namespace).wait_ready()]
-    pids["replica-1"] = replicas[0].pid
+    workers = run.args.replica_workers
+    first = start_gateway(
+        run, "replica-1", namespace, args=("--workers", str(workers)) if workers > 1 else ()
+    )
+    replicas = [first.wait_ready()]
+    pids["replica-1"] = first.pid
+    for number, pid in enumerate(sorted(first.worker_pids), 1):
+        pids[f"replica-1 worker {number}"] = pid  # counted with the replica's CPU
+    if "ops" not in run.args.skip or "churn" not in run.args.skip:
+        asyncio.run(warm_zookeeper(run, first.port))
 
     if "ops" not in run.args.skip:
         run.machine_load("declare+bind, 1 replica")
@@ -1701,6 +1801,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, help="phase 1: seconds per run at most")
     parser.add_argument("--ops", type=int, help="phase 1: declare+bind per run at most")
     parser.add_argument("--warmup", type=int, default=5, help="phase 1: unmeasured per connection")
+    parser.add_argument(
+        "--zookeeper-warmup",
+        type=float,
+        default=60.0,
+        help="at most this many seconds of unmeasured load before phase 1 and the churn, until "
+        "the private ZooKeeper's JIT compiler is quiet (0: none)",
+    )
+    parser.add_argument(
+        "--replica-workers",
+        type=int,
+        default=1,
+        help="replica 1 runs as `--workers N` (one replica, N processes on its port)",
+    )
     parser.add_argument("--rounds", type=int, help="phase 2: rounds per exchange type")
     parser.add_argument("--probe-interval", type=float, default=0.001, help="phase 2: seconds")
     parser.add_argument("--verify-every", type=int, default=4, help="phase 2: basic.get sample")
