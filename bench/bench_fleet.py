@@ -28,7 +28,11 @@ bounded (``--phase-timeout``, ``--load-timeout``) and preceded by a line with th
    ZooKeeper transactions. Then lazy subscriptions (the default: no Pulsar work until a
    message is published to the key, docs/fleet.md) with ``--connections`` (48), through 1
    replica, then through 3 (the 2 others started meanwhile). The queues are deleted
-   afterwards (timed apart).
+   afterwards (timed apart). Before it (and the churn), unmeasured: declare+bind+delete and
+   churn cycles through replica 1 until the private ZooKeeper's JIT compiler is quiet (at most
+   ``--zookeeper-warmup``, 60 s; ``warm_zookeeper``): a fleet's ZooKeeper has been running
+   for days, this one starts with the run. ``--replica-workers N`` runs replica 1 as one
+   ``--workers N`` gateway (its workers' CPU counted as the replica's).
 1b. **Queue churn** (between the two lazy runs, through replica 1): ``--churn-connections``
    (16) connections each repeating for ``--churn-seconds`` (60): declare a server-named
    exclusive queue, consume it, every ``--churn-reply-every`` (4th) cycle publish a reply to it
