@@ -165,11 +165,12 @@ class GatewayProcess:
                 found = [m for line in self.lines[start:] if (m := regex.search(line))]
                 if len(found) >= count:
                     return found
-                exited = self.process is not None and self.process.poll() is not None
+                code = self.process.poll() if self.process is not None else None
+                exited = code is not None
                 left = deadline - time.monotonic()
                 if left <= 0 or (exited and not self._reader_alive()):
                     tail = "\n".join(self.lines[-40:])
-                    state = f"exited with {self.process.returncode}" if exited else "running"
+                    state = f"exited with {code}" if exited else "running"
                     raise AssertionError(
                         f"{self.name} ({state}): {len(found)} of {count} lines matching "
                         f"{pattern!r} after {timeout} s; last lines:\n{tail}"
