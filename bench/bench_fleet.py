@@ -690,6 +690,25 @@ def compiler_cpu_seconds(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+class CompilerWatch:
+    """Whether a JVM's JIT compiler has gone quiet: under ``QUIET_COMPILER`` CPU seconds since
+    the previous call (made every ``QUIET_WINDOW`` seconds)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.first = self.last = compiler_cpu_seconds(pid)
+
+    def quiet(self) -> bool:
+        now = compiler_cpu_seconds(self.pid)
+        used, self.last = now - self.last, now
+        return used < QUIET_COMPILER
+
+    @property
+    def used(self) -> float:
+        """Compiler CPU seconds since this watch was made."""
+        return compiler_cpu_seconds(self.pid) - self.first
+
+
 async def warm_zookeeper(run: Run, port: int) -> None:
     """Declare+bind+delete and churn cycles through the replica on ``port``, unmeasured,
     until the private ZooKeeper's JIT compiler is quiet (under ``QUIET_COMPILER`` CPU
@@ -734,18 +753,15 @@ async def warm_zookeeper(run: Run, port: int) -> None:
             n += 1
 
     started = time.perf_counter()
-    compiled_before = compiler_cpu_seconds(zookeeper)
+    compiler = CompilerWatch(zookeeper)
     try:
         async with asyncio.timeout(run.args.zookeeper_warmup + run.args.phase_timeout):
             tasks = [asyncio.create_task(loop(i, c)) for i, c in enumerate(clients)]
-            last = compiled_before
             while time.perf_counter() - started < run.args.zookeeper_warmup:
                 await asyncio.sleep(QUIET_WINDOW)
                 if any(task.done() for task in tasks):
                     break  # a failed loop: its exception is raised by the gather below
-                now = compiler_cpu_seconds(zookeeper)
-                quiet, last = now - last < QUIET_COMPILER, now
-                if quiet:
+                if compiler.quiet():
                     break
             stop.set()
             await asyncio.gather(*tasks)
@@ -757,7 +773,7 @@ async def warm_zookeeper(run: Run, port: int) -> None:
     run.detail(
         f"private ZooKeeper warmed up for {time.perf_counter() - started:.1f} s (unmeasured "
         f"declare+bind+delete and churn cycles): its JIT compiler used "
-        f"{compiler_cpu_seconds(zookeeper) - compiled_before:.1f} CPU s meanwhile"
+        f"{compiler.used:.1f} CPU s meanwhile"
     )
 
 
@@ -1383,6 +1399,11 @@ def watch_lag_under_load(run: Run, namespace: str) -> None:
             probes=args.lag_probes,
             warmup=args.lag_warmup,
             tag=uuid.uuid4().hex[:8],
+            settled=None
+            if run.zookeeper_process is None or args.zookeeper_warmup <= 0
+            else CompilerWatch(run.zookeeper_process.pid).quiet,
+            settle_limit=args.zookeeper_warmup,
+            settle_every=QUIET_WINDOW,
         ),
     )
     run.cell(

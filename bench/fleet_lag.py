@@ -16,8 +16,10 @@ Three kinds of process, all on the benchmark's private ZooKeeper, each with its 
   points of the writers' schedule); the figure is the time from the start of the write to B's
   view having it (bench_metadata.propagation's), on one monotonic clock.
 
-The writers start once B is ready and run for ``--lag-warmup`` seconds before the first probe;
-they are stopped after the last. Their queues stay in the vhost (its deletion removes them).
+The writers start once B is ready and run for ``--lag-warmup`` seconds before the first probe
+(and then, from bench_fleet, until its ZooKeeper's JIT compiler is quiet: the server was
+restarted on the vhost's data just before, and compiles its write path under this load); they
+are stopped after the last. Their queues stay in the vhost (its deletion removes them).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +79,13 @@ async def measure(
     probes: int,
     warmup: float,
     tag: str,
+    settled: Callable[[], bool] | None = None,
+    settle_limit: float = 60.0,
+    settle_every: float = 2.0,
 ) -> LagResult:
+    """``settled``, if given, is asked every ``settle_every`` seconds after the ``warmup``
+    (for at most ``settle_limit`` seconds) until it says the server is settled: bench_fleet's
+    ZooKeeper restarted just before, and its JIT compiles the write path under this load."""
     reader_command = [
         sys.executable,
         bm.__file__,
@@ -119,6 +128,17 @@ async def measure(
             for output in outputs:
                 assert await output.next() == "started"
             await trio.sleep(warmup)  # the writers at their rate before the first probe
+            settling = time.perf_counter()
+            while settled is not None and time.perf_counter() - settling < settle_limit:
+                await trio.sleep(settle_every)
+                if settled():
+                    break
+            if settled is not None:
+                print(
+                    f"  lag: ZooKeeper settled after {warmup + time.perf_counter() - settling:.1f}"
+                    " s of writes",
+                    flush=True,
+                )
             cpu_before = _cpu_seconds(reader.pid)
             async with ZooKeeperMetadataStore(hosts, prefix=prefix) as a:
                 await bm.timed_probes(
