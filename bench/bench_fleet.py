@@ -8,13 +8,14 @@ Every gateway is a ``python -m gateway.cli -c <conf>`` process of its own, on a 
 (tests/integration/fleet/processes.py starts it), all on one fresh Pulsar namespace of the
 stack and one **private ZooKeeper** for their metadata: a ZooKeeper 3.9.4 server started here
 from the stack's own jars (``ZooKeeperServerMain``, fsync off like the stack's, its own heap
-``--zookeeper-heap``), removed at the end. Not the stack's ZooKeeper: it lives inside the
-Pulsar JVM, whose 1 GB heap is shared by everyone using the stack, and ZooKeeper keeps its last
-500 transactions in memory: this benchmark's single-document rewrites (~1 MB each) and its
-100,000-queue vhost (400,000 znodes) once ran that JVM out of heap and took the shared stack
-down. A private server also keeps the replicas from loading other runs' vhosts. Each phase is
-bounded (``--phase-timeout``, ``--load-timeout``) and preceded by a line with the machine's load
-(load average, and the cores busy over ``--load-sample`` seconds).
+``--zookeeper-heap``, its garbage collector ``--zookeeper-gc``: ZGC), removed at the end. Not
+the stack's ZooKeeper: it lives inside the Pulsar JVM, whose 1 GB heap is shared by everyone
+using the stack, and ZooKeeper keeps its last 500 transactions in memory: this benchmark's
+single-document rewrites (~1 MB each) and its 100,000-queue vhost (400,000 znodes) once ran
+that JVM out of heap and took the shared stack down. A private server also keeps the replicas
+from loading other runs' vhosts. Each phase is bounded (``--phase-timeout``,
+``--load-timeout``) and preceded by a line with the machine's load (load average, and the cores
+busy over ``--load-sample`` seconds).
 
 1. **declare+bind ops/s through the fleet.** AMQP connections spread round-robin over the
    replicas, each doing ``queue.declare`` (durable, a queue of its own) + ``queue.bind`` (to one
@@ -161,6 +162,17 @@ CHANNEL = gvp.CHANNEL
 READY = re.compile(
     r"ready: loaded (\d+) vhosts \((\d+) exchanges, (\d+) queues, (\d+) bindings\) in ([\d.]+) s"
 )
+# The private ZooKeeper's garbage collector (``--zookeeper-gc``). Its pauses are every client's
+# latency: with a million queues (~1.9 GB live) G1's young collections took 90-300 ms with the
+# JVM's default pause goal (200 ms), 20-45 ms every half second with the 10 ms goal of the
+# Apache Pulsar Helm chart's ZooKeeper (zookeeper.configData.PULSAR_GC), while ZGC (JDK 15+)
+# does not stop the server for a time that grows with the heap (docs/fleet.md, "ZooKeeper's
+# collector").
+ZOOKEEPER_GC: dict[str, list[str]] = {
+    "zgc": ["-XX:+UseZGC"],
+    "pulsar-chart": ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=10", "-XX:+ParallelRefProcEnabled"],
+    "jvm": [],
+}
 # The private ZooKeeper's JIT is quiet once its compiler threads use less than this many CPU
 # seconds in this many seconds of load (warm_zookeeper).
 QUIET_COMPILER = 0.1
@@ -345,6 +357,7 @@ def start_private_zookeeper(run: Run, port: int | None = None, timeout: float = 
     command = [
         java,
         f"-Xmx{run.args.zookeeper_heap}",
+        *ZOOKEEPER_GC[run.args.zookeeper_gc],
         "-Dzookeeper.admin.enableServer=false",  # its HTTP admin server would take port 8080
         "-Dzookeeper.forceSync=no",  # as the stack's
         "-Dzookeeper.4lw.commands.whitelist=srvr,mntr",  # node count, data size, requests
@@ -1375,11 +1388,15 @@ def zookeeper_heap(run: Run) -> str:
         ).stdout
     except subprocess.TimeoutExpired:
         return f"heap n/a (jcmd timed out); {rss}"
-    used = re.search(r"used (\d+)K", info)
+    # The heap's line comes first: G1's "garbage-first heap total ..K, used ..K", ZGC's
+    # "ZHeap used ..M, capacity ..M" (Metaspace's follows).
+    used = re.search(r"used (\d+)([KMG])", info)
     if used is None:
         return f"heap n/a; {rss}"
-    heap = int(used.group(1)) / 2**20
-    return f"heap {heap:,.2f} GiB after a full GC; RSS {rss_mib(process.pid):,.0f} MiB"
+    heap = int(used.group(1)) / {"K": 2**20, "M": 2**10, "G": 1}[used.group(2)]
+    if run.args.zookeeper_gc == "zgc":
+        rss += " (ZGC maps its heap three times, and RSS counts each mapping)"
+    return f"heap {heap:,.2f} GiB after a full GC; {rss}"
 
 
 def watch_lag_under_load(run: Run, namespace: str) -> None:
@@ -1832,6 +1849,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=60.0,
         help="at most this many seconds of unmeasured load before phase 1 and the churn, until "
         "the private ZooKeeper's JIT compiler is quiet (0: none)",
+    )
+    parser.add_argument(
+        "--zookeeper-gc",
+        choices=sorted(ZOOKEEPER_GC),
+        default="zgc",
+        help="the private ZooKeeper's garbage collector: ZGC (default), G1 as the Apache Pulsar "
+        "Helm chart runs it (pulsar-chart), or the JVM's default (jvm)",
     )
     parser.add_argument(
         "--replica-workers",
