@@ -692,15 +692,14 @@ def report_declare_bind(run: Run, result: DeclareBind) -> None:
 
 
 def compiler_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a JVM's JIT compiler threads (``C1/C2 CompilerThread``), from /proc."""
-    total = 0
+    """CPU seconds of a JVM's JIT compiler threads (``C1/C2 CompilerThread``), from /proc (a
+    thread's own stat is at /proc/<tid>, like a process's)."""
+    total = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
-            stat = (task / "stat").read_text()
-            if "Compiler" in stat[stat.index("(") + 1 : stat.rindex(")")]:
-                fields = stat[stat.rindex(")") + 2 :].split()
-                total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            if "Compiler" in (task / "comm").read_text():
+                total += gvp.proc_cpu_seconds(int(task.name))
+    return total
 
 
 class CompilerWatch:
