@@ -126,7 +126,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -420,6 +420,71 @@ def per_op(before: int | None, after: int | None, ops: int) -> str:
     return f"{(after - before) / ops:.1f}"
 
 
+@dataclass
+class Window:
+    """One fixed stretch of a measured phase: operations finished and each process's CPU."""
+
+    seconds: float
+    done: int
+    cpu: dict[str, float]
+
+
+class WindowSampler:
+    """Operations and CPU seconds per ``interval`` of a phase, so that a long run shows whether
+    its rate held. A window that is slower and costs the replica more CPU per operation with
+    ZooKeeper's cost per operation unchanged points at the replica; all of them dearer at once
+    points at the machine (this VM's speed drifts within minutes)."""
+
+    def __init__(self, pids: dict[str, int], interval: float, done: Callable[[], int]) -> None:
+        self.pids, self.interval, self.done = pids, interval, done
+        self.windows: list[Window] = []
+
+    def _cpu(self) -> dict[str, float]:
+        return {name: gvp.proc_cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    async def run(self) -> None:
+        """Samples until cancelled; the last partial window is left out."""
+        at, done, cpu = time.perf_counter(), self.done(), self._cpu()
+        while True:
+            await asyncio.sleep(self.interval)  # the sampling period, not a wait for a condition
+            now, now_done, now_cpu = time.perf_counter(), self.done(), self._cpu()
+            used = {name: now_cpu[name] - cpu.get(name, 0.0) for name in now_cpu}
+            self.windows.append(Window(now - at, now_done - done, used))
+            at, done, cpu = now, now_done, now_cpu
+
+    def summary(self, unit: str) -> str:
+        """``per 30 s: 1,210 / 1,190 ops/s; replica 0.71 / 0.74 ms, ZooKeeper ... per op``."""
+        if len(self.windows) < 2:
+            return ""
+
+        def per_op(prefix: str) -> str:
+            costs = [
+                sum(v for k, v in w.cpu.items() if k.startswith(prefix)) / max(1, w.done) * 1e3
+                for w in self.windows
+            ]
+            return " / ".join(f"{cost:.2f}" for cost in costs)
+
+        rates = " / ".join(f"{w.done / w.seconds:,.0f}" for w in self.windows)
+        return (
+            f"per {self.interval:g} s: {rates} {unit}s/s; CPU ms per {unit}: replica "
+            f"{per_op('replica')}, ZooKeeper {per_op('metadata zk')}"
+        )
+
+
+@contextlib.asynccontextmanager
+async def sampled(
+    pids: dict[str, int], interval: float, done: Callable[[], int]
+) -> AsyncIterator[WindowSampler]:
+    sampler = WindowSampler(pids, interval, done)
+    task = asyncio.create_task(sampler.run())
+    try:
+        yield sampler
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def stop_private_zookeeper(run: Run) -> None:
     process = run.zookeeper_process
     if process is None:
@@ -562,6 +627,7 @@ class DeclareBind:
     meter: gvp.CpuMeter
     delete_seconds: float
     zk_requests: str = "-"  # ZooKeeper requests per op
+    windows: str = ""  # rate and CPU per --window (WindowSampler.summary)
 
     @property
     def rate(self) -> float:
@@ -623,7 +689,8 @@ async def declare_bind(
             with gvp.CpuMeter(pids) as meter:
                 started = time.perf_counter()
                 stop_at = started + args.seconds
-                await asyncio.gather(*(work(i, c, stop_at) for i, c in enumerate(clients)))
+                async with sampled(pids, args.window, lambda: len(finished)) as windows:
+                    await asyncio.gather(*(work(i, c, stop_at) for i, c in enumerate(clients)))
             requests_after = await asyncio.to_thread(zookeeper_requests, run)
             elapsed = max(finished) - started
         async with asyncio.timeout(args.phase_timeout):
@@ -643,6 +710,7 @@ async def declare_bind(
         meter,
         delete_seconds,
         per_op(requests_before, requests_after, len(latencies)),
+        windows.summary("op"),
     )
 
 
@@ -684,7 +752,7 @@ def report_declare_bind(run: Run, result: DeclareBind) -> None:
         f"queue.bind p50 / p99 {p50_p99(binds)}; {result.meter.summary()} ('client' is this "
         f"process: the AMQP client and the gateways' log readers, {client_us:.0f} µs/op); "
         f"deleting the {result.ops + run.args.warmup * result.connections} queues afterwards "
-        f"took {result.delete_seconds:.1f} s"
+        f"took {result.delete_seconds:.1f} s" + (f"; {result.windows}" if result.windows else "")
     )
 
 
@@ -851,6 +919,7 @@ class Churn:
     meter: gvp.CpuMeter | None = None
     zk_requests: str = "-"  # ZooKeeper requests per cycle
     steps: dict[str, str] = field(default_factory=dict)  # each step's p50 / p99
+    windows: str = ""  # rate and CPU per --window (WindowSampler.summary)
 
     @property
     def rate(self) -> float:
@@ -916,9 +985,10 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
             requests_before = await asyncio.to_thread(zookeeper_requests, run)
             with gvp.CpuMeter(pids) as meter:
                 started = time.perf_counter()
-                await asyncio.gather(
-                    *(work(i, c, started + args.churn_seconds) for i, c in enumerate(clients))
-                )
+                async with sampled(pids, args.window, lambda: len(latencies)) as windows:
+                    await asyncio.gather(
+                        *(work(i, c, started + args.churn_seconds) for i, c in enumerate(clients))
+                    )
                 elapsed = time.perf_counter() - started
             requests_after = await asyncio.to_thread(zookeeper_requests, run)
     finally:
@@ -946,6 +1016,7 @@ async def churn(run: Run, replica: GatewayProcess, namespace: str, pids: dict[st
         meter,
         per_op(requests_before, requests_after, len(latencies)),
         {name: p50_p99(values) for name, values in steps.items()},
+        windows.summary("cycle"),
     )
 
 
@@ -985,6 +1056,7 @@ def report_churn(run: Run, result: Churn) -> None:
         + (f"; {result.meter.summary()}" if result.meter is not None else "")
         + "; steps p50 / p99: "
         + ", ".join(f"{name} {figures}" for name, figures in result.steps.items())
+        + (f"; {result.windows}" if result.windows else "")
     )
 
 
@@ -1842,6 +1914,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, help="phase 1: seconds per run at most")
     parser.add_argument("--ops", type=int, help="phase 1: declare+bind per run at most")
     parser.add_argument("--warmup", type=int, default=5, help="phase 1: unmeasured per connection")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        help="declare+bind and churn: rate and CPU per op printed per window of this many "
+        "seconds (runs of two windows or more)",
+    )
     parser.add_argument(
         "--zookeeper-warmup",
         type=float,
