@@ -6,8 +6,10 @@
 Same work on both sides, in a fresh Pulsar namespace (deleted afterwards, with the gateway's
 ZooKeeper metadata of it):
 
-* **raw**: pulsar-client's producer (``send_async``, batching as the gateway configures it:
-  1 ms delay, 1000 messages, 128 KiB), N messages of 1 KiB, timed until the last send callback;
+* **raw**: pulsar-client's producer (``send_async``, with the gateway's producer settings: on
+  Pulsar's default broker one entry per message, as the gateway's; batching 1 ms, 1000
+  messages, 128 KiB where the gateway batches too, ``--batch-index-acks``, or with
+  ``--raw-batching always``), N messages of 1 KiB, timed until the last send callback;
   then a new Shared subscription from the earliest message, ``receive`` + ``acknowledge`` until
   N, timed from subscribe to the last ack.
 * **gateway**: ``starlight-rabbitmq`` started as a subprocess on a free loopback port. The
@@ -46,8 +48,7 @@ of the local stack (free ports, the local stack's memory settings, its data in a
 folder, stopped after; ~30 s to start) whose broker keeps acknowledgements per batch index
 (``acknowledgmentAtBatchIndexLevelEnabled=true``, PIP-54): only there do the gateway's
 producers batch and its consumers acknowledge per batch index (gateway/backend/pulsar/
-batching.py); the local stack has Pulsar's default, off. The raw client is the same either
-way (it batches, and acknowledges whole batches).
+batching.py); the local stack has Pulsar's default, off. The raw client batches there too.
 
 Every phase is bounded (``--phase-timeout``, default 120 s) and the whole run stays on loopback.
 """
@@ -1018,12 +1019,14 @@ async def aio_pika_rates(url: str, args: argparse.Namespace, pids: dict[str, int
 # --- raw pulsar-client --------------------------------------------------------------------------
 
 
-def raw_producer(client: Any, topic: str) -> Any:
+def raw_producer(client: Any, topic: str, *, batching: bool) -> Any:
     # The gateway's producer settings (gateway/pulsar/producer.py ProducerOptions), but blocking
-    # when 1000 are pending instead of failing: this loop has nothing better to do.
+    # when 1000 are pending instead of failing: this loop has nothing better to do. The gateway
+    # batches only where the broker keeps batch-index acknowledgements (gateway/backend/pulsar/
+    # batching.py): ``batching`` says whether this run's raw client does the same work.
     return client.create_producer(
         topic,
-        batching_enabled=True,
+        batching_enabled=batching,
         batching_max_publish_delay_ms=1,
         batching_max_messages=1000,
         batching_max_allowed_size_in_bytes=128 * 1024,
@@ -1091,12 +1094,14 @@ def raw_consume(client: Any, topic: str, subscription: str, count: int, timeout:
         consumer.close()  # flushes the grouped acks
 
 
-def raw_both(client: Any, topic: str, count: int, size: int, timeout: float) -> tuple[float, float]:
+def raw_both(
+    client: Any, topic: str, count: int, size: int, timeout: float, *, batching: bool
+) -> tuple[float, float]:
     """Producer and Shared consumer at once; seconds of each (as raw_publish / raw_consume)."""
     import pulsar
 
     consumer = client.subscribe(topic, "both", consumer_type=pulsar.ConsumerType.Shared)
-    producer = raw_producer(client, topic)
+    producer = raw_producer(client, topic, batching=batching)
     finished: list[float] = []
     failures: list[BaseException] = []
 
@@ -1125,14 +1130,14 @@ def raw_both(client: Any, topic: str, count: int, size: int, timeout: float) -> 
 
 
 def raw_latency(
-    client: Any, topic: str, count: int, rate: float, size: int, warmup: int
+    client: Any, topic: str, count: int, rate: float, size: int, warmup: int, *, batching: bool
 ) -> Latency:
     import pulsar
 
     consumer = client.subscribe(
         topic, "lat", consumer_type=pulsar.ConsumerType.Shared
     )  # attached before the first send
-    producer = raw_producer(client, topic)
+    producer = raw_producer(client, topic, batching=batching)
     total = warmup + count
     deliver: list[int] = []
     confirm: list[int] = []
@@ -1176,6 +1181,13 @@ def raw_latency(
     return Latency(deliver, confirm)
 
 
+def raw_batches(args: argparse.Namespace) -> bool:
+    """Whether the raw client's producers batch: as the gateway's do (only on a broker that keeps
+    batch-index acknowledgements), unless ``--raw-batching always`` (the baseline of the runs
+    before 2026-11-27: a raw client that batches against a gateway that cannot)."""
+    return bool(args.raw_batching == "always" or args.batch_index_acks)
+
+
 class RawRunner:
     """The raw pulsar-client phases, a repetition at a time (see AmqpRunner)."""
 
@@ -1187,12 +1199,13 @@ class RawRunner:
         self.namespace, self.args, self.pids = namespace, args, pids
         self.rates = Rates()
         self.client = pulsar.Client(broker_url, logger=_quiet_pulsar_logger())
+        self.batching = raw_batches(args)
 
     def warm_up(self) -> None:
         args = self.args
         if args.warmup:
             warm = f"persistent://public/{self.namespace}/raw-warmup"
-            producer = raw_producer(self.client, warm)
+            producer = raw_producer(self.client, warm, batching=self.batching)
             raw_publish(producer, args.warmup, args.size, args.phase_timeout)
             producer.close()
             raw_consume(self.client, warm, "bench", args.warmup, args.phase_timeout)
@@ -1201,12 +1214,12 @@ class RawRunner:
         args, rates, client = self.args, self.rates, self.client
         local = f"raw-tput-{rep}"
         topic = f"persistent://public/{self.namespace}/{local}"
-        producer = raw_producer(client, topic)
+        producer = raw_producer(client, topic, batching=self.batching)
         with CpuMeter(self.pids) as meter:
             seconds = raw_publish(producer, args.count, args.size, args.phase_timeout)
         producer.close()
         rates.record("publish", args.count / seconds, meter)
-        producer = raw_producer(client, f"{topic}-kept")
+        producer = raw_producer(client, f"{topic}-kept", batching=self.batching)
         seconds = raw_publish(
             producer, args.count, args.size, args.phase_timeout, keep_thread_state=True
         )
@@ -1226,6 +1239,7 @@ class RawRunner:
                     args.count,
                     args.size,
                     args.phase_timeout,
+                    batching=self.batching,
                 )
             rates.record("both publish", args.count / pub_seconds, meter)
             rates.record("both consume", args.count / cons_seconds, meter)
@@ -1242,6 +1256,7 @@ class RawRunner:
                         args.latency_rate,
                         args.size,
                         args.latency_warmup,
+                        batching=self.batching,
                     )
                 self.rates.latency.meter = meter
         finally:
@@ -1551,6 +1566,8 @@ def run_pulsar_phases(
     args.web_url = broker.web_url
     with fresh_namespace(broker.web_url, broker.zookeeper) as namespace:
         print(f"namespace public/{namespace} on {broker.broker_url}")
+        entries = "batched entries" if raw_batches(args) else "one entry per message"
+        notes.append(f"the raw client's producers publish {entries} (--raw-batching)")
         with contextlib.ExitStack() as running:
             gateway: AmqpRunner | None = None
             summaries: dict[str, str] = {}
@@ -1642,6 +1659,15 @@ def main(argv: list[str] | None = None) -> int:
         help="measure on a Pulsar standalone of the run's own whose broker keeps batch-index "
         "acknowledgements (acknowledgmentAtBatchIndexLevelEnabled=true): the gateway batches "
         "only there",
+    )
+    parser.add_argument(
+        "--raw-batching",
+        choices=("as-gateway", "always"),
+        default="as-gateway",
+        help="the raw client's producers batch as the gateway's do (as-gateway: only with "
+        "--batch-index-acks; on Pulsar's default broker one entry per message, like the "
+        "gateway) or always (batched entries, which cost the broker less per message to store, "
+        "dispatch and acknowledge than the gateway's)",
     )
     parser.add_argument(
         "--profile",
