@@ -7,6 +7,11 @@ dicts by hash; a snapshot is a tuple of references to them, and the live map cop
 (1/CHUNKS of the entries) the first time it changes it after a snapshot (copy on write). A
 lookup costs one hash (cached by ``str``) and two indexings more than a dict's.
 
+A snapshot also knows which keys changed since an earlier snapshot of the same map (a bounded
+log of the keys each change named): ``Picked`` looks only at those, where comparing chunks
+would look at every entry of each changed chunk (at a thousand changes a second, nearly
+every chunk between two rounds of a periodic job, so the whole map again).
+
 A map can also start from a plain dict (``ChunkedDict(base)``: the end of a first load),
 which is then never changed: every snapshot shares it, and the chunks hold only what changed
 since (``_GONE`` where an entry of the base was deleted). Spreading a million entries over
@@ -37,6 +42,20 @@ V = TypeVar("V")
 
 CHUNKS: Final = 1024
 _MASK: Final = CHUNKS - 1
+# Keys the change log holds before it starts a new list (snapshots keep the old one): at a
+# thousand changes a second, half a minute, many rounds of any periodic job; ~0.3 MB.
+CHANGE_LOG_LIMIT: Final = 1 << 15
+
+
+class _ChangeLog:
+    """Where a snapshot stands in its map's change log: the list of changed keys (shared with
+    the map and its other snapshots until the map starts a new one; only ever appended to),
+    the sequence number of its first key, and how many of its keys the snapshot follows."""
+
+    __slots__ = ("end", "keys", "start")
+
+    def __init__(self, keys: list[Any], start: int, end: int) -> None:
+        self.keys, self.start, self.end = keys, start, end
 
 
 class _Gone:
@@ -52,12 +71,31 @@ _MISS: Final = object()
 class _Frozen(Generic[K, V]):
     """The base and chunks of a snapshot: membership, iteration, size."""
 
-    __slots__ = ("_base", "_chunks", "_len")
+    __slots__ = ("_base", "_changes", "_chunks", "_len")
 
-    def __init__(self, base: dict[K, V], chunks: tuple[dict[K, Any], ...], length: int) -> None:
+    def __init__(
+        self,
+        base: dict[K, V],
+        chunks: tuple[dict[K, Any], ...],
+        length: int,
+        changes: _ChangeLog | None = None,
+    ) -> None:
         self._base = base
         self._chunks = chunks
         self._len = length
+        self._changes = changes
+
+    def changed_since(self, earlier: object) -> list[K] | None:
+        """The keys set or deleted between ``earlier`` (a snapshot of the same map) and this
+        one, in order, repeats included; None when the log does not tell (another map,
+        a later snapshot, or the log started anew in between)."""
+        mine = self._changes
+        theirs = earlier._changes if isinstance(earlier, _Frozen) else None
+        if mine is None or theirs is None or theirs.keys is not mine.keys:
+            return None
+        if theirs.end > mine.end:
+            return None
+        return mine.keys[theirs.end - mine.start : mine.end - mine.start]
 
     def __contains__(self, key: object) -> bool:
         found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
@@ -183,7 +221,7 @@ class ChunkedDict(Generic[K, V]):
     """The live map: dict operations, and ``frozen()`` / ``frozen_keys()`` snapshots.
     ``base``: the initial entries (the map takes the dict, and never changes it)."""
 
-    __slots__ = ("_base", "_chunks", "_len", "_shared")
+    __slots__ = ("_base", "_chunks", "_len", "_log", "_log_start", "_shared")
 
     def __init__(self, base: dict[K, V] | None = None) -> None:
         self._base: dict[K, V] = {} if base is None else base
@@ -191,6 +229,9 @@ class ChunkedDict(Generic[K, V]):
         # Chunks a snapshot holds: copied before their next change.
         self._shared = bytearray(CHUNKS)
         self._len = len(self._base)
+        # The keys of the changes since the sequence number ``_log_start``.
+        self._log: list[K] = []
+        self._log_start = 0
 
     def __len__(self) -> int:
         return self._len
@@ -214,6 +255,13 @@ class ChunkedDict(Generic[K, V]):
         return _iterate(self._base, self._chunks)
 
     def _writable(self, key: K) -> dict[K, Any]:
+        """The chunk of ``key``, about to change: copied if a snapshot holds it; the key
+        logged."""
+        if len(self._log) >= CHANGE_LOG_LIMIT:
+            # A new list: snapshots hold the old one, which must not change under them.
+            self._log_start += len(self._log)
+            self._log = []
+        self._log.append(key)
         index = hash(key) & _MASK
         if self._shared[index]:
             self._chunks[index] = dict(self._chunks[index])
@@ -250,11 +298,14 @@ class ChunkedDict(Generic[K, V]):
         self._shared = bytearray(b"\x01" * CHUNKS)
         return tuple(self._chunks)
 
+    def _position(self) -> _ChangeLog:
+        return _ChangeLog(self._log, self._log_start, self._log_start + len(self._log))
+
     def frozen(self) -> FrozenChunkedMap[K, V]:
-        return FrozenChunkedMap(self._base, self._share(), self._len)
+        return FrozenChunkedMap(self._base, self._share(), self._len, self._position())
 
     def frozen_keys(self) -> FrozenChunkedSet[K]:
-        return FrozenChunkedSet(self._base, self._share(), self._len)
+        return FrozenChunkedSet(self._base, self._share(), self._len, self._position())
 
 
 R = TypeVar("R")
@@ -267,9 +318,9 @@ class Picked(Generic[K, V, R]):
     Periodic jobs look for a few queues among all (streams, queues with a length limit, an
     expiry, a TTL, an owner): a look at every queue, each round, costs in proportion to the
     vhost (a second of a core per round at a million queues). Given snapshots of one
-    ``ChunkedDict``, this looks again only at the chunks not shared with the previous
-    snapshot (``chunks``), and at the base once per base; any other mapping is looked at
-    whole."""
+    ``ChunkedDict``, this looks again only at the keys changed since the previous snapshot
+    (``changed_since``) or, where the change log does not tell, at the chunks not shared with
+    it (``chunks``), and at the base once per base; any other mapping is looked at whole."""
 
     __slots__ = ("_all", "_base", "_base_picked", "_by_chunk", "_pick", "_snapshot")
 
@@ -293,6 +344,44 @@ class Picked(Generic[K, V, R]):
             self._base = None
             self._all = {k: r for k, v in snapshot.items() if (r := pick(v)) is not None}
             return self._all
+        base = snapshot.base
+        keys = snapshot.changed_since(previous) if base is self._base else None
+        if keys is not None:
+            changed = self._look_at_keys(snapshot.chunks, keys)
+        else:
+            changed = self._look_at_chunks(snapshot, previous)
+        if changed:
+            # The base's picks (few) unless a chunk holds their key (changed or deleted).
+            chunks = snapshot.chunks
+            picked = {
+                k: r for k, r in self._base_picked.items() if k not in chunks[hash(k) & _MASK]
+            }
+            for index in sorted(self._by_chunk):
+                picked.update(self._by_chunk[index])
+            self._all = picked
+        return self._all
+
+    def _look_at_keys(self, chunks: tuple[Mapping[K, Any], ...], keys: list[K]) -> bool:
+        """Picks again the entries of ``keys`` alone (each changed key is in its chunk now,
+        as a value or _GONE, unless it was deleted and never in the base)."""
+        pick = self._pick
+        for key in set(keys):
+            index = hash(key) & _MASK
+            value = chunks[index].get(key, _GONE)
+            result = None if value is _GONE else pick(value)
+            found = self._by_chunk.get(index)
+            if result is not None:
+                if found is None:
+                    found = self._by_chunk[index] = {}
+                found[key] = result
+            elif found is not None and found.pop(key, None) is not None and not found:
+                del self._by_chunk[index]
+        return bool(keys)
+
+    def _look_at_chunks(self, snapshot: _Frozen[K, V], previous: object) -> bool:
+        """Picks again every entry of the chunks not shared with ``previous`` (and of the base
+        if it is another)."""
+        pick = self._pick
         changed = False
         base = snapshot.base
         if base is not self._base:
@@ -317,12 +406,4 @@ class Picked(Generic[K, V, R]):
                 self._by_chunk[index] = found
             else:
                 self._by_chunk.pop(index, None)
-        if changed:
-            # The base's picks (few) unless a chunk holds their key (changed or deleted).
-            picked = {
-                k: r for k, r in self._base_picked.items() if k not in chunks[hash(k) & _MASK]
-            }
-            for index in sorted(self._by_chunk):
-                picked.update(self._by_chunk[index])
-            self._all = picked
-        return self._all
+        return changed

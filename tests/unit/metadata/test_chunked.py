@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -133,24 +134,71 @@ def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
         assert picked(snapshot) is found and looked == []  # the same snapshot: no look
 
 
-def test_picked_looks_only_at_the_chunks_that_changed() -> None:
-    live: ChunkedDict[str, int] = ChunkedDict()
-    for n in range(5000):
-        live[f"k{n}"] = n
-    looked: list[int] = []
-
+def _counting_truthy(looked: list[int]) -> Picked[str, int, int]:
     def truthy(value: int) -> int | None:
         looked.append(value)
         return value or None
 
-    picked: Picked[str, int, int] = Picked(truthy)
+    return Picked(truthy)
+
+
+def test_picked_looks_only_at_the_keys_that_changed() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    for n in range(5000):
+        live[f"k{n}"] = n
+    looked: list[int] = []
+    picked = _counting_truthy(looked)
     picked(live.frozen())
     assert len(looked) == 5000
     looked.clear()
     live["k7"] = -7
-    assert picked(live.frozen())["k7"] == -7 and "k0" not in picked(live.frozen())
-    assert 1 <= len(looked) < 50  # one chunk of 1,024
+    live["k8"] = 0
+    live["k7"] = -8
+    del live["k9"]
+    found = picked(live.frozen())
+    assert found["k7"] == -8 and "k8" not in found and "k9" not in found and found["k10"] == 10
+    assert sorted(looked) == [-8, 0]  # k7 once (its latest value) and k8; k9 is gone
     assert dict(picked({"a": 1, "b": 0})) == {"a": 1}  # a plain mapping: looked at whole
+
+
+def test_picked_looks_at_the_chunks_that_changed_once_the_log_started_anew() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict()
+    for n in range(5000):
+        live[f"k{n}"] = n
+    looked: list[int] = []
+    picked = _counting_truthy(looked)
+    picked(live.frozen())
+    looked.clear()
+    with patch("gateway.metadata.chunked.CHANGE_LOG_LIMIT", 2):
+        for value in (-1, -2, -3):
+            live["k7"] = value
+    assert picked(live.frozen())["k7"] == -3
+    assert 1 <= len(looked) < 50  # one chunk of 1,024
+
+
+def test_changed_since_names_the_keys_between_two_snapshots_of_one_map() -> None:
+    live: ChunkedDict[str, int] = ChunkedDict({"a": 1})
+    first = live.frozen()
+    live["b"] = 2
+    del live["a"]
+    live["b"] = 3
+    second = live.frozen_keys()
+    assert second.changed_since(first) == ["b", "a", "b"]
+    assert second.changed_since(second) == []
+    assert first.changed_since(second) is None  # a later snapshot
+    assert second.changed_since(ChunkedDict[str, int]().frozen()) is None  # another map
+    assert second.changed_since({"b": 3}) is None
+
+
+@given(_OPS, st.integers(1, 8))
+def test_picked_follows_snapshots_whatever_the_log_keeps(
+    ops: list[tuple[str, int, int]], log_limit: int
+) -> None:
+    """Both ways of looking again, mixed: the log starts anew every ``log_limit`` changes."""
+    picked: Picked[str, int, int] = Picked(lambda value: value * 10 if value % 2 == 0 else None)
+    with patch("gateway.metadata.chunked.CHANGE_LOG_LIMIT", log_limit):
+        for snapshot in _snapshots(ops):
+            assert dict(picked(snapshot)) == {k: v * 10 for k, v in snapshot.items() if v % 2 == 0}
 
 
 @given(st.dictionaries(st.integers(0, 3000).map(lambda n: f"k{n}"), st.integers()), _OPS)
