@@ -5,7 +5,9 @@ Never per scrape, never from every replica: one replica (the namespace's leader)
 queues of the namespace at most every ``interval`` seconds, with at most ``calls_per_second``
 admin calls (one topic's stats answer for every queue subscribed to it). 100,000 queues cost
 100,000 / ``calls_per_second`` seconds per refresh, spread out, whatever the scrape rate; the
-exported gauges are as old as the last refresh. Only the leader exports its namespace's queues,
+exported gauges are as old as the last refresh. The walk itself (the queues' topics looked up in
+the view) costs the leader's trio thread in proportion to the queues, so it takes at most
+``WALK_SHARE`` of that thread's time: a vhost of a million queues is walked less often. Only the leader exports its namespace's queues,
 so a fleet's sum counts each queue once (RabbitMQ's queue leader reports its queue likewise).
 
 Messages is the subscriptions' backlog (every message not acknowledged; Pulsar counts backlog
@@ -20,7 +22,10 @@ Unacked is not from here: each replica exports what its own clients hold
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
+from collections.abc import Iterator
 
 import trio
 
@@ -42,6 +47,12 @@ QUEUE_STATS_CALLS_PER_SECOND = 50.0
 # queues have no live topic, so the walk would otherwise never await, and at a million queues
 # it held the leader's trio thread (its clients, its metadata events) for seconds.
 QUEUES_PER_TURN = 1000
+# The walk's share of the leader's time at most: a walk that took its trio thread W seconds
+# (its awaits left out) is followed by a pause of at least W * (1 - share) / share. The walk
+# costs in proportion to the vhost (~10 µs a queue here): 15 s apart, a million queues would
+# keep the leader's thread busy most of the time; so large a vhost gets older gauges instead.
+# (RabbitMQ likewise tells operators of many queues to lengthen collect_statistics_interval.)
+WALK_SHARE = 0.1
 
 
 class QueueStatsRefresher:
@@ -60,6 +71,11 @@ class QueueStatsRefresher:
         self._interval = interval
         self._pause = 1.0 / calls_per_second
         self.calls = 0  # admin calls made (tests check the bound)
+        self.busy = 0.0  # seconds the last walk held the trio thread (its awaits left out)
+
+    def pause_after_walk(self) -> float:
+        """Seconds until the next walk: the interval, or longer after a long walk."""
+        return max(self._interval, self.busy * (1.0 - WALK_SHARE) / WALK_SHARE)
 
     async def run(self) -> None:
         COUNTERS.leading.add(self._namespace)
@@ -71,7 +87,7 @@ class QueueStatsRefresher:
                     return  # the namespace was closed here
                 except Exception as error:
                     log.info("queue stats of %s not refreshed: %s", self._namespace, error)
-                await trio.sleep(self._interval)
+                await trio.sleep(self.pause_after_walk())
         finally:
             COUNTERS.leading.discard(self._namespace)
             COUNTERS.queues.pop(self._namespace, None)
@@ -80,14 +96,17 @@ class QueueStatsRefresher:
         view = self._vhost.catalog.view
         topics: dict[str, TopicStats | None] = {}
         gauges: dict[str, QueueGauge] = {}
+        busy = _Stopwatch()
         for walked, queue in enumerate(list(view.queues), start=1):
             if walked % QUEUES_PER_TURN == 0:
-                await trio.lowlevel.checkpoint()
+                with busy.stopped():
+                    await trio.lowlevel.checkpoint()
             subscription = subscription_for(queue)
             ready = messages = 0
             for topic in sorted(self._vhost.live_topics(view, queue)):
                 if topic not in topics:
-                    topics[topic] = await self._stats(topic)
+                    with busy.stopped():
+                        topics[topic] = await self._stats(topic)
                 stats = topics[topic]
                 found = None if stats is None else stats.subscriptions.get(subscription)
                 if found is not None:
@@ -97,11 +116,13 @@ class QueueStatsRefresher:
                 # A stream's messages are its log's (rabbit_stream_queue reports them as
                 # messages and as ready), besides those still to be fed to it.
                 self.calls += 1
-                stored = await self._vhost.streams.stored(queue)
-                await trio.sleep(self._pause)
+                with busy.stopped():
+                    stored = await self._vhost.streams.stored(queue)
+                    await trio.sleep(self._pause)
                 ready, messages = ready + stored, messages + stored
             gauges[queue] = QueueGauge(ready, messages, view.consumers.get(queue, 0))
         COUNTERS.queues[self._namespace] = gauges
+        self.busy = busy.seconds()
 
     async def _stats(self, topic: str) -> TopicStats | None:
         self.calls += 1
@@ -111,3 +132,23 @@ class QueueStatsRefresher:
             return None  # no message was ever published there: nothing waits
         finally:
             await trio.sleep(self._pause)
+
+
+class _Stopwatch:
+    """Running from its creation, stopped inside ``stopped()`` (while the walk awaits and
+    other tasks run)."""
+
+    def __init__(self) -> None:
+        self._counted = 0.0
+        self._since = time.perf_counter()
+
+    @contextlib.contextmanager
+    def stopped(self) -> Iterator[None]:
+        self._counted += time.perf_counter() - self._since
+        try:
+            yield
+        finally:
+            self._since = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self._counted + time.perf_counter() - self._since

@@ -6,12 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from gateway.backend.pulsar.queue_stats import QUEUES_PER_TURN, QueueStatsRefresher
+import pytest
+import trio
+
+from gateway.backend.pulsar.queue_stats import (
+    QUEUE_STATS_INTERVAL,
+    QUEUES_PER_TURN,
+    WALK_SHARE,
+    QueueStatsRefresher,
+)
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.errors import NotFound
 from tests.support.turns import turns_during
 
 NS = "public/stats"
@@ -52,3 +61,44 @@ async def test_a_round_over_many_queues_lets_other_tasks_run() -> None:
     gauges = COUNTERS.queues.pop(NS)
     assert len(gauges) == queues
     assert {(g.ready, g.messages) for g in gauges.values()} == {(0, 0)}
+
+
+@dataclass
+class SlowAdmin:
+    """Every topic's statistics take ``seconds`` to come (others may run meanwhile)."""
+
+    seconds: float
+
+    async def topic_stats(self, topic: str) -> Any:
+        await trio.sleep(self.seconds)
+        raise NotFound(404, "GET", f"/admin/v2/{topic}/stats", "Topic not found")
+
+
+@dataclass
+class LiveVhost(QuietVhost):
+    def live_topics(self, view: VhostView, queue: str) -> set[str]:
+        self.topics_asked.append(queue)
+        return {f"persistent://public/stats/{queue}"}
+
+
+async def test_the_walks_busy_time_leaves_out_its_awaits() -> None:
+    view = VhostView(queues={f"q{i}": Queue(f"q{i}") for i in range(3)})
+    admin = cast(PulsarAdmin, cast(Any, SlowAdmin(0.2)))
+    refresher = QueueStatsRefresher(
+        cast(PulsarVirtualHost, LiveVhost(Catalog(view))), admin, NS, calls_per_second=1000.0
+    )
+    started = trio.current_time()
+    await refresher.refresh()
+    assert trio.current_time() - started >= 0.6  # three statistics awaited
+    assert 0.0 < refresher.busy < 0.3
+    COUNTERS.queues.pop(NS)
+
+
+def test_a_long_walk_is_followed_by_a_longer_pause() -> None:
+    refresher, _ = _refresher(0)
+    assert refresher.pause_after_walk() == QUEUE_STATS_INTERVAL
+    refresher.busy = 0.01
+    assert refresher.pause_after_walk() == QUEUE_STATS_INTERVAL
+    refresher.busy = 10.0  # a million queues: the walk takes at most WALK_SHARE of the time
+    pause = refresher.pause_after_walk()
+    assert refresher.busy / (refresher.busy + pause) == pytest.approx(WALK_SHARE)
