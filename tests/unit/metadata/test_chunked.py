@@ -134,23 +134,27 @@ def test_picked_follows_snapshots_as_a_look_at_every_entry_would(
         assert picked(snapshot) is found and looked == []  # the same snapshot: no look
 
 
-def _counting_truthy(looked: list[int]) -> Picked[str, int, int]:
-    def truthy(value: int) -> int | None:
-        looked.append(value)
-        return value or None
-
-    return Picked(truthy)
-
-
-def test_picked_looks_only_at_the_keys_that_changed() -> None:
+def _picked_over_5000() -> tuple[ChunkedDict[str, int], Picked[str, int, int], list[int]]:
+    """A map of 5,000 entries, a picker that has seen it (truthy values) and the values it
+    looks at from now on."""
     live: ChunkedDict[str, int] = ChunkedDict()
     for n in range(5000):
         live[f"k{n}"] = n
     looked: list[int] = []
-    picked = _counting_truthy(looked)
+
+    def truthy(value: int) -> int | None:
+        looked.append(value)
+        return value or None
+
+    picked: Picked[str, int, int] = Picked(truthy)
     picked(live.frozen())
     assert len(looked) == 5000
     looked.clear()
+    return live, picked, looked
+
+
+def test_picked_looks_only_at_the_keys_that_changed() -> None:
+    live, picked, looked = _picked_over_5000()
     live["k7"] = -7
     live["k8"] = 0
     live["k7"] = -8
@@ -162,13 +166,7 @@ def test_picked_looks_only_at_the_keys_that_changed() -> None:
 
 
 def test_picked_looks_at_the_chunks_that_changed_once_the_log_started_anew() -> None:
-    live: ChunkedDict[str, int] = ChunkedDict()
-    for n in range(5000):
-        live[f"k{n}"] = n
-    looked: list[int] = []
-    picked = _counting_truthy(looked)
-    picked(live.frozen())
-    looked.clear()
+    live, picked, looked = _picked_over_5000()
     with patch("gateway.metadata.chunked.CHANGE_LOG_LIMIT", 2):
         for value in (-1, -2, -3):
             live["k7"] = value
