@@ -7,8 +7,9 @@ admin calls (one topic's stats answer for every queue subscribed to it). 100,000
 100,000 / ``calls_per_second`` seconds per refresh, spread out, whatever the scrape rate; the
 exported gauges are as old as the last refresh. The walk itself (the queues' topics looked up in
 the view) costs the leader's trio thread in proportion to the queues, so it takes at most
-``WALK_SHARE`` of that thread's time: a vhost of a million queues is walked less often. Only the leader exports its namespace's queues,
-so a fleet's sum counts each queue once (RabbitMQ's queue leader reports its queue likewise).
+``WALK_SHARE`` of that thread's time: a vhost of a million queues is walked less often. Only
+the leader exports its namespace's queues, so a fleet's sum counts each queue once (RabbitMQ's
+queue leader reports its queue likewise).
 
 Messages is the subscriptions' backlog (every message not acknowledged; Pulsar counts backlog
 entries: with batching on, a batch counts once); ready is that backlog less what Pulsar has
