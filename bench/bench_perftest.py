@@ -16,7 +16,8 @@ Targets: the gateway (``starlight-rabbitmq`` subprocess, vhost ``/`` on a fresh 
 namespace deleted afterwards with its ZooKeeper metadata), and a private RabbitMQ node from
 Debian's rabbitmq-server (bench/rabbitmq.py). If RabbitMQ cannot be started, the reason is printed
 and the gateway is measured alone. CPU seconds of the gateway, the Pulsar JVM, RabbitMQ, the
-PerfTest JVM and everything else are printed per run.
+PerfTest JVM and everything else are printed per run. Each target first gets ``--warmup``
+seconds (default 10) of the throughput load, unmeasured, on a queue of its own.
 """
 
 from __future__ import annotations
@@ -170,9 +171,27 @@ def run_perftest(
     return result
 
 
+def common_flags(args: argparse.Namespace) -> list[str]:
+    flags = ["-x", "1", "-y", "1", "-s", str(args.size), "-f", "persistent", "-ad", "false"]
+    return [*flags, "-c", str(args.confirm), "-q", str(args.qos), "-A", str(args.multi_ack)]
+
+
+def warm_up(
+    args: argparse.Namespace, classpath: str, url: str, tag: str, log_dir: Path
+) -> str | None:
+    """An unmeasured throughput run of ``--warmup`` seconds on a queue of its own: the first
+    seconds of a JVM that has just started (the local stack's Pulsar after ``stack.py up``,
+    PerfTest's own) are spent compiling, which made a first run's rate a third lower here.
+    Returns what went wrong, if anything."""
+    if not args.warmup:
+        return None
+    flags = [*common_flags(args), "-u", f"perf-warm-{tag}", "-z", str(args.warmup), "-i", "5"]
+    result = run_perftest(classpath, url, flags, "warm-up", {}, float(args.warmup), log_dir)
+    return result.error
+
+
 def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], float]]:
-    common = ["-x", "1", "-y", "1", "-s", str(args.size), "-f", "persistent", "-ad", "false"]
-    common += ["-c", str(args.confirm), "-q", str(args.qos), "-A", str(args.multi_ack)]
+    common = common_flags(args)
     runs = [
         (
             "throughput",
@@ -282,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time", type=int, default=30, help="seconds of the throughput run")
     parser.add_argument("--latency-time", type=int, default=15, help="0 skips the latency run")
     parser.add_argument("--rate", type=int, default=200, help="msg/s of the latency run")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="seconds of unmeasured throughput load on each target first (0: none)",
+    )
     parser.add_argument("--size", type=int, default=1000, help="message bytes (-s)")
     parser.add_argument("--confirm", type=int, default=500, help="unconfirmed publishes (-c)")
     parser.add_argument("--qos", type=int, default=500, help="consumer prefetch (-q)")
@@ -369,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, target in targets:
             try:
                 with target as (url, pids):
+                    failed = warm_up(args, classpath, url, tag, log_dir)
+                    if failed:
+                        notes.append(f"{name} warm-up failed: {failed}")
                     runs: dict[str, PerfResult] = {}
                     for load, flags, seconds in loads(args, tag):
                         profiling = spy is not None and name == "gateway"
