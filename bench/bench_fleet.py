@@ -439,18 +439,15 @@ class WindowSampler:
         self.pids, self.interval, self.done = pids, interval, done
         self.windows: list[Window] = []
 
-    def _cpu(self) -> dict[str, float]:
-        return {name: gvp.proc_cpu_seconds(pid) for name, pid in self.pids.items()}
-
     async def run(self) -> None:
         """Samples until cancelled; the last partial window is left out."""
-        at, done, cpu = time.perf_counter(), self.done(), self._cpu()
+        done = self.done()
         while True:
-            await asyncio.sleep(self.interval)  # the sampling period, not a wait for a condition
-            now, now_done, now_cpu = time.perf_counter(), self.done(), self._cpu()
-            used = {name: now_cpu[name] - cpu.get(name, 0.0) for name in now_cpu}
-            self.windows.append(Window(now - at, now_done - done, used))
-            at, done, cpu = now, now_done, now_cpu
+            with gvp.CpuMeter(self.pids) as meter:
+                await asyncio.sleep(self.interval)  # the sampling period, not a wait
+            now_done = self.done()
+            self.windows.append(Window(meter.wall, now_done - done, meter.used))
+            done = now_done
 
     def summary(self, unit: str) -> str:
         """``per 30 s: 1,210 / 1,190 ops/s; replica 0.71 / 0.74 ms, ZooKeeper ... per op``."""

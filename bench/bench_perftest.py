@@ -176,6 +176,11 @@ def common_flags(args: argparse.Namespace) -> list[str]:
     return [*flags, "-c", str(args.confirm), "-q", str(args.qos), "-A", str(args.multi_ack)]
 
 
+def throughput_flags(args: argparse.Namespace, queue: str, seconds: int) -> list[str]:
+    """The throughput load, on ``queue`` for ``seconds``."""
+    return [*common_flags(args), "-u", queue, "-z", str(seconds), "-i", "5"]
+
+
 def warm_up(
     args: argparse.Namespace, classpath: str, url: str, tag: str, log_dir: Path
 ) -> str | None:
@@ -185,7 +190,7 @@ def warm_up(
     Returns what went wrong, if anything."""
     if not args.warmup:
         return None
-    flags = [*common_flags(args), "-u", f"perf-warm-{tag}", "-z", str(args.warmup), "-i", "5"]
+    flags = throughput_flags(args, f"perf-warm-{tag}", args.warmup)
     result = run_perftest(classpath, url, flags, "warm-up", {}, float(args.warmup), log_dir)
     return result.error
 
@@ -195,7 +200,7 @@ def loads(args: argparse.Namespace, tag: str) -> list[tuple[str, list[str], floa
     runs = [
         (
             "throughput",
-            [*common, "-u", f"perf-{tag}", "-z", str(args.time), "-i", "5"],
+            throughput_flags(args, f"perf-{tag}", args.time),
             float(args.time),
         )
     ]
