@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -41,12 +39,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import bench_gateway_vs_pulsar as gvp  # noqa: E402
+import maven  # noqa: E402
+import pulsar_direct  # noqa: E402
 import rabbitmq  # noqa: E402
 
 POM = BENCH_DIR / "perftest" / "pom.xml"
 MAIN_CLASS = "com.rabbitmq.perf.PerfTest"
-CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "starlight-bench"
-MAVEN_TIMEOUT = 900.0
 
 
 class PerfTestError(RuntimeError):
@@ -55,41 +53,10 @@ class PerfTestError(RuntimeError):
 
 def perftest_classpath() -> str:
     """PerfTest's classpath from Maven (downloads into ~/.m2 the first time), cached per pom."""
-    key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    cached = CACHE_DIR / f"perftest-classpath-{key}.txt"
-    if cached.exists():
-        entries = cached.read_text().strip().split(os.pathsep)
-        if entries and all(Path(e).exists() for e in entries):
-            return os.pathsep.join(entries)
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise PerfTestError("`mvn` is not on PATH: Maven is needed to fetch RabbitMQ PerfTest")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
-    result = subprocess.run(
-        [
-            mvn,
-            "--batch-mode",
-            "--no-transfer-progress",
-            "-f",
-            str(POM),
-            "dependency:build-classpath",
-            f"-Dmdep.outputFile={partial}",
-            "-Dmdep.includeScope=runtime",
-        ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=MAVEN_TIMEOUT,
-        check=False,
-    )
-    if result.returncode != 0 or not partial.exists():
-        errors = [line for line in result.stdout.splitlines() if "[ERROR]" in line][:5]
-        raise PerfTestError(
-            f"Maven failed on {POM}: " + ("\n".join(errors) or result.stdout[-2000:])
-        )
-    os.replace(partial, cached)
-    return cached.read_text().strip()
+    try:
+        return maven.classpath(POM, "perftest")
+    except maven.MavenError as exc:
+        raise PerfTestError(str(exc)) from exc
 
 
 def perftest_version() -> str:
@@ -262,6 +229,29 @@ def rabbitmq_target() -> Iterator[tuple[str, dict[str, int]]]:
         yield node.amqp_url, {"rabbitmq": node.pid}
 
 
+def run_direct_loads(
+    stack: ModuleType, args: argparse.Namespace, log_dir: Path
+) -> dict[str, dict[str, PerfResult]]:
+    """The throughput load without AMQP, per ``--direct`` kind (bench/pulsar_direct.py), in a
+    namespace of its own on the local stack; results under "pulsar <kind>"."""
+    results: dict[str, dict[str, PerfResult]] = {}
+    with (
+        gvp.measured_broker(stack, batch_index_acks=False) as broker,
+        gvp.fresh_namespace(broker.web_url, broker.zookeeper) as namespace,
+    ):
+        for kind in args.direct:
+            direct = pulsar_direct.run_direct(kind, broker, namespace, args, log_dir)
+            result = PerfResult(
+                direct.label,
+                sent=direct.sent,
+                received=direct.received,
+                cpu=direct.cpu,
+                error=direct.error,
+            )
+            results[f"pulsar {kind}"] = {"throughput": result}
+    return results
+
+
 def fmt(value: float | None) -> str:
     return f"{value:,.0f}" if value else "-"
 
@@ -289,6 +279,20 @@ def print_report(results: dict[str, dict[str, PerfResult]], notes: list[str]) ->
             print(
                 f"| {load} | {which} latency median/95th/99th ms | "
                 f"{g.latency(which) if g else '-'} | {r.latency(which) if r else '-'} | |"
+            )
+    direct = {name: runs for name, runs in results.items() if name.startswith("pulsar ")}
+    if direct:
+        print()
+        print("The throughput load straight onto Pulsar, without AMQP (bench/pulsar_direct.py):")
+        print("| client | sent msg/s | received msg/s | received / RabbitMQ's | gateway's / its |")
+        print("|---|---|---|---|---|")
+        r_received = rmq["throughput"].received if "throughput" in rmq else None
+        g_received = gw["throughput"].received if "throughput" in gw else None
+        for name, runs in direct.items():
+            d = runs["throughput"]
+            print(
+                f"| {name} | {fmt(d.sent)} | {fmt(d.received)} | "
+                f"{ratio(d.received, r_received)} | {ratio(g_received, d.received)} |"
             )
     print()
     for target, runs in results.items():
@@ -350,6 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         help="start the gateway with --workers N (SO_REUSEPORT: which worker takes PerfTest's "
         "producer and consumer connection is the kernel's choice)",
     )
+    parser.add_argument(
+        "--direct",
+        action="append",
+        choices=pulsar_direct.KINDS,
+        default=[],
+        help="also put the throughput load straight onto the local stack's Pulsar, without "
+        "AMQP (bench/pulsar_direct.py): Pulsar's own pulsar-perf (Java), or pulsar-client's "
+        "Python binding alone; repeat for both",
+    )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument(
@@ -389,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             notes.append("gateway skipped: the local stack is not up (scripts/stack.py up)")
+    if args.direct and not stack.is_up():
+        notes.append("--direct skipped: the local stack is not up (scripts/stack.py up)")
+        args.direct = []
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()
         if reason:
@@ -421,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
                     results[name] = runs
             except (rabbitmq.RabbitMQUnavailable, RuntimeError) as exc:
                 notes.append(f"{name} failed: {exc}")
+        if args.direct:  # last: the gateway's run keeps the conditions of the earlier ones
+            results.update(run_direct_loads(stack, args, log_dir))
     finally:
         if args.logs is None:
             shutil.rmtree(log_dir, ignore_errors=True)
