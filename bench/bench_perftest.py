@@ -16,8 +16,11 @@ Targets: the gateway (``starlight-rabbitmq`` subprocess, vhost ``/`` on a fresh 
 namespace deleted afterwards with its ZooKeeper metadata), and a private RabbitMQ node from
 Debian's rabbitmq-server (bench/rabbitmq.py). If RabbitMQ cannot be started, the reason is printed
 and the gateway is measured alone. CPU seconds of the gateway, the Pulsar JVM, RabbitMQ, the
-PerfTest JVM and everything else are printed per run. Each target first gets ``--warmup``
-seconds (default 10) of the throughput load, unmeasured, on a queue of its own.
+PerfTest JVM and everything else are printed per run, and per message received. Each target
+first gets ``--warmup`` seconds (default 10) of the throughput load, unmeasured, on a queue of
+its own. ``--direct pulsar-perf`` / ``--direct python`` add the throughput load put straight
+onto Pulsar without AMQP (bench/pulsar_direct.py), for what Pulsar and pulsar-client's Python
+binding do on the same machine.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import pulsar_direct  # noqa: E402
 import rabbitmq  # noqa: E402
 
 POM = BENCH_DIR / "perftest" / "pom.xml"
+BEHIND = 0.9  # a direct load's consumer under this share of its producer's rate fell behind
 MAIN_CLASS = "com.rabbitmq.perf.PerfTest"
 
 
@@ -252,6 +256,16 @@ def run_direct_loads(
     return results
 
 
+def cpu_per_message(result: PerfResult) -> str:
+    """Each measured process's CPU per message received, e.g. "gateway 85, pulsar 60"."""
+    cpu = result.cpu
+    if cpu is None or not result.received or not cpu.wall:
+        return ""
+    messages = result.received * cpu.wall
+    used = {name: seconds for name, seconds in cpu.used.items() if name != "machine"}
+    return ", ".join(f"{name} {1e6 * seconds / messages:.0f}" for name, seconds in used.items())
+
+
 def fmt(value: float | None) -> str:
     return f"{value:,.0f}" if value else "-"
 
@@ -294,11 +308,19 @@ def print_report(results: dict[str, dict[str, PerfResult]], notes: list[str]) ->
                 f"| {name} | {fmt(d.sent)} | {fmt(d.received)} | "
                 f"{ratio(d.received, r_received)} | {ratio(g_received, d.received)} |"
             )
+            if d.sent and d.received and d.received < BEHIND * d.sent:
+                notes.append(
+                    f"{name}: the consumer fell behind its producer (nothing holds a Pulsar "
+                    "producer back for its consumer): its received rate is a backlog's"
+                )
     print()
     for target, runs in results.items():
         for load, res in runs.items():
             if res.cpu is not None:
                 print(f"{target:>9} {load:<24} {res.cpu.summary()}")
+                per_message = cpu_per_message(res)
+                if per_message:
+                    print(f"{'':>9} {'':<24} CPU µs per message received: {per_message}")
             if res.error:
                 print(f"{target:>9} {load:<24} FAILED: {res.error}")
     for note in notes:
