@@ -18,9 +18,9 @@ Debian's rabbitmq-server (bench/rabbitmq.py). If RabbitMQ cannot be started, the
 and the gateway is measured alone. CPU seconds of the gateway, the Pulsar JVM, RabbitMQ, the
 PerfTest JVM and everything else are printed per run, and per message received. Each target
 first gets ``--warmup`` seconds (default 10) of the throughput load, unmeasured, on a queue of
-its own. ``--direct pulsar-perf`` / ``--direct python`` add the throughput load put straight
-onto Pulsar without AMQP (bench/pulsar_direct.py), for what Pulsar and pulsar-client's Python
-binding do on the same machine.
+its own. ``--direct pulsar-perf`` / ``python`` / ``c-api`` add the throughput load put
+straight onto Pulsar without AMQP (bench/pulsar_direct.py), for what Pulsar, pulsar-client's
+Python binding and its C API do on the same machine.
 """
 
 from __future__ import annotations
@@ -382,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=pulsar_direct.KINDS,
         default=[],
         help="also put the throughput load straight onto the local stack's Pulsar, without "
-        "AMQP (bench/pulsar_direct.py): Pulsar's own pulsar-perf (Java), or pulsar-client's "
-        "Python binding alone; repeat for both",
+        "AMQP (bench/pulsar_direct.py): Pulsar's own pulsar-perf (Java), pulsar-client's "
+        "Python binding alone, or its C API from Python (c-api); repeat for several",
     )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")

@@ -15,6 +15,10 @@ subscription (as the gateway's) with a receiver queue of ``receiver_queue`` (Per
   message's payload and properties): this file run with ``--python-load`` in a process of its
   own. No AMQP work at all, so its CPU per message is the least any gateway written on this
   binding spends.
+* ``c-api``: the same from Python through pulsar-client's C API instead of the binding
+  (bench/native/pulsar_c_api.c, compiled here with gcc into the cache): C callbacks queue send
+  receipts and messages and wake Python once per batch, so no GIL hand-off per message. What
+  a compiled module under the gateway's producers and consumers could save.
 
 Each load runs ``warmup`` seconds unmeasured, then ``seconds`` measured; the rates are the
 broker's own counters over that window (the topic's messages in, the subscription's messages
@@ -25,9 +29,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -49,7 +57,9 @@ PERF_MAIN = "org.apache.pulsar.testclient.PulsarPerfTestTool"
 SUBSCRIPTION = "direct"
 START_TIMEOUT = 120.0  # a JVM's start and the first messages through
 STOP_TIMEOUT = 30.0
-KINDS = ("pulsar-perf", "python")
+KINDS = ("pulsar-perf", "python", "c-api")
+C_API_SOURCE = BENCH_DIR / "native" / "pulsar_c_api.c"
+COMPILE_TIMEOUT = 120.0
 
 
 @dataclass
@@ -162,11 +172,55 @@ def pulsar_perf_commands(
 
 
 def python_commands(
-    broker: gvp.Broker, topic: str, args: argparse.Namespace
+    kind: str, broker: gvp.Broker, topic: str, args: argparse.Namespace
 ) -> dict[str, list[str]]:
-    load = [sys.executable, str(Path(__file__).resolve()), "--python-load"]
+    """This file as the process of the ``python`` or ``c-api`` load."""
+    load = [sys.executable, str(Path(__file__).resolve()), "--load", kind]
     options = ["--size", str(args.size), "--confirm", str(args.confirm), "--qos", str(args.qos)]
-    return {"python": [*load, broker.broker_url, topic, *options]}
+    if kind == "c-api":
+        options += ["--module-dir", str(build_c_api())]
+    return {kind: [*load, broker.broker_url, topic, *options]}
+
+
+def build_c_api() -> Path:
+    """The directory of the compiled pulsar_c_api module, built against the libpulsar that
+    pulsar-client bundles, once per source (cached beside the benchmarks' Maven classpaths)."""
+    import _pulsar
+
+    libs = sorted((Path(_pulsar.__file__).parent / "pulsar_client.libs").glob("libpulsar*.so*"))
+    if not libs:
+        raise RuntimeError("pulsar-client's wheel bundles no libpulsar to link against")
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise RuntimeError("the c-api load needs gcc")
+    key = hashlib.sha256(C_API_SOURCE.read_bytes() + str(libs[0]).encode()).hexdigest()[:16]
+    out_dir = maven.CACHE_DIR / f"pulsar-c-api-{key}"
+    module = out_dir / f"pulsar_c_api{sysconfig.get_config_var('EXT_SUFFIX')}"
+    if module.exists():
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = module.with_suffix(".partial")
+    command = [
+        gcc,
+        "-O2",
+        "-shared",
+        "-fPIC",
+        f"-I{sysconfig.get_paths()['include']}",
+        str(C_API_SOURCE),
+        "-o",
+        str(partial),
+        f"-L{libs[0].parent}",
+        f"-l:{libs[0].name}",
+        f"-Wl,-rpath,{libs[0].parent}",
+        "-lpthread",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"compiling {C_API_SOURCE.name} failed: {result.stderr[-2000:]}")
+    partial.rename(module)
+    return out_dir
 
 
 def run_direct(
@@ -178,7 +232,7 @@ def run_direct(
     if kind == "pulsar-perf":
         commands = pulsar_perf_commands(pulsar_perf_classpath(), broker, topic, args, log_dir)
     else:
-        commands = python_commands(broker, topic, args)
+        commands = python_commands(kind, broker, topic, args)
     print(f"  {kind}: {args.warmup} s warm-up, {args.time} s measured on {topic}", flush=True)
     with httpx.Client(base_url=broker.web_url, timeout=30) as admin:
         try:
@@ -258,16 +312,46 @@ def _ignore(_result: Any) -> None:
     pass
 
 
+def c_api_load(
+    module_dir: Path, broker_url: str, topic: str, size: int, confirm: int, qos: int
+) -> None:
+    """The same load through bench/native/pulsar_c_api.c: Python sends, waits on the eventfd,
+    and handles whatever the C callbacks queued meanwhile in one drain (module docstring)."""
+    sys.path.insert(0, str(module_dir))
+    import pulsar_c_api  # type: ignore[import-not-found]
+
+    wake_fd = pulsar_c_api.start(broker_url, topic, SUBSCRIPTION, confirm, qos)
+    payload = b"x" * size
+    properties = {"amqp-exchange": "", "amqp-routing-key": "direct"}  # as the gateway's
+    unconfirmed = token = 0
+    while True:  # until terminated
+        while unconfirmed < confirm:
+            token += 1
+            pulsar_c_api.send(payload, properties, token)
+            unconfirmed += 1
+        select.select([wake_fd], [], [])
+        confirmed, received = pulsar_c_api.drain()
+        unconfirmed -= len(confirmed)
+        for _payload, _properties, handle in received:
+            pulsar_c_api.ack(handle)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description="the Python load of bench/pulsar_direct.py")
-    parser.add_argument("--python-load", action="store_true", required=True)
+    parser = argparse.ArgumentParser(description="a load of bench/pulsar_direct.py, in its process")
+    parser.add_argument("--load", choices=("python", "c-api"), required=True)
     parser.add_argument("broker_url")
     parser.add_argument("topic")
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--confirm", type=int, default=500)
     parser.add_argument("--qos", type=int, default=500)
+    parser.add_argument("--module-dir", type=Path, help="where the c-api load's module is")
     args = parser.parse_args()
-    python_load(args.broker_url, args.topic, args.size, args.confirm, args.qos)
+    if args.load == "python":
+        python_load(args.broker_url, args.topic, args.size, args.confirm, args.qos)
+    else:
+        if args.module_dir is None:
+            parser.error("--load c-api needs --module-dir")
+        c_api_load(args.module_dir, args.broker_url, args.topic, args.size, args.confirm, args.qos)
     return 0
 
 
