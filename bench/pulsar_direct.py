@@ -315,25 +315,53 @@ def _ignore(_result: Any) -> None:
 def c_api_load(
     module_dir: Path, broker_url: str, topic: str, size: int, confirm: int, qos: int
 ) -> None:
-    """The same load through bench/native/pulsar_c_api.c: Python sends, waits on the eventfd,
-    and handles whatever the C callbacks queued meanwhile in one drain (module docstring)."""
+    """The same load with the binding's client, producer and consumer, but every per-message
+    call through the C API (bench/native/pulsar_c_api.c): Python sends, waits on the eventfd,
+    and handles whatever the C callbacks queued meanwhile in one drain."""
+    import _pulsar
+    import pulsar
+
     sys.path.insert(0, str(module_dir))
     import pulsar_c_api  # type: ignore[import-not-found]
 
-    wake_fd = pulsar_c_api.start(broker_url, topic, SUBSCRIPTION, confirm, qos)
+    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    native = client._client
+    wake_fd = pulsar_c_api.wake_fd()
+    consumer_conf = _pulsar.ConsumerConfiguration()
+    consumer_conf.consumer_type(_pulsar.ConsumerType.Shared)
+    consumer_conf.receiver_queue_size(qos)
+    if pulsar_c_api.listen(cpp_address(consumer_conf)) != qos:
+        raise RuntimeError("the binding's objects are not laid out as pulsar_c_api.c expects")
+    consumer = native.subscribe(topic, SUBSCRIPTION, consumer_conf)
+    producer_conf = _pulsar.ProducerConfiguration()
+    producer_conf.batching_enabled(False)
+    producer_conf.max_pending_messages(confirm)
+    producer = native.create_producer(topic, producer_conf)
+    producer_at, consumer_at = cpp_address(producer), cpp_address(consumer)
     payload = b"x" * size
     properties = {"amqp-exchange": "", "amqp-routing-key": "direct"}  # as the gateway's
     unconfirmed = token = 0
     while True:  # until terminated
         while unconfirmed < confirm:
             token += 1
-            pulsar_c_api.send(payload, properties, token)
+            pulsar_c_api.send(producer_at, payload, properties, token)
             unconfirmed += 1
         select.select([wake_fd], [], [])
         confirmed, received = pulsar_c_api.drain()
         unconfirmed -= len(confirmed)
         for _payload, _properties, handle in received:
-            pulsar_c_api.ack(handle)
+            pulsar_c_api.ack(consumer_at, handle)
+
+
+def cpp_address(instance: Any) -> int:
+    """The address of the C++ object a pybind11 instance of the binding holds: right after
+    its Python header (ob_refcnt, ob_type), as gateway/pulsar/priority_level.py finds it."""
+    import ctypes
+
+    address = ctypes.c_void_p.from_address(id(instance) + 2 * ctypes.sizeof(ctypes.c_void_p))
+    if not address.value:
+        raise RuntimeError(f"no C++ object found in {type(instance).__name__}")
+    return address.value
 
 
 def main() -> int:

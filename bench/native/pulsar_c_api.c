@@ -3,12 +3,20 @@
 
    pulsar-client's Python binding takes the GIL for every callback from its C++ threads (a send
    receipt, a received message) and makes a pybind11 call per message accessor. Here the
-   callbacks are C: they queue receipts and messages under a mutex and write an eventfd only
-   when the queues were empty, and Python takes everything queued in one drain() per wake-up.
-   The C API's functions are exported by the libpulsar the pulsar-client wheel bundles
-   (pulsar_client.libs/libpulsar-*.so); its headers are not shipped, so the few prototypes used
-   are declared below as in include/pulsar/c/ of pulsar-client-cpp. One client, producer and
-   consumer per process; errors are reported as RuntimeError with the C API's result code. */
+   client, producer and consumer are still the binding's, made through its Python API; only
+   the per-message calls go through the C API, on the binding's own C++ objects: the C API's
+   handles are structs holding exactly one C++ object (pulsar-client-cpp, lib/c/c_structs.h:
+   pulsar_producer_t holds a pulsar::Producer, pulsar_consumer_t a pulsar::Consumer,
+   pulsar_consumer_configuration_t a pulsar::ConsumerConfiguration), and pybind11 keeps that
+   C++ object's address right after an instance's Python header, as
+   gateway/pulsar/priority_level.py relies on (and checks) for configurations; listen() checks
+   it the same way. The send callback and the message listener are C: they queue under one
+   mutex and write an eventfd only when the queues were empty, and Python takes everything
+   queued in one drain() per wake-up.
+
+   The C API's functions are exported by the libpulsar the wheel bundles
+   (pulsar_client.libs/libpulsar-*.so); its headers are not shipped, so the prototypes used
+   are declared below as in include/pulsar/c/ of pulsar-client-cpp. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
@@ -16,10 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-typedef struct _c pulsar_client_t;
-typedef struct _cc pulsar_client_configuration_t;
 typedef struct _p pulsar_producer_t;
-typedef struct _pc pulsar_producer_configuration_t;
 typedef struct _k pulsar_consumer_t;
 typedef struct _kc pulsar_consumer_configuration_t;
 typedef struct _m pulsar_message_t;
@@ -30,17 +35,8 @@ typedef void (*pulsar_send_callback)(pulsar_result, pulsar_message_id_t *, void 
 typedef void (*pulsar_message_listener)(pulsar_consumer_t *, pulsar_message_t *, void *);
 typedef void (*pulsar_result_callback)(pulsar_result, void *);
 
-pulsar_client_configuration_t *pulsar_client_configuration_create(void);
-pulsar_client_t *pulsar_client_create(const char *, const pulsar_client_configuration_t *);
-pulsar_producer_configuration_t *pulsar_producer_configuration_create(void);
-void pulsar_producer_configuration_set_batching_enabled(pulsar_producer_configuration_t *, int);
-void pulsar_producer_configuration_set_max_pending_messages(pulsar_producer_configuration_t *, int);
-pulsar_result pulsar_client_create_producer(pulsar_client_t *, const char *, const pulsar_producer_configuration_t *, pulsar_producer_t **);
-pulsar_consumer_configuration_t *pulsar_consumer_configuration_create(void);
-void pulsar_consumer_configuration_set_consumer_type(pulsar_consumer_configuration_t *, int);
-void pulsar_consumer_configuration_set_receiver_queue_size(pulsar_consumer_configuration_t *, int);
 void pulsar_consumer_configuration_set_message_listener(pulsar_consumer_configuration_t *, pulsar_message_listener, void *);
-pulsar_result pulsar_client_subscribe(pulsar_client_t *, const char *, const char *, const pulsar_consumer_configuration_t *, pulsar_consumer_t **);
+int pulsar_consumer_configuration_get_receiver_queue_size(pulsar_consumer_configuration_t *);
 pulsar_message_t *pulsar_message_create(void);
 void pulsar_message_free(pulsar_message_t *);
 void pulsar_message_set_content(pulsar_message_t *, const void *, size_t);
@@ -61,9 +57,6 @@ typedef struct { void **items; size_t len, cap; } queue_t;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static queue_t receipts, messages;
 static int event_fd = -1;
-static pulsar_client_t *client;
-static pulsar_producer_t *producer;
-static pulsar_consumer_t *consumer;
 
 static void push(queue_t *q, void *item) {
     int wake;
@@ -83,35 +76,30 @@ static void on_sent(pulsar_result result, pulsar_message_id_t *id, void *ctx) {
 static void on_message(pulsar_consumer_t *c, pulsar_message_t *m, void *ctx) { (void)c; (void)ctx; push(&messages, m); }
 static void on_acked(pulsar_result r, void *ctx) { (void)r; (void)ctx; }
 
-/* start(service_url, topic, subscription, max_pending, receiver_queue) -> the eventfd to wait on */
-static PyObject *start(PyObject *self, PyObject *args) {
-    const char *url, *topic, *sub; int pending, queue;
-    if (!PyArg_ParseTuple(args, "sssii", &url, &topic, &sub, &pending, &queue)) return NULL;
-    event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    client = pulsar_client_create(url, pulsar_client_configuration_create());
-    pulsar_consumer_configuration_t *kc = pulsar_consumer_configuration_create();
-    pulsar_consumer_configuration_set_consumer_type(kc, 1 /* Shared */);
-    pulsar_consumer_configuration_set_receiver_queue_size(kc, queue);
-    pulsar_consumer_configuration_set_message_listener(kc, on_message, NULL);
-    pulsar_result r;
-    Py_BEGIN_ALLOW_THREADS
-    r = pulsar_client_subscribe(client, topic, sub, kc, &consumer);
-    Py_END_ALLOW_THREADS
-    if (r) return PyErr_Format(PyExc_RuntimeError, "subscribe: %d", r);
-    pulsar_producer_configuration_t *pc = pulsar_producer_configuration_create();
-    pulsar_producer_configuration_set_batching_enabled(pc, 0);
-    pulsar_producer_configuration_set_max_pending_messages(pc, pending);
-    Py_BEGIN_ALLOW_THREADS
-    r = pulsar_client_create_producer(client, topic, pc, &producer);
-    Py_END_ALLOW_THREADS
-    if (r) return PyErr_Format(PyExc_RuntimeError, "producer: %d", r);
+/* wake_fd() -> the eventfd to wait on (made once) */
+static PyObject *wake_fd(PyObject *self, PyObject *noargs) {
+    if (event_fd < 0) event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (event_fd < 0) return PyErr_SetFromErrno(PyExc_OSError);
     return PyLong_FromLong(event_fd);
 }
 
-/* send(payload, properties, token): one entry (batching off); the token comes back from drain() */
+/* listen(configuration) -> its receiver queue size: the C listener set on the C++
+   ConsumerConfiguration at that address (the binding's own object, see pulsar_direct.py), and
+   read back through the C API as a check that the address is one. */
+static PyObject *listen_on(PyObject *self, PyObject *args) {
+    Py_ssize_t address;
+    if (!PyArg_ParseTuple(args, "n", &address)) return NULL;
+    pulsar_consumer_configuration_t *conf = (pulsar_consumer_configuration_t *)(intptr_t)address;
+    pulsar_consumer_configuration_set_message_listener(conf, on_message, NULL);
+    return PyLong_FromLong(pulsar_consumer_configuration_get_receiver_queue_size(conf));
+}
+
+/* send(producer, payload, properties, token): through the C++ Producer at that address; the
+   token comes back from drain() */
 static PyObject *send(PyObject *self, PyObject *args) {
-    Py_buffer payload; PyObject *props; Py_ssize_t token;
-    if (!PyArg_ParseTuple(args, "y*O!n", &payload, &PyDict_Type, &props, &token)) return NULL;
+    Py_ssize_t address, token; Py_buffer payload; PyObject *props;
+    if (!PyArg_ParseTuple(args, "ny*O!n", &address, &payload, &PyDict_Type, &props, &token)) return NULL;
+    pulsar_producer_t *producer = (pulsar_producer_t *)(intptr_t)address;
     pulsar_message_t *m = pulsar_message_create();
     pulsar_message_set_content(m, payload.buf, payload.len);
     PyBuffer_Release(&payload);
@@ -159,10 +147,12 @@ static PyObject *drain(PyObject *self, PyObject *noargs) {
     return Py_BuildValue("(NN)", tokens, received);
 }
 
-/* ack(handle): acknowledge a message drain() returned, and free it */
+/* ack(consumer, handle): acknowledge a message drain() returned through the C++ Consumer at
+   that address, and free the message */
 static PyObject *ack(PyObject *self, PyObject *args) {
-    Py_ssize_t handle;
-    if (!PyArg_ParseTuple(args, "n", &handle)) return NULL;
+    Py_ssize_t address, handle;
+    if (!PyArg_ParseTuple(args, "nn", &address, &handle)) return NULL;
+    pulsar_consumer_t *consumer = (pulsar_consumer_t *)(intptr_t)address;
     pulsar_message_t *m = (pulsar_message_t *)(intptr_t)handle;
     pulsar_consumer_acknowledge_async(consumer, m, on_acked, NULL);
     pulsar_message_free(m);
@@ -170,7 +160,8 @@ static PyObject *ack(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"start", start, METH_VARARGS, NULL}, {"send", send, METH_VARARGS, NULL},
+    {"wake_fd", wake_fd, METH_NOARGS, NULL}, {"listen", listen_on, METH_VARARGS, NULL},
+    {"send", send, METH_VARARGS, NULL},
     {"drain", drain, METH_NOARGS, NULL}, {"ack", ack, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pulsar_c_api", NULL, -1, methods};
 PyMODINIT_FUNC PyInit_pulsar_c_api(void) { return PyModule_Create(&module); }
