@@ -1,28 +1,28 @@
 """PerfTest's throughput load put straight onto Pulsar, without AMQP: what Pulsar and its
 clients do on this machine, beside what the gateway and RabbitMQ do (bench_perftest.py).
 
-Both clients below do the work the gateway does for PerfTest ``-x1 -y1``: one producer
-publishing ``size``-byte persistent messages, one entry per message (batching off, as the
-gateway's producers on a broker without batch-index acknowledgements), at most
-``outstanding`` unconfirmed (PerfTest's ``-c``), and at the same time one consumer of a Shared
-subscription (as the gateway's) with a receiver queue of ``receiver_queue`` (PerfTest's
-``-q``), acknowledging every message:
+Each load does the work the gateway does for PerfTest ``-x1 -y1``: one producer publishing
+``--size``-byte persistent messages, one entry per message (batching off, as the gateway's
+producers on a broker without batch-index acknowledgements), at most ``--confirm``
+unconfirmed, and at the same time one consumer of a Shared subscription (as the gateway's)
+with a receiver queue of ``--qos``, acknowledging every message:
 
 * ``pulsar-perf``: Apache Pulsar's own load generator, Java (pulsar-testclient, pinned in
   bench/pulsar-perf/pom.xml), its producer and its consumer in two JVMs.
 * ``python``: pulsar-client's Python binding alone, used as the gateway uses it (the native
   ``_pulsar`` module, callbacks that keep their thread state, a message listener reading each
-  message's payload and properties): this file run with ``--python-load`` in a process of its
+  message's payload and properties): this file run with ``--load python`` in a process of its
   own. No AMQP work at all, so its CPU per message is the least any gateway written on this
   binding spends.
-* ``c-api``: the same from Python through pulsar-client's C API instead of the binding
+* ``c-api``: the same with the binding's client, producer and consumer, but every
+  per-message call through pulsar-client's C API on the binding's own C++ objects
   (bench/native/pulsar_c_api.c, compiled here with gcc into the cache): C callbacks queue send
-  receipts and messages and wake Python once per batch, so no GIL hand-off per message. What
-  a compiled module under the gateway's producers and consumers could save.
+  receipts and messages and wake Python once per batch, so there is no GIL hand-off per
+  message. What a compiled module under the gateway's producers and consumers could save.
 
-Each load runs ``warmup`` seconds unmeasured, then ``seconds`` measured; the rates are the
-broker's own counters over that window (the topic's messages in, the subscription's messages
-out), so neither client's reporting is trusted, and CPU seconds per process come from /proc.
+Each load runs ``--warmup`` seconds unmeasured, then ``--time`` seconds measured; the rates
+are the broker's own counters over that window (the topic's messages in, the subscription's
+messages out), so no client's own reporting is trusted; CPU seconds per process from /proc.
 """
 
 from __future__ import annotations
@@ -229,13 +229,14 @@ def run_direct(
     """One ``kind`` of load (KINDS) on a topic of ``namespace``: warm-up, then measured."""
     result = DirectResult(kind)
     topic = f"persistent://public/{namespace}/direct-{kind}"
-    if kind == "pulsar-perf":
-        commands = pulsar_perf_commands(pulsar_perf_classpath(), broker, topic, args, log_dir)
-    else:
-        commands = python_commands(kind, broker, topic, args)
     print(f"  {kind}: {args.warmup} s warm-up, {args.time} s measured on {topic}", flush=True)
     with httpx.Client(base_url=broker.web_url, timeout=30) as admin:
         try:
+            if kind == "pulsar-perf":
+                classpath = pulsar_perf_classpath()
+                commands = pulsar_perf_commands(classpath, broker, topic, args, log_dir)
+            else:
+                commands = python_commands(kind, broker, topic, args)
             with running(commands, log_dir) as procs:
                 wait_flowing(admin, topic, procs)
                 time.sleep(args.warmup)  # unmeasured: the JVMs compile, the queues fill
