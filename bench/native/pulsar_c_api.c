@@ -21,6 +21,7 @@
 #include <Python.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -61,7 +62,11 @@ static int event_fd = -1;
 static void push(queue_t *q, void *item) {
     int wake;
     pthread_mutex_lock(&lock);
-    if (q->len == q->cap) { q->cap = q->cap ? 2 * q->cap : 1024; q->items = realloc(q->items, q->cap * sizeof(void *)); }
+    if (q->len == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 1024;
+        q->items = realloc(q->items, q->cap * sizeof(void *));
+        if (!q->items) abort(); /* a benchmark: out of memory ends it */
+    }
     q->items[q->len++] = item;
     wake = receipts.len + messages.len == 1;
     pthread_mutex_unlock(&lock);
