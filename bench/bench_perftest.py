@@ -51,16 +51,9 @@ BEHIND = 0.9  # a direct load's consumer under this share of its producer's rate
 MAIN_CLASS = "com.rabbitmq.perf.PerfTest"
 
 
-class PerfTestError(RuntimeError):
-    pass
-
-
 def perftest_classpath() -> str:
     """PerfTest's classpath from Maven (downloads into ~/.m2 the first time), cached per pom."""
-    try:
-        return maven.classpath(POM, "perftest")
-    except maven.MavenError as exc:
-        raise PerfTestError(str(exc)) from exc
+    return maven.classpath(POM, "perftest")
 
 
 def perftest_version() -> str:

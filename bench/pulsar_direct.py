@@ -185,9 +185,10 @@ def python_commands(
 def build_c_api() -> Path:
     """The directory of the compiled pulsar_c_api module, built against the libpulsar that
     pulsar-client bundles, once per source (cached beside the benchmarks' Maven classpaths)."""
-    import _pulsar
+    sys.path.insert(0, str(REPO_DIR))
+    from gateway.pulsar.native_objects import libpulsar_paths
 
-    libs = sorted((Path(_pulsar.__file__).parent / "pulsar_client.libs").glob("libpulsar*.so*"))
+    libs = libpulsar_paths()
     if not libs:
         raise RuntimeError("pulsar-client's wheel bundles no libpulsar to link against")
     gcc = shutil.which("gcc")
@@ -259,15 +260,38 @@ def run_direct(
 # --- the Python load (a process of its own) -------------------------------------------------------
 
 
+# What the gateway puts in every message it publishes (gateway/backend/pulsar/messages.py).
+PROPERTIES = {"amqp-exchange": "", "amqp-routing-key": "direct"}
+
+
+def _binding_client(broker_url: str) -> Any:
+    import pulsar
+
+    return pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def _configurations(confirm: int, qos: int) -> tuple[Any, Any]:
+    """The binding's consumer and producer configurations of both Python loads: a Shared
+    subscription with a receiver queue of ``qos``; one entry per message, ``confirm`` pending."""
+    import _pulsar
+
+    consumer_conf = _pulsar.ConsumerConfiguration()
+    consumer_conf.consumer_type(_pulsar.ConsumerType.Shared)
+    consumer_conf.receiver_queue_size(qos)
+    producer_conf = _pulsar.ProducerConfiguration()
+    producer_conf.batching_enabled(False)
+    producer_conf.max_pending_messages(confirm)
+    return consumer_conf, producer_conf
+
+
 def python_load(broker_url: str, topic: str, size: int, confirm: int, qos: int) -> None:
     """Publish and consume on ``topic`` until terminated, as described in the module docstring."""
     import _pulsar
-    import pulsar
 
     sys.path.insert(0, str(REPO_DIR))
     from gateway.pulsar.bridge import keep_thread_state
 
-    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = _binding_client(broker_url)
     native = client._client
 
     def on_message(consumer: Any, message: Any) -> None:
@@ -276,15 +300,9 @@ def python_load(broker_url: str, topic: str, size: int, confirm: int, qos: int) 
         message.data()
         consumer.acknowledge_async(message, _ignore)
 
-    consumer_conf = _pulsar.ConsumerConfiguration()
-    consumer_conf.consumer_type(_pulsar.ConsumerType.Shared)
-    consumer_conf.receiver_queue_size(qos)
+    consumer_conf, producer_conf = _configurations(confirm, qos)
     consumer_conf.message_listener(on_message)
     consumer = native.subscribe(topic, SUBSCRIPTION, consumer_conf)
-
-    producer_conf = _pulsar.ProducerConfiguration()
-    producer_conf.batching_enabled(False)
-    producer_conf.max_pending_messages(confirm)
     producer = native.create_producer(topic, producer_conf)
     unconfirmed = threading.Semaphore(confirm)
 
@@ -293,7 +311,6 @@ def python_load(broker_url: str, topic: str, size: int, confirm: int, qos: int) 
         unconfirmed.release()
 
     payload = b"x" * size
-    properties = {"amqp-exchange": "", "amqp-routing-key": "direct"}  # as the gateway's
     # terminate() (SIGTERM) ends the loop through SystemExit, so the clients close.
     signal.signal(signal.SIGTERM, lambda _signal, _frame: sys.exit(0))
     try:
@@ -301,7 +318,7 @@ def python_load(broker_url: str, topic: str, size: int, confirm: int, qos: int) 
             unconfirmed.acquire()
             builder = _pulsar.MessageBuilder()
             builder.content(payload)
-            builder.properties(properties)
+            builder.properties(PROPERTIES)
             producer.send_async(builder.build(), confirmed)
     finally:
         producer.close()
@@ -319,50 +336,33 @@ def c_api_load(
     """The same load with the binding's client, producer and consumer, but every per-message
     call through the C API (bench/native/pulsar_c_api.c): Python sends, waits on the eventfd,
     and handles whatever the C callbacks queued meanwhile in one drain."""
-    import _pulsar
-    import pulsar
+    sys.path.insert(0, str(REPO_DIR))
+    from gateway.pulsar.native_objects import cpp_address
 
     sys.path.insert(0, str(module_dir))
     import pulsar_c_api  # type: ignore[import-not-found]
 
-    client = pulsar.Client(broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = _binding_client(broker_url)
     native = client._client
     wake_fd = pulsar_c_api.wake_fd()
-    consumer_conf = _pulsar.ConsumerConfiguration()
-    consumer_conf.consumer_type(_pulsar.ConsumerType.Shared)
-    consumer_conf.receiver_queue_size(qos)
+    consumer_conf, producer_conf = _configurations(confirm, qos)
     if pulsar_c_api.listen(cpp_address(consumer_conf)) != qos:
         raise RuntimeError("the binding's objects are not laid out as pulsar_c_api.c expects")
     consumer = native.subscribe(topic, SUBSCRIPTION, consumer_conf)
-    producer_conf = _pulsar.ProducerConfiguration()
-    producer_conf.batching_enabled(False)
-    producer_conf.max_pending_messages(confirm)
     producer = native.create_producer(topic, producer_conf)
     producer_at, consumer_at = cpp_address(producer), cpp_address(consumer)
     payload = b"x" * size
-    properties = {"amqp-exchange": "", "amqp-routing-key": "direct"}  # as the gateway's
     unconfirmed = token = 0
     while True:  # until terminated
         while unconfirmed < confirm:
             token += 1
-            pulsar_c_api.send(producer_at, payload, properties, token)
+            pulsar_c_api.send(producer_at, payload, PROPERTIES, token)
             unconfirmed += 1
         select.select([wake_fd], [], [])
         confirmed, received = pulsar_c_api.drain()
         unconfirmed -= len(confirmed)
         for _payload, _properties, handle in received:
             pulsar_c_api.ack(consumer_at, handle)
-
-
-def cpp_address(instance: Any) -> int:
-    """The address of the C++ object a pybind11 instance of the binding holds: right after
-    its Python header (ob_refcnt, ob_type), as gateway/pulsar/priority_level.py finds it."""
-    import ctypes
-
-    address = ctypes.c_void_p.from_address(id(instance) + 2 * ctypes.sizeof(ctypes.c_void_p))
-    if not address.value:
-        raise RuntimeError(f"no C++ object found in {type(instance).__name__}")
-    return address.value
 
 
 def main() -> int:

@@ -8,9 +8,9 @@
    handles are structs holding exactly one C++ object (pulsar-client-cpp, lib/c/c_structs.h:
    pulsar_producer_t holds a pulsar::Producer, pulsar_consumer_t a pulsar::Consumer,
    pulsar_consumer_configuration_t a pulsar::ConsumerConfiguration), and pybind11 keeps that
-   C++ object's address right after an instance's Python header, as
-   gateway/pulsar/priority_level.py relies on (and checks) for configurations; listen() checks
-   it the same way. The send callback and the message listener are C: they queue under one
+   C++ object's address right after an instance's Python header (gateway/pulsar/
+   native_objects.py finds it there; priority_level.py relies on it for configurations after
+   a check); listen() checks it the same way. The send callback and the message listener are C: they queue under one
    mutex and write an eventfd only when the queues were empty, and Python takes everything
    queued in one drain() per wake-up.
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Final
+
+from gateway.pulsar.native_objects import cpp_address, libpulsar_paths
 
 __all__ = ["BASE_LEVEL", "PriorityLevels", "level_for", "priority_levels"]
 
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 # among all others).
 BASE_LEVEL: Final = 2**30
 _MAX_LEVEL: Final = 2**31 - 1
-# Where the pointer to the C++ object sits in a pybind11 instance: after ob_refcnt and ob_type.
-_VALUE_OFFSET: Final = 2 * ctypes.sizeof(ctypes.c_void_p)
 
 
 def level_for(priority: int) -> int:
@@ -50,11 +49,7 @@ def level_for(priority: int) -> int:
 
 def _libpulsar() -> ctypes.CDLL | None:
     """The libpulsar that ``_pulsar`` loaded (the wheel ships it in pulsar_client.libs)."""
-    import _pulsar
-
-    here = Path(_pulsar.__file__).parent
-    found = sorted((here / "pulsar_client.libs").glob("libpulsar*.so*"))
-    candidates = [str(path) for path in found] or ["libpulsar.so"]
+    candidates = [str(path) for path in libpulsar_paths()] or ["libpulsar.so"]
     for candidate in candidates:
         try:
             return ctypes.CDLL(candidate)
@@ -110,7 +105,7 @@ class PriorityLevels:
         get_queue.argtypes = [ctypes.c_void_p]
         get_queue.restype = ctypes.c_int
         scratch = _pulsar.ConsumerConfiguration()
-        pointer = _pointer(scratch)
+        pointer = cpp_address(scratch)
         for size in (17, 4099):
             scratch.receiver_queue_size(size)
             if get_queue(pointer) != size:
@@ -131,14 +126,7 @@ class PriorityLevels:
             raise RuntimeError(f"consumer priority levels are not available: {self.why_not}")
         if not 0 <= level <= _MAX_LEVEL:
             raise ValueError(f"a Pulsar priority level is 0..{_MAX_LEVEL}, not {level}")
-        self._set(_pointer(configuration), level)
-
-
-def _pointer(configuration: Any) -> int:
-    value = ctypes.c_void_p.from_address(id(configuration) + _VALUE_OFFSET).value
-    if not value:
-        raise RuntimeError("the configuration holds no C++ object")
-    return value
+        self._set(cpp_address(configuration), level)
 
 
 _loaded: PriorityLevels | None = None

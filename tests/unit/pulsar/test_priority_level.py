@@ -7,10 +7,10 @@ from __future__ import annotations
 import _pulsar
 import pytest
 
+from gateway.pulsar.native_objects import cpp_address
 from gateway.pulsar.priority_level import (
     BASE_LEVEL,
     PriorityLevels,
-    _pointer,
     level_for,
     priority_levels,
 )
@@ -30,7 +30,7 @@ def test_a_level_is_set_on_the_native_configuration() -> None:
     configuration.receiver_queue_size(123)
     levels.apply(configuration, 42)
     assert levels._get is not None
-    assert levels._get(_pointer(configuration)) == 42
+    assert levels._get(cpp_address(configuration)) == 42
     assert configuration.receiver_queue_size() == 123  # nothing else touched
 
 
