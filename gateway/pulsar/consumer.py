@@ -12,6 +12,13 @@ appends the message to a deque and wakes trio (coalesced, see bridge.py); ``rece
 from the deque. Nothing leaves the deque unless ``receive()`` returns it, so cancelling a
 ``receive()`` never loses a message.
 
+The listener is the compiled one of listener.c when it is built (native_listener.py): it
+queues messages in C without the GIL and wakes trio once per batch, which drains them into the
+deque; accessors and acknowledgements of those messages are C calls too. Otherwise it is a
+Python listener through pulsar-client's binding, with the GIL for every message. Both keep the
+bounds below; the compiled one pauses only the consumer whose message found the buffer full
+(each of the others when its next message does), the Python one pauses them all at once.
+
 What bounds memory:
 
 * each topic's C++ receiver queue: at most ``receiver_queue_size`` messages (flow permits go
@@ -48,6 +55,7 @@ from gateway.model.priority import PriorityBuffer
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.native_listener import load as load_native_listener
 from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
@@ -84,6 +92,9 @@ class ConsumerOptions:
     # Pulsar's consumer priority level on the subscription (0 is the highest; priority_level.py);
     # None leaves pulsar-client's default, 0.
     priority_level: int | None = None
+    # Use the compiled message listener when it is built (native_listener.py); False always
+    # uses a Python listener through pulsar-client's binding.
+    native_listener: bool = True
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -96,7 +107,7 @@ class ConsumerOptions:
         return self.buffer_size or max(1, self.receiver_queue_size)
 
 
-def _native_config(options: ConsumerOptions, listener: Any) -> Any:
+def _native_config(options: ConsumerOptions) -> Any:
     import _pulsar
 
     conf = _pulsar.ConsumerConfiguration()
@@ -121,7 +132,6 @@ def _native_config(options: ConsumerOptions, listener: Any) -> Any:
         conf.consumer_name(options.consumer_name)
     if options.priority_level is not None:
         priority_levels().apply(conf, options.priority_level)
-    conf.message_listener(listener)
     return conf
 
 
@@ -204,8 +214,45 @@ class ReceivedMessage:
     def nack(self) -> None:
         self._owner.negative_acknowledge(self)
 
+    def _acknowledge(self) -> None:
+        self.native_consumer.acknowledge_async(self.native, ignore_result)
+
+    def _negative_acknowledge(self) -> None:
+        self.native_consumer.negative_acknowledge(self.native)
+
     def __repr__(self) -> str:
         return f"ReceivedMessage({self.topic!r}, {self.message_id})"
+
+
+class ListenedMessage(ReceivedMessage):
+    """A message from the compiled listener: ``native`` is a ``_starlight_listener.Message``,
+    which answers the same accessors from C, its id serialized, and acknowledges itself."""
+
+    __slots__ = ()
+
+    @property
+    def message_id(self) -> MessageId:
+        if self._id is None:
+            import _pulsar
+
+            self._id = MessageId.from_native(_pulsar.MessageId.deserialize(self.id_bytes))
+        return self._id
+
+    @property
+    def id_bytes(self) -> bytes:
+        if self._id_bytes is None:
+            self._id_bytes = self.native.id_bytes()
+        return self._id_bytes
+
+    @property
+    def in_batch(self) -> bool:
+        return self.message_id.batch_index >= 0
+
+    def _acknowledge(self) -> None:
+        self.native.acknowledge()
+
+    def _negative_acknowledge(self) -> None:
+        self.native.negative_acknowledge()
 
 
 class TrioConsumer:
@@ -218,6 +265,8 @@ class TrioConsumer:
         # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
         # by the listener thread.
         self._natives: dict[str, Any] = {}
+        # With the compiled listener: topic -> its tag there (listener.c).
+        self._tags: dict[str, int] = {}
         # Topics being subscribed (add_topic in progress): a second add_topic of one waits
         # for the first instead of subscribing it twice.
         self._adding: dict[str, trio.Event] = {}
@@ -234,7 +283,16 @@ class TrioConsumer:
         self._closed = False
         self._receives = 0
         self._lot = trio.lowlevel.ParkingLot()
-        self._waker = TrioWaker(self._wake_receivers, client.token)
+        module = load_native_listener() if options.native_listener else None
+        # The compiled listener (listener.c), or None: the Python one, _on_message.
+        self._listener: Any = None
+        self._message_type: type[ReceivedMessage] = ReceivedMessage
+        if module is None:
+            self._waker = TrioWaker(self._wake_receivers, client.token)
+        else:
+            self._waker = TrioWaker(self._drain_listener, client.token)
+            self._listener = module.Listener(self._capacity, self._waker.wake)
+            self._message_type = ListenedMessage
 
     # --- listener thread ------------------------------------------------------------------
 
@@ -281,11 +339,39 @@ class TrioConsumer:
     def _wake_receivers(self) -> None:
         self._lot.unpark_all()
 
-    def _attach(self, topic: str, native: Any) -> None:
+    def _drain_listener(self) -> None:
+        """The compiled listener queued messages: into the buffer with them."""
+        if self._closed:
+            return
+        items = self._listener.drain()
+        if not items:
+            return
+        ordered = self._ordered
         with self._lock:
+            if ordered is None:
+                self._buffer.extend(items)
+            else:
+                for item in items:
+                    ordered.push(item, self._priority(item[1]))
+        self._lot.unpark_all()
+
+    def _listen(self, conf: Any) -> int | None:
+        """Set this consumer's listener on a configuration; the compiled listener's tag."""
+        if self._listener is not None:
+            return int(self._listener.configure(conf))
+        conf.message_listener(self._on_message)
+        return None
+
+    def _attach(self, topic: str, native: Any, tag: int | None = None) -> None:
+        with self._lock:
+            if tag is not None:
+                self._listener.attach(tag, native, topic)  # checks the native consumer
+                self._tags[topic] = tag
             self._natives[topic] = native
-            if self._paused:
+            if self.paused:
                 native.pause_message_listener()
+        if tag is not None:
+            self._drain_listener()  # what it received before it was attached
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -300,7 +386,7 @@ class TrioConsumer:
     @property
     def paused(self) -> bool:
         """Whether the listeners are paused because the trio-side buffer is full."""
-        return self._paused
+        return self._paused or (self._listener is not None and self._listener.full)
 
     @property
     def closed(self) -> bool:
@@ -320,11 +406,16 @@ class TrioConsumer:
             else:
                 place, (native_consumer, native) = ordered.pop_entry()
                 left = len(ordered)
-            if self._paused and not self._stopped and left <= self._low_water:
+            listener = self._listener
+            if listener is not None:
+                if listener.left(1) and not self._stopped:
+                    for each in self._natives.values():
+                        each.resume_message_listener()
+            elif self._paused and not self._stopped and left <= self._low_water:
                 self._paused = False
                 for each in self._natives.values():
                     each.resume_message_listener()
-        return ReceivedMessage(native, native_consumer, self, place)
+        return self._message_type(native, native_consumer, self, place)
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
@@ -358,7 +449,7 @@ class TrioConsumer:
     async def wait_buffered(self, count: int) -> None:
         """Until at least ``count`` messages are buffered (or the buffer is full, or the
         consumer closed): messages known to be on their way have arrived."""
-        while self.buffered < count and not self._paused and not self._closed:
+        while self.buffered < count and not self.paused and not self._closed:
             await self._lot.park()
 
     def __aiter__(self) -> TrioConsumer:
@@ -377,12 +468,12 @@ class TrioConsumer:
         is redelivered, which is what AMQP promises for unacknowledged messages anyway.
         """
         self._check_open()
-        message.native_consumer.acknowledge_async(message.native, ignore_result)
+        message._acknowledge()
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Redeliver after ``negative_ack_redelivery_delay_ms`` (to any consumer if Shared)."""
         self._check_open()
-        message.native_consumer.negative_acknowledge(message.native)
+        message._negative_acknowledge()
 
     def put_back(self, message: ReceivedMessage) -> bool:
         """Return a message taken by ``receive()`` (and not acknowledged) to its place in line
@@ -396,7 +487,9 @@ class TrioConsumer:
         priority = self._priority(message.native)
         with self._lock:
             ordered.restore((message.native_consumer, message.native), priority, message.place)
-        self._waker.wake()
+        if self._listener is not None:
+            self._listener.left(-1)  # held again
+        self._lot.unpark_all()
         return True
 
     def stop_receiving(
@@ -415,6 +508,8 @@ class TrioConsumer:
         """
         if self._closed or self._stopped:
             return 0
+        if self._listener is not None:
+            self._drain_listener()  # what the compiled listener queued goes back too
         with self._lock:
             self._stopped = True
             self._paused = True
@@ -424,14 +519,15 @@ class TrioConsumer:
                 return 0
             returned = self._take_all()
         for native_consumer, native in returned:
+            message = self._message_type(native, native_consumer, self)
             # A negative acknowledgement sends the whole entry back, and the other messages
             # of a batch may be delivered and unacknowledged: those stay, and go back (without
             # the ones acknowledged by then, where the broker tracks batch indexes) when the
             # consumer closes.
-            if int(native.message_id().batch_index()) < 0:
+            if not message.in_batch:
                 if given_back is not None:
-                    given_back(ReceivedMessage(native, native_consumer, self))
-                native_consumer.negative_acknowledge(native)
+                    given_back(message)
+                message._negative_acknowledge()
         return len(returned)
 
     def _take_all(self) -> list[tuple[Any, Any]]:
@@ -443,6 +539,8 @@ class TrioConsumer:
         else:
             items = list(ordered)
             ordered.clear()
+        if self._listener is not None:
+            self._listener.left(len(items))
         return items
 
     async def add_topic(self, topic: str) -> None:
@@ -456,11 +554,11 @@ class TrioConsumer:
             return
         adding = self._adding[topic] = trio.Event()
         try:
-            native = await _subscribe_one(self, topic)
+            native, tag = await _subscribe_one(self, topic)
             if self._closed:  # closed while we were subscribing
                 native.close_async(ignore_result)
                 self._check_open()
-            self._attach(topic, native)
+            self._attach(topic, native, tag)
         finally:
             del self._adding[topic]
             adding.set()
@@ -482,6 +580,10 @@ class TrioConsumer:
                 kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
                 dropped = len(self._buffer) - len(kept)
                 self._buffer = kept
+            tag = self._tags.pop(topic, None)
+            if tag is not None:
+                self._listener.left(dropped)
+                dropped += self._listener.detach(tag)
         await _finish(self._client, native, f"close consumer {self.subscription!r} on {topic}")
         return dropped
 
@@ -491,6 +593,8 @@ class TrioConsumer:
             self._take_all()
             natives = list(self._natives.values())
             self._natives.clear()
+            if self._listener is not None:
+                self._listener.close()
         self._lot.unpark_all()  # waiting receive() calls raise ClosedError
         return natives
 
@@ -547,9 +651,11 @@ async def _finish_all(
         raise errors[0]
 
 
-async def _subscribe_one(consumer: TrioConsumer, topic: str) -> Any:
+async def _subscribe_one(consumer: TrioConsumer, topic: str) -> tuple[Any, int | None]:
+    """The native consumer, and its tag in the compiled listener (if that is in use)."""
     client = consumer._client
-    conf = _native_config(consumer.options, consumer._on_message)
+    conf = _native_config(consumer.options)
+    tag = consumer._listen(conf)
 
     def close_abandoned(native: Any) -> None:
         native.close_async(ignore_result)
@@ -568,7 +674,7 @@ async def _subscribe_one(consumer: TrioConsumer, topic: str) -> Any:
         native_client.subscribe_async(
             topic, consumer.subscription, conf, call.result_value_callback
         )
-    return await call.wait(client.operation_deadline)
+    return await call.wait(client.operation_deadline), tag
 
 
 async def subscribe(
@@ -589,7 +695,7 @@ async def subscribe(
 
     async def one(topic: str) -> None:
         try:
-            consumer._attach(topic, await _subscribe_one(consumer, topic))
+            consumer._attach(topic, *await _subscribe_one(consumer, topic))
         except PulsarClientError as exc:
             failures.append(exc)
 

@@ -303,7 +303,9 @@ class FakeMessage:
 def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
     client = cast(PulsarClient, FakeClient())
     consumer = TrioConsumer(
-        client, "q", ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size)
+        client,
+        "q",
+        ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size, native_listener=False),
     )
     native = FakeConsumer()
     consumer._attach(native.topic, native)

@@ -1,0 +1,169 @@
+"""The compiled message listener (listener.c): building it, finding it, and whether to use it.
+
+``make install`` builds ``_starlight_listener`` with gcc against the libpulsar that
+pulsar-client's wheel bundles (``python -m gateway.pulsar.native_listener``), into a cache
+directory keyed by the source, that libpulsar and the Python ABI, so a rebuilt source or a new
+pulsar-client makes a new module instead of loading a stale one. ``TrioConsumer`` uses it when
+it is built and passes the layout check below; otherwise it uses pulsar-client's Python
+listener (the same behaviour at a higher CPU cost per message; docs/performance.md). Nothing is
+compiled while the gateway runs.
+
+``STARLIGHT_NATIVE_LISTENER=0`` in the environment turns the compiled listener off (the test
+suite runs the consumer tests both ways).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+from gateway.pulsar.native_objects import libpulsar_paths
+
+__all__ = ["BuildError", "CannotBuild", "build", "disabled", "load", "module_path"]
+
+log = logging.getLogger(__name__)
+
+MODULE_NAME: Final = "_starlight_listener"
+SOURCE: Final = Path(__file__).with_name("listener.c")
+ENV_SWITCH: Final = "STARLIGHT_NATIVE_LISTENER"
+_COMPILE_TIMEOUT: Final = 120
+
+
+class BuildError(RuntimeError):
+    """The source did not compile."""
+
+
+class CannotBuild(BuildError):
+    """Nothing to build with here (no compiler, or no libpulsar in pulsar-client's wheel)."""
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "starlight-rabbitmq" / "native"
+
+
+def module_path() -> Path | None:
+    """Where the module for this source, libpulsar and Python is (built or not); None without
+    a bundled libpulsar."""
+    libs = libpulsar_paths()
+    if not libs:
+        return None
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + str(libs[0]).encode() + sys.version.encode()
+    ).hexdigest()[:16]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return _cache_root() / key / f"{MODULE_NAME}{suffix}"
+
+
+def build() -> Path:
+    """Compile the module unless it is there already; its path."""
+    path = module_path()
+    if path is None:
+        raise CannotBuild("pulsar-client's wheel bundles no libpulsar to link against")
+    if path.exists():
+        return path
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise CannotBuild("no C compiler (gcc) on PATH")
+    libpulsar = libpulsar_paths()[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    command = [
+        gcc,
+        "-O2",
+        "-Wall",
+        "-shared",
+        "-fPIC",
+        f"-I{sysconfig.get_paths()['include']}",
+        str(SOURCE),
+        "-o",
+        str(partial),
+        f"-L{libpulsar.parent}",
+        f"-l:{libpulsar.name}",
+        f"-Wl,-rpath,{libpulsar.parent}",
+        "-lpthread",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(f"compiling {SOURCE.name} failed:\n{result.stderr[-4000:]}")
+    partial.rename(path)  # atomic: a concurrent build or load never sees half a file
+    return path
+
+
+def disabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no")
+
+
+@cache
+def _loaded() -> ModuleType | None:
+    path = module_path()
+    if path is None or not path.exists():
+        log.info(
+            "the compiled message listener is not built (python -m gateway.pulsar.native_listener)"
+            "; consumers use pulsar-client's Python listener"
+        )
+        return None
+    try:
+        loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
+        if spec is None:
+            raise ImportError(f"no module spec for {path}")
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        _check_layout(module)
+    except Exception as error:  # another build or layout: the Python listener still works
+        log.warning("the compiled message listener cannot be used: %s", error)
+        return None
+    return module
+
+
+def _check_layout(module: ModuleType) -> None:
+    """The module reads a configuration's receiver queue size through the C API where it
+    expects the C++ object: it must be what the binding set (twice, two values)."""
+    import _pulsar
+
+    conf = _pulsar.ConsumerConfiguration()
+    for size in (1234, 4321):
+        conf.receiver_queue_size(size)
+        read = module.receiver_queue_size(conf)
+        if read != size:
+            raise RuntimeError(f"a configuration's receiver queue size read back as {read}")
+
+
+def load() -> ModuleType | None:
+    """The compiled listener module if it is built, works with this pulsar-client and is not
+    turned off; else None."""
+    if disabled() or sys.implementation.name != "cpython":
+        return None
+    return _loaded()
+
+
+def main() -> int:
+    """``make install``: build the module. Without gcc, say so and go on (the gateway then uses
+    pulsar-client's Python listener); a source that does not compile fails the install."""
+    try:
+        path = build()
+    except CannotBuild as error:
+        print(f"native listener not built: {error}", file=sys.stderr)
+        return 0
+    module = _loaded()
+    print(f"native listener: {path} ({'in use' if module else 'NOT usable, see the log'})")
+    return 0 if module else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    sys.exit(main())
