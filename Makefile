@@ -2,12 +2,12 @@
 VENV    ?= .venv
 PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
-NATIVE  := $(VENV)/.native-listener-stamp
+COMPILED := $(VENV)/.compiled-stamp
 CONFIG  ?= conf/gateway.conf
 
 .PHONY: install run test unit integration lint bench stack-up stack-down stack-status clean
 
-install: $(STAMP) $(NATIVE)
+install: $(STAMP) $(COMPILED)
 
 # Re-install only when the dependency list changes; the package itself is editable.
 $(STAMP): pyproject.toml
@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev,rollup]'
 	touch $(STAMP)
 
-# The compiled message listener (gateway/pulsar/native_listener.py), cached outside the repo
+# The compiled message listener (gateway/pulsar/compiled.py), cached outside the repo
 # per source, libpulsar and Python; without gcc the gateway uses pulsar-client's Python one.
-$(NATIVE): $(STAMP) gateway/pulsar/listener.c
-	$(PYTHON) -m gateway.pulsar.native_listener
-	touch $(NATIVE)
+$(COMPILED): $(STAMP) gateway/pulsar/compiled.c
+	$(PYTHON) -m gateway.pulsar.compiled
+	touch $(COMPILED)
 
 # The stack script is stdlib-only, so it needs no virtualenv.
 stack-up:

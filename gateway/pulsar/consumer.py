@@ -12,7 +12,7 @@ appends the message to a deque and wakes trio (coalesced, see bridge.py); ``rece
 from the deque. Nothing leaves the deque unless ``receive()`` returns it, so cancelling a
 ``receive()`` never loses a message.
 
-The listener is the compiled one of listener.c when it is built (native_listener.py): it
+The listener is the compiled one of compiled.c when it is built (compiled.py): it
 queues messages in C without the GIL and wakes trio once per batch, which drains them into the
 deque; accessors and acknowledgements of those messages are C calls too. Otherwise it is a
 Python listener through pulsar-client's binding, with the GIL for every message. Both keep the
@@ -53,9 +53,9 @@ import trio
 
 from gateway.model.priority import PriorityBuffer
 from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
+from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
-from gateway.pulsar.native_listener import load as load_native_listener
 from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
@@ -92,9 +92,9 @@ class ConsumerOptions:
     # Pulsar's consumer priority level on the subscription (0 is the highest; priority_level.py);
     # None leaves pulsar-client's default, 0.
     priority_level: int | None = None
-    # Use the compiled message listener when it is built (native_listener.py); False always
+    # Use the compiled message listener when it is built (compiled.py); False always
     # uses a Python listener through pulsar-client's binding.
-    native_listener: bool = True
+    compiled: bool = True
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:
@@ -225,7 +225,7 @@ class ReceivedMessage:
 
 
 class ListenedMessage(ReceivedMessage):
-    """A message from the compiled listener: ``native`` is a ``_starlight_listener.Message``,
+    """A message from the compiled listener: ``native`` is a ``_starlight_compiled.Message``,
     which answers the same accessors from C, its id serialized, and acknowledges itself."""
 
     __slots__ = ()
@@ -265,7 +265,7 @@ class TrioConsumer:
         # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
         # by the listener thread.
         self._natives: dict[str, Any] = {}
-        # With the compiled listener: topic -> its tag there (listener.c).
+        # With the compiled listener: topic -> its tag there (compiled.c).
         self._tags: dict[str, int] = {}
         # Topics being subscribed (add_topic in progress): a second add_topic of one waits
         # for the first instead of subscribing it twice.
@@ -283,8 +283,8 @@ class TrioConsumer:
         self._closed = False
         self._receives = 0
         self._lot = trio.lowlevel.ParkingLot()
-        module = load_native_listener() if options.native_listener else None
-        # The compiled listener (listener.c), or None: the Python one, _on_message.
+        module = load_compiled() if options.compiled else None
+        # The compiled listener (compiled.c), or None: the Python one, _on_message.
         self._listener: Any = None
         self._message_type: type[ReceivedMessage] = ReceivedMessage
         if module is None:

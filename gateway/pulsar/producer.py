@@ -19,6 +19,13 @@ limit is ours, and messages above ``GROUP_MAX_BYTES`` (which could exceed the br
 ``maxMessageSize``) are sent one by one. The price: a group fails as a whole, so a failure
 nacks messages of it that Pulsar may have stored (publishers then send them again).
 
+With the compiled module (compiled.py) a group is built and sent from C: each message is built
+at its submit (so a refused property still fails there), and the group goes to pulsar-client
+in one call whose last send's receipt is queued without the GIL; trio is woken once per batch
+of receipts. Receipts of the sends made through the binding (plain ``submit``, and a message
+whose property has a NUL character, which Pulsar's C API cannot carry) are queued there too,
+so handles still complete in the order pulsar-client reported.
+
 Back-pressure: at most ``max_pending_messages`` messages are in flight per producer;
 ``submit`` waits for a free slot and ``send_nowait`` raises ``trio.WouldBlock``. The C++
 producer is configured with the same limit and ``block_if_queue_full=False``, so it never
@@ -33,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import trio
 
@@ -46,6 +53,7 @@ from gateway.pulsar.bridge import (
     keep_thread_state,
     result_name,
 )
+from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
 
@@ -87,6 +95,9 @@ class ProducerOptions:
     # For messages above the broker's maxMessageSize (5 MB by default); needs batching off.
     chunking_enabled: bool = False
     producer_name: str | None = None
+    # Send groups through the compiled module when it is built (compiled.py); False always
+    # sends through pulsar-client's binding.
+    compiled: bool = True
 
     def __post_init__(self) -> None:
         if self.max_pending_messages < 1:
@@ -133,6 +144,8 @@ class SendHandle:
         "_result",
         "_started",
         "_state",
+        "_token",
+        "compiled",
         "count",
         "messages",
     )
@@ -153,6 +166,10 @@ class SendHandle:
         self._callbacks: list[Callable[[SendHandle], None]] | None = None
         # perf_counter() at send_async for one send in SEND_SAMPLE (0.0: not timed).
         self._started = 0.0
+        # Its receipt's token with the compiled sender (0: not used).
+        self._token = 0
+        # A group built by the compiled module (its messages are compiled.Outgoing).
+        self.compiled = False
 
     # C++ thread (io thread), or the trio thread when send_async fails synchronously.
     def _native_done(self, result: Any, native_id: Any) -> None:
@@ -161,8 +178,12 @@ class SendHandle:
             self._result = result
             self._native_id = native_id
             producer = self._producer
-            producer._completed.append(self)
-            producer._waker.wake()
+            sender = producer._sender
+            if sender is None:
+                producer._completed.append(self)
+                producer._waker.wake()
+            else:  # in line with the compiled sends' receipts (module docstring)
+                sender.receipt(self._token)
         except BaseException:
             pass
 
@@ -256,7 +277,17 @@ class TrioProducer:
         self.options = options
         self._slots = trio.Semaphore(options.max_pending_messages)
         self._completed: deque[SendHandle] = deque()
-        self._waker = TrioWaker(self._drain, client.token)
+        # The compiled module's sender (module docstring), or None: all through the binding.
+        self._compiled = _compiled_for(native, topic) if options.compiled else None
+        self._sender: Any = None
+        # With the sender: the handles whose receipt has not come, by token.
+        self._pending: dict[int, SendHandle] = {}
+        self._tokens = 0
+        if self._compiled is None:
+            self._waker = TrioWaker(self._drain, client.token)
+        else:
+            self._waker = TrioWaker(self._drain_receipts, client.token)
+            self._sender = self._compiled.Sender(self._waker.wake)
         self._in_flight = 0
         self._sends = 0  # for sampling the send latency
         self._submits = 0
@@ -384,16 +415,18 @@ class TrioProducer:
     def _add_to_group(self, payload: bytes, properties: Mapping[str, str] | None) -> SendHandle:
         """With a slot taken: the message joins the group being collected."""
         try:
-            message = _build(payload, properties, None, None, None, None)
+            message, compiled = self._group_message(payload, properties)
         except BaseException:
             self._slots.release()
             raise
         group = self._group
-        if group is None or group.count >= GROUP_MAX_MESSAGES:
+        if group is None or group.count >= GROUP_MAX_MESSAGES or group.compiled is not compiled:
             if group is not None:
                 self._send_group()
             group = self._group = SendHandle(self, grouped=True)
             group.count = 0
+            group.compiled = compiled
+            self._track(group)
             # Runs once this task yields: everything submitted until then is one group.
             self._client.token.run_sync_soon(self._send_group)
         assert group.messages is not None
@@ -402,6 +435,26 @@ class TrioProducer:
         self._in_flight += 1
         self.last_used = trio.current_time()
         return group
+
+    def _group_message(
+        self, payload: bytes, properties: Mapping[str, str] | None
+    ) -> tuple[Any, bool]:
+        """A message for a group, and whether the compiled module built it."""
+        if self._compiled is not None:
+            if properties is not None and type(properties) is not dict:
+                properties = dict(properties)
+            try:
+                return self._compiled.Outgoing(payload, properties), True
+            except ValueError:  # a NUL in a property: the binding can send it (docstring)
+                pass
+        return _build(payload, properties, None, None, None, None), False
+
+    def _track(self, handle: SendHandle) -> None:
+        """With the compiled sender: give the handle a token to find it by its receipt."""
+        if self._sender is not None:
+            self._tokens += 1
+            handle._token = self._tokens
+            self._pending[self._tokens] = handle
 
     def _send_group(self) -> None:
         """Hand the collected group to pulsar-client: every message without a callback but
@@ -413,10 +466,13 @@ class TrioProducer:
         self._sends += 1
         if not self._sends & (SEND_SAMPLE - 1):
             group._started = time.perf_counter()
-        send = self._native.send_async
-        last = len(messages) - 1
         self._last = group
         try:
+            if group.compiled:
+                self._sender.send_group(self._native, group._token, messages)
+                return
+            send = self._native.send_async
+            last = len(messages) - 1
             for index, message in enumerate(messages):
                 send(message, group._native_done if index == last else None)
         except BaseException as error:
@@ -456,6 +512,7 @@ class TrioProducer:
         sequence_id: int | None = None,
     ) -> SendHandle:
         handle = SendHandle(self)
+        self._track(handle)
         try:
             message = _build(
                 payload,
@@ -467,6 +524,7 @@ class TrioProducer:
                 sequence_id,
             )
         except BaseException:
+            self._pending.pop(handle._token, None)
             self._slots.release()
             raise
         self._in_flight += 1
@@ -478,6 +536,7 @@ class TrioProducer:
             self._native.send_async(message, handle._native_done)
         except BaseException:
             # Not queued: nothing will call back.
+            self._pending.pop(handle._token, None)
             self._in_flight -= 1
             self._slots.release()
             raise
@@ -487,22 +546,33 @@ class TrioProducer:
     def _drain(self) -> None:
         """Trio thread: complete handles in the order the C++ producer called back."""
         completed = self._completed
-        slots = self._slots
         while completed:
-            handle = completed.popleft()
-            count = handle.count
-            self._in_flight -= count
-            if count == 1:
-                slots.release()
-            else:
-                for _ in range(count):
-                    slots.release()
-            try:
-                handle._finish()
-            except Exception:
-                import logging
+            self._complete(completed.popleft())
 
-                logging.getLogger(__name__).exception("send done-callback failed")
+    def _drain_receipts(self) -> None:
+        """Trio thread, with the compiled sender: the same, from its receipts."""
+        pending = self._pending
+        for token, result in self._sender.drain():
+            handle = pending.pop(token, None)
+            if handle is None:
+                continue
+            if result >= 0:  # from the compiled send; else the handle has it already
+                handle._result = _OK_RESULT if result == 0 else _result_named(result)
+            self._complete(handle)
+
+    def _complete(self, handle: SendHandle) -> None:
+        count = handle.count
+        self._in_flight -= count
+        slots = self._slots
+        if count == 1:
+            slots.release()
+        else:
+            for _ in range(count):
+                slots.release()
+        try:
+            handle._finish()
+        except Exception:
+            log.exception("send done-callback failed")
 
     async def flush(self) -> None:
         """Wait until every message handed to this producer so far is stored or failed (the
@@ -581,6 +651,44 @@ def _build(
 
 # What a group that pulsar-client refused to queue completes with (result_name gives it).
 _FAILED_RESULT = "UnknownError"
+
+
+class _Ok:
+    """A receipt's success, as ``is_ok`` reads pulsar-client's ``Result.Ok``."""
+
+    value = 0
+    name = "Ok"
+
+
+_OK_RESULT: Final = _Ok()
+
+
+def _result_named(code: int) -> Any:
+    """pulsar-client's Result of a C API result code (the same numbering)."""
+    import _pulsar
+
+    try:
+        return _pulsar.Result(code)
+    except ValueError:
+        return f"Result{code}"
+
+
+def _compiled_for(native: Any, topic: str) -> Any:
+    """The compiled module, if built and on, and if it reads this producer's topic where the
+    binding does (the same check as the listener's, on this object)."""
+    module = load_compiled()
+    if module is None:
+        return None
+    import _pulsar
+
+    if not isinstance(native, _pulsar.Producer):
+        return None  # a stand-in (unit tests)
+    expected = str(native.topic())
+    actual = module.producer_topic(native)
+    if actual != expected:
+        log.warning("producer on %s: compiled sends off (topic read as %r)", topic, actual)
+        return None
+    return module
 
 
 async def create_producer(

@@ -6,17 +6,34 @@ it) afterwards, so tests neither see nor leak each other's topics and subscripti
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
 
+from gateway.pulsar import compiled
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
 from tests.conftest import StackEndpoints
 
 TENANT = "public"
+
+
+@pytest.fixture(params=["compiled", "binding"])
+def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """For tests of TrioConsumer and TrioProducer: run with the compiled module
+    (gateway/pulsar/compiled.py) and with pulsar-client's binding alone."""
+    if request.param == "binding":
+        monkeypatch.setenv(compiled.ENV_SWITCH, "0")
+    else:
+        monkeypatch.delenv(compiled.ENV_SWITCH, raising=False)
+        if compiled.load() is None:
+            if shutil.which("gcc") is None:
+                pytest.skip("no gcc: the compiled module cannot be built here")
+            pytest.fail("the compiled module is not built (make install builds it)")
+    return str(request.param)
 
 
 @pytest.fixture

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 
 import pulsar
 import pytest
 import trio
 
-from gateway.pulsar import native_listener
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
@@ -18,23 +16,9 @@ from gateway.pulsar.producer import ProducerOptions, TrioProducer
 from tests.conftest import StackEndpoints
 from tests.integration.pulsar.conftest import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("both_paths")]
 
 Topic = Callable[[str], str]
-
-
-@pytest.fixture(autouse=True, params=["compiled-listener", "python-listener"])
-def listener_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs with both message listeners (gateway/pulsar/native_listener.py)."""
-    if request.param == "python-listener":
-        monkeypatch.setenv(native_listener.ENV_SWITCH, "0")
-    else:
-        monkeypatch.delenv(native_listener.ENV_SWITCH, raising=False)
-        if native_listener.load() is None:
-            if shutil.which("gcc") is None:
-                pytest.skip("no gcc: the compiled listener cannot be built here")
-            pytest.fail("the compiled listener is not built (make install builds it)")
-    return str(request.param)
 
 
 async def publish(producer: TrioProducer, count: int, prefix: str = "m") -> list[bytes]:

@@ -18,7 +18,7 @@ from gateway.pulsar.ids import MessageId
 from gateway.pulsar.producer import ProducerOptions, SendHandle
 from tests.conftest import StackEndpoints
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("both_paths")]
 
 Topic = Callable[[str], str]
 

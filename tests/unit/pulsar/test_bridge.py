@@ -305,7 +305,7 @@ def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
     consumer = TrioConsumer(
         client,
         "q",
-        ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size, native_listener=False),
+        ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size, compiled=False),
     )
     native = FakeConsumer()
     consumer._attach(native.topic, native)

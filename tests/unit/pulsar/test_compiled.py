@@ -1,4 +1,4 @@
-"""The compiled message listener's module (listener.c) without a broker: what Python asks of
+"""The compiled message listener's module (compiled.c) without a broker: what Python asks of
 it. What it does with messages is in tests/integration/pulsar/test_consumer.py, run with both
 listeners."""
 
@@ -9,13 +9,13 @@ from types import ModuleType
 
 import pytest
 
-from gateway.pulsar import native_listener
+from gateway.pulsar import compiled
 
 
 @pytest.fixture
 def module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.delenv(native_listener.ENV_SWITCH, raising=False)
-    loaded = native_listener.load()
+    monkeypatch.delenv(compiled.ENV_SWITCH, raising=False)
+    loaded = compiled.load()
     if loaded is None:
         if shutil.which("gcc") is None:
             pytest.skip("no gcc: the compiled listener cannot be built here")
@@ -24,13 +24,13 @@ def module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(native_listener.ENV_SWITCH, "0")
-    assert native_listener.load() is None
+    monkeypatch.setenv(compiled.ENV_SWITCH, "0")
+    assert compiled.load() is None
 
 
 def test_the_module_is_keyed_by_its_source_and_python() -> None:
-    path = native_listener.module_path()
-    assert path is not None and path.name.startswith(native_listener.MODULE_NAME)
+    path = compiled.module_path()
+    assert path is not None and path.name.startswith(compiled.MODULE_NAME)
     assert path.parent.parent.name == "native"
 
 

@@ -1,14 +1,14 @@
-"""The compiled message listener (listener.c): building it, finding it, and whether to use it.
+"""The compiled message listener (compiled.c): building it, finding it, and whether to use it.
 
-``make install`` builds ``_starlight_listener`` with gcc against the libpulsar that
-pulsar-client's wheel bundles (``python -m gateway.pulsar.native_listener``), into a cache
+``make install`` builds ``_starlight_compiled`` with gcc against the libpulsar that
+pulsar-client's wheel bundles (``python -m gateway.pulsar.compiled``), into a cache
 directory keyed by the source, that libpulsar and the Python ABI, so a rebuilt source or a new
 pulsar-client makes a new module instead of loading a stale one. ``TrioConsumer`` uses it when
 it is built and passes the layout check below; otherwise it uses pulsar-client's Python
 listener (the same behaviour at a higher CPU cost per message; docs/performance.md). Nothing is
 compiled while the gateway runs.
 
-``STARLIGHT_NATIVE_LISTENER=0`` in the environment turns the compiled listener off (the test
+``STARLIGHT_COMPILED=0`` in the environment turns the compiled listener off (the test
 suite runs the consumer tests both ways).
 """
 
@@ -34,9 +34,9 @@ __all__ = ["BuildError", "CannotBuild", "build", "disabled", "load", "module_pat
 
 log = logging.getLogger(__name__)
 
-MODULE_NAME: Final = "_starlight_listener"
-SOURCE: Final = Path(__file__).with_name("listener.c")
-ENV_SWITCH: Final = "STARLIGHT_NATIVE_LISTENER"
+MODULE_NAME: Final = "_starlight_compiled"
+SOURCE: Final = Path(__file__).with_name("compiled.c")
+ENV_SWITCH: Final = "STARLIGHT_COMPILED"
 _COMPILE_TIMEOUT: Final = 120
 
 
@@ -112,7 +112,7 @@ def _loaded() -> ModuleType | None:
     path = module_path()
     if path is None or not path.exists():
         log.info(
-            "the compiled message listener is not built (python -m gateway.pulsar.native_listener)"
+            "the compiled message listener is not built (python -m gateway.pulsar.compiled)"
             "; consumers use pulsar-client's Python listener"
         )
         return None
@@ -123,6 +123,9 @@ def _loaded() -> ModuleType | None:
             raise ImportError(f"no module spec for {path}")
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
+        import _pulsar
+
+        module.bind_types(_pulsar.ConsumerConfiguration, _pulsar.Consumer, _pulsar.Producer)
         _check_layout(module)
     except Exception as error:  # another build or layout: the Python listener still works
         log.warning("the compiled message listener cannot be used: %s", error)
