@@ -318,13 +318,15 @@ def gateway_process(
     switch_interval: float | None = None,
     timeout: float = 60.0,
     extra_args: Sequence[str] = (),
+    extra_conf: Sequence[str] = (),
 ) -> Iterator[GatewayProcess]:
     """``starlight-rabbitmq -c <temp conf>`` on a free loopback port, vhost ``/`` on
     ``public/<namespace>``; stopped with SIGINT (graceful), then SIGKILL if it lingers.
 
     ``switch_interval``: run the same entry point under ``sys.setswitchinterval`` (an
     experiment knob: how long pulsar-client's C++ callback threads may wait for the GIL).
-    ``extra_args``: more command-line arguments, e.g. ``--workers 2``.
+    ``extra_args``: more command-line arguments, e.g. ``--workers 2``; ``extra_conf``: more
+    ``key=value`` lines for its configuration file.
     """
     workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     port = rabbitmq.free_port()
@@ -335,7 +337,7 @@ def gateway_process(
         f"configurationStoreServers={zookeeper}\n"
         f"amqpListeners=amqp://127.0.0.1:{port}\n"
         f"amqpDefaultNamespace={namespace}\n"
-        "metricsListener=http://127.0.0.1:0\n"
+        "metricsListener=http://127.0.0.1:0\n" + "".join(f"{line}\n" for line in extra_conf)
     )
     log = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
@@ -1314,6 +1316,20 @@ def subscription_backlog(web_url: str, topic_path: str, wait: float = 5.0) -> in
 # --- py-spy -------------------------------------------------------------------------------------
 
 
+def add_compiled_switch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="start the gateway with gatewayCompiledHotPath=false: pulsar-client's binding "
+        "for every per-message call instead of the compiled module (docs/pulsar-layer.md)",
+    )
+
+
+def gateway_conf(args: argparse.Namespace) -> list[str]:
+    """The configuration lines the command line asks for (add_compiled_switch)."""
+    return ["gatewayCompiledHotPath=false"] if args.no_compiled else []
+
+
 def py_spy_exe() -> str | None:
     found = shutil.which("py-spy") or str(REPO_DIR / ".venv" / "bin" / "py-spy")
     return found if Path(found).exists() else None
@@ -1579,6 +1595,7 @@ def run_pulsar_phases(
                         broker.zookeeper,
                         namespace,
                         switch_interval=args.switch_interval,
+                        extra_conf=gateway_conf(args),
                     )
                 )
                 pids = {"gateway": gw.pid}
@@ -1647,6 +1664,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
+    add_compiled_switch(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,

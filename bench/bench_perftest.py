@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -196,6 +196,7 @@ def gateway_target(
     *,
     batch_index_acks: bool = False,
     workers: int = 1,
+    extra_conf: Sequence[str] = (),
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """The gateway on the local stack, or with ``batch_index_acks`` on a standalone of the
     run's own whose broker keeps batch-index acknowledgements (the gateway batches there);
@@ -210,6 +211,7 @@ def gateway_target(
             namespace,
             switch_interval=switch_interval,
             extra_args=("--workers", str(workers)) if workers > 1 else (),
+            extra_conf=extra_conf,
         ) as gw,
     ):
         pids = gvp.gateway_pids(gw.pid)  # with --workers, the workers too
@@ -342,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
+    gvp.add_compiled_switch(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,
@@ -412,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.switch_interval,
                         batch_index_acks=args.batch_index_acks,
                         workers=args.workers,
+                        extra_conf=gvp.gateway_conf(args),
                     ),
                 )
             )

@@ -24,6 +24,7 @@ from gateway.observability.counters import COUNTERS
 from gateway.pulsar.access_check import BrokerAccessError, check_admin, check_binary
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
+from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.credentials import (
     TRUST_STORE_KEY,
     BrokerAccess,
@@ -101,7 +102,9 @@ def _broker_clients_settings(
             )
             access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
         credentials = load_credentials(access)
-        options = client_options(access, credentials)
+        options = replace(
+            client_options(access, credentials), compiled=config.gatewayCompiledHotPath
+        )
     except CredentialsError as error:
         raise StartupError(str(error)) from None
     if access.allow_insecure and (access.binary_tls or access.web_tls):
@@ -157,6 +160,12 @@ async def open_gateway(
         access, credentials, options = _broker_clients_settings(config, files)
         admin = admin_client(access, credentials)  # opens no connection: nothing to close if
         client = await PulsarClient.create(options)  # the client cannot be built
+        log.info(
+            "per-message calls into pulsar-client: %s",
+            "through the compiled module"
+            if options.compiled and load_compiled() is not None
+            else "through its Python binding",
+        )
     except BaseException:
         files.close()
         raise

@@ -723,6 +723,19 @@ class GatewayConfig(DerivedValues):
             minimum=1,
         )
     )
+    gatewayCompiledHotPath: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "true",
+            """Make the per-message calls into pulsar-client (a message's arrival and
+            acknowledgement, a group's sends and receipts) through the gateway's compiled
+            module when `make install` built it (docs/pulsar-layer.md, "The compiled
+            module"); false, or when it is not built: through pulsar-client's Python binding,
+            with the same behaviour at a higher CPU cost per message.""",
+            _GW,
+            ours=True,
+        )
+    )
     amqpProxyProtocolTrustedNetworks: tuple[str, ...] = field(
         metadata=_key(
             Kind.NETWORKS,

@@ -61,6 +61,9 @@ class ClientOptions:
     log_level: LogLevel = "warn"
     # The C++ client's own periodic stats logging; off (the gateway exports its own metrics).
     stats_interval_in_seconds: int = 0
+    # Producers and consumers use the compiled module when it is built (compiled.py), unless
+    # their own options say not to.
+    compiled: bool = True
 
 
 def _build_native_client(options: ClientOptions) -> Any:

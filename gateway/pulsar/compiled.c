@@ -123,6 +123,7 @@ typedef struct core core_t;
 typedef struct tag {
     core_t *core;
     int number;
+    int detached; /* (lock) its messages are dropped from now on */
     struct tag *next;
 } tag_t;
 
@@ -143,8 +144,8 @@ struct core {
     int full;       /* (lock) a consumer was paused since the last resume */
     int wake_pending; /* (lock) on_ready called and drain() not yet */
     int closed;     /* (lock) */
-    tag_t *tags;    /* (GIL) every tag ever made, freed with the core */
-    int tag_count;
+    tag_t *tags;    /* (lock) every tag ever made, freed with the core */
+    int tag_count;  /* (lock) */
     /* (GIL and lock to change, either to read) tag number -> the binding's consumer, or NULL:
        not attached */
     PyObject **consumers;
@@ -217,7 +218,7 @@ static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, v
     core_t *core = tag->core;
     int call_wake = 0;
     pthread_mutex_lock(&core->lock);
-    if (core->closed) {
+    if (core->closed || tag->detached) {
         pthread_mutex_unlock(&core->lock);
         pulsar_message_free(message); /* unacknowledged: the broker redelivers it */
         return;
@@ -514,8 +515,8 @@ static PyObject *listener_attach(ListenerObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* detach(tag) -> how many queued messages of that tag were dropped (the consumer closes;
-   Pulsar redelivers them). */
+/* detach(tag) -> how many queued messages of that tag were dropped; later ones are dropped as
+   they come (its consumer closes, or never made it: Pulsar redelivers them). */
 static PyObject *listener_detach(ListenerObject *self, PyObject *arg) {
     core_t *core = self->core;
     int number = (int)PyLong_AsLong(arg);
@@ -528,6 +529,8 @@ static PyObject *listener_detach(ListenerObject *self, PyObject *arg) {
         pthread_mutex_unlock(&core->lock);
         return PyErr_NoMemory();
     }
+    for (tag_t *tag = core->tags; tag; tag = tag->next)
+        if (tag->number == number) tag->detached = 1;
     for (size_t i = 0; i < core->len; i++) {
         if (core->items[i].tag->number == number) {
             dropped[dropped_count++] = core->items[i].message;

@@ -8,8 +8,8 @@ it is built and passes the layout check below; otherwise it uses pulsar-client's
 listener (the same behaviour at a higher CPU cost per message; docs/performance.md). Nothing is
 compiled while the gateway runs.
 
-``STARLIGHT_COMPILED=0`` in the environment turns the compiled listener off (the test
-suite runs the consumer tests both ways).
+The configuration key ``gatewayCompiledHotPath=false`` (``ClientOptions.compiled``) turns it
+off; the consumer and producer tests run both ways.
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ from typing import Final
 
 from gateway.pulsar.native_objects import libpulsar_paths
 
-__all__ = ["BuildError", "CannotBuild", "build", "disabled", "load", "module_path"]
+__all__ = ["BuildError", "CannotBuild", "build", "load", "module_path"]
 
 log = logging.getLogger(__name__)
 
 MODULE_NAME: Final = "_starlight_compiled"
 SOURCE: Final = Path(__file__).with_name("compiled.c")
-ENV_SWITCH: Final = "STARLIGHT_COMPILED"
 _COMPILE_TIMEOUT: Final = 120
 
 
@@ -103,10 +102,6 @@ def build() -> Path:
     return path
 
 
-def disabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no")
-
-
 @cache
 def _loaded() -> ModuleType | None:
     path = module_path()
@@ -147,9 +142,8 @@ def _check_layout(module: ModuleType) -> None:
 
 
 def load() -> ModuleType | None:
-    """The compiled listener module if it is built, works with this pulsar-client and is not
-    turned off; else None."""
-    if disabled() or sys.implementation.name != "cpython":
+    """The compiled module if it is built and works with this pulsar-client; else None."""
+    if sys.implementation.name != "cpython":
         return None
     return _loaded()
 

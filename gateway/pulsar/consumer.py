@@ -56,6 +56,7 @@ from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thr
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
 from gateway.pulsar.priority_level import priority_levels
 
 if TYPE_CHECKING:
@@ -158,7 +159,10 @@ class ReceivedMessage:
 
     @property
     def properties(self) -> dict[str, str]:
-        return self.native.properties()  # type: ignore[no-any-return]  # a new dict each call
+        properties: dict[str, str] = self.native.properties()  # a new dict each call
+        if ESCAPED_KEY in properties:  # a NUL in some (nul_properties.py)
+            return restored(properties)
+        return properties
 
     @property
     def message_id(self) -> MessageId:
@@ -283,7 +287,7 @@ class TrioConsumer:
         self._closed = False
         self._receives = 0
         self._lot = trio.lowlevel.ParkingLot()
-        module = load_compiled() if options.compiled else None
+        module = load_compiled() if options.compiled and client.options.compiled else None
         # The compiled listener (compiled.c), or None: the Python one, _on_message.
         self._listener: Any = None
         self._message_type: type[ReceivedMessage] = ReceivedMessage
@@ -674,7 +678,12 @@ async def _subscribe_one(consumer: TrioConsumer, topic: str) -> tuple[Any, int |
         native_client.subscribe_async(
             topic, consumer.subscription, conf, call.result_value_callback
         )
-    return await call.wait(client.operation_deadline), tag
+    try:
+        return await call.wait(client.operation_deadline), tag
+    except BaseException:
+        if tag is not None and not consumer.closed:
+            consumer._listener.detach(tag)  # what an abandoned consumer still delivers
+        raise
 
 
 async def subscribe(

@@ -56,6 +56,7 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.nul_properties import with_escaped
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,8 @@ class TrioProducer:
         self._slots = trio.Semaphore(options.max_pending_messages)
         self._completed: deque[SendHandle] = deque()
         # The compiled module's sender (module docstring), or None: all through the binding.
-        self._compiled = _compiled_for(native, topic) if options.compiled else None
+        wanted = options.compiled and client.options.compiled
+        self._compiled = _compiled_for(native, topic) if wanted else None
         self._sender: Any = None
         # With the sender: the handles whose receipt has not come, by token.
         self._pending: dict[int, SendHandle] = {}
@@ -633,7 +635,7 @@ def _build(
     builder.content(payload)
     if properties:
         # Pulsar properties are str -> str; anything else fails here, loudly.
-        builder.properties(properties)
+        builder.properties(with_escaped(properties))
     if event_timestamp is not None:
         builder.event_timestamp(event_timestamp)
     if partition_key is not None:

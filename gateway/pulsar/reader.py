@@ -24,6 +24,7 @@ import trio
 from gateway.pulsar.bridge import NativeCall, TrioWaker, is_ok, keep_thread_state, native_error
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
+from gateway.pulsar.nul_properties import restored
 
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
@@ -46,7 +47,7 @@ class ReadMessage:
 
     @property
     def properties(self) -> dict[str, str]:
-        return self.native.properties()  # type: ignore[no-any-return]
+        return restored(self.native.properties())
 
     @property
     def message_id(self) -> MessageId:

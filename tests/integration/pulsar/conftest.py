@@ -22,17 +22,13 @@ TENANT = "public"
 
 
 @pytest.fixture(params=["compiled", "binding"])
-def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """For tests of TrioConsumer and TrioProducer: run with the compiled module
-    (gateway/pulsar/compiled.py) and with pulsar-client's binding alone."""
-    if request.param == "binding":
-        monkeypatch.setenv(compiled.ENV_SWITCH, "0")
-    else:
-        monkeypatch.delenv(compiled.ENV_SWITCH, raising=False)
-        if compiled.load() is None:
-            if shutil.which("gcc") is None:
-                pytest.skip("no gcc: the compiled module cannot be built here")
-            pytest.fail("the compiled module is not built (make install builds it)")
+def both_paths(request: pytest.FixtureRequest) -> str:
+    """For tests of TrioConsumer and TrioProducer (``usefixtures``): their ``client`` uses the
+    compiled module (gateway/pulsar/compiled.py), then pulsar-client's binding alone."""
+    if request.param == "compiled" and compiled.load() is None:
+        if shutil.which("gcc") is None:
+            pytest.skip("no gcc: the compiled module cannot be built here")
+        pytest.fail("the compiled module is not built (make install builds it)")
     return str(request.param)
 
 
@@ -54,9 +50,18 @@ async def namespace(admin: PulsarAdmin) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def client(pulsar_stack: StackEndpoints, namespace: str) -> AsyncIterator[PulsarClient]:
+async def client(
+    pulsar_stack: StackEndpoints, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[PulsarClient]:
     # Depends on `namespace` so that it is closed before the namespace is deleted.
-    options = ClientOptions(service_url=pulsar_stack.broker_url, operation_timeout_seconds=15)
+    binding_only = (
+        "both_paths" in request.fixturenames and request.getfixturevalue("both_paths") == "binding"
+    )
+    options = ClientOptions(
+        service_url=pulsar_stack.broker_url,
+        operation_timeout_seconds=15,
+        compiled=not binding_only,
+    )
     async with await PulsarClient.create(options) as pulsar_client:
         yield pulsar_client
 

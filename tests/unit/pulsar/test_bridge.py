@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from gateway.pulsar.bridge import NativeCall, TrioWaker
-from gateway.pulsar.client import PulsarClient
+from gateway.pulsar.client import ClientOptions, PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.producer import ProducerOptions, SendHandle, TrioProducer
@@ -43,6 +43,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.token = trio.lowlevel.current_trio_token()
         self.operation_deadline = 5.0
+        self.options = ClientOptions(compiled=False)
         self.forgotten: list[object] = []
 
     def _forget(self, child: object) -> None:
@@ -305,7 +306,7 @@ def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
     consumer = TrioConsumer(
         client,
         "q",
-        ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size, compiled=False),
+        ConsumerOptions(receiver_queue_size=4, buffer_size=buffer_size),
     )
     native = FakeConsumer()
     consumer._attach(native.topic, native)

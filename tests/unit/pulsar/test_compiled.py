@@ -13,19 +13,13 @@ from gateway.pulsar import compiled
 
 
 @pytest.fixture
-def module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.delenv(compiled.ENV_SWITCH, raising=False)
+def module() -> ModuleType:
     loaded = compiled.load()
     if loaded is None:
         if shutil.which("gcc") is None:
             pytest.skip("no gcc: the compiled listener cannot be built here")
         pytest.fail("the compiled listener is not built (make install builds it)")
     return loaded
-
-
-def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(compiled.ENV_SWITCH, "0")
-    assert compiled.load() is None
 
 
 def test_the_module_is_keyed_by_its_source_and_python() -> None:
