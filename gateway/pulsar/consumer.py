@@ -16,8 +16,7 @@ The listener is the compiled one of compiled.c when it is built (compiled.py): i
 queues messages in C without the GIL and wakes trio once per batch, which drains them into the
 deque; accessors and acknowledgements of those messages are C calls too. Otherwise it is a
 Python listener through pulsar-client's binding, with the GIL for every message. Both keep the
-bounds below; the compiled one pauses only the consumer whose message found the buffer full
-(each of the others when its next message does), the Python one pauses them all at once.
+bounds below (the compiled one counts what it queued as buffered).
 
 What bounds memory:
 
