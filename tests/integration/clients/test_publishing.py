@@ -22,6 +22,7 @@ from tests.support.clients import (
     collect,
     round_trip,
     unique,
+    wait_for,
 )
 
 MANY = 300
@@ -225,3 +226,34 @@ def test_publishing_to_a_missing_exchange_is_404(running: Running) -> None:
     # The connection is still fine.
     connection.channel().queue_declare("", exclusive=True)
     connection.close()
+
+
+def test_a_nul_in_the_routing_key_and_a_header_arrives_whole(channel: BlockingChannel) -> None:
+    """AMQP strings may hold NUL; Pulsar's C API, which the gateway's compiled module reads
+    messages through, cuts strings at one (gateway/pulsar/nul_properties.py)."""
+    exchange = unique("topic")
+    channel.exchange_declare(exchange, "topic")
+    queue = unique("q")
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, exchange, "#")
+    channel.confirm_delivery()
+    headers = {"odd": "x\x00y", "plain": "p"}
+    channel.basic_publish(
+        exchange, "a\x00b", b"body", pika.BasicProperties(headers=headers, type="t\x00u")
+    )
+    method, properties, body = wait_for_get(channel, queue)
+    assert (method.routing_key, body) == ("a\x00b", b"body")
+    assert properties.headers == headers and properties.type == "t\x00u"
+
+
+def wait_for_get(channel: BlockingChannel, queue: str) -> tuple[Any, Any, bytes]:
+    got: list[tuple[Any, Any, bytes]] = []
+
+    def fetched() -> bool:
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is not None:
+            got.append((method, properties, body))
+        return bool(got)
+
+    wait_for(fetched, channel.connection, what=f"a message in {queue}")
+    return got[0]
