@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import hashlib
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -59,7 +58,6 @@ START_TIMEOUT = 120.0  # a JVM's start and the first messages through
 STOP_TIMEOUT = 30.0
 KINDS = ("pulsar-perf", "python", "c-api")
 C_API_SOURCE = BENCH_DIR / "native" / "pulsar_c_api.c"
-COMPILE_TIMEOUT = 120.0
 
 
 @dataclass
@@ -186,41 +184,15 @@ def build_c_api() -> Path:
     """The directory of the compiled pulsar_c_api module, built against the libpulsar that
     pulsar-client bundles, once per source (cached beside the benchmarks' Maven classpaths)."""
     sys.path.insert(0, str(REPO_DIR))
+    from gateway.pulsar.compiled import compile_extension
     from gateway.pulsar.native_objects import libpulsar_paths
 
     libs = libpulsar_paths()
-    if not libs:
-        raise RuntimeError("pulsar-client's wheel bundles no libpulsar to link against")
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise RuntimeError("the c-api load needs gcc")
-    key = hashlib.sha256(C_API_SOURCE.read_bytes() + str(libs[0]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(C_API_SOURCE.read_bytes() + str(libs[:1]).encode()).hexdigest()[:16]
     out_dir = maven.CACHE_DIR / f"pulsar-c-api-{key}"
     module = out_dir / f"pulsar_c_api{sysconfig.get_config_var('EXT_SUFFIX')}"
-    if module.exists():
-        return out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    partial = module.with_suffix(".partial")
-    command = [
-        gcc,
-        "-O2",
-        "-shared",
-        "-fPIC",
-        f"-I{sysconfig.get_paths()['include']}",
-        str(C_API_SOURCE),
-        "-o",
-        str(partial),
-        f"-L{libs[0].parent}",
-        f"-l:{libs[0].name}",
-        f"-Wl,-rpath,{libs[0].parent}",
-        "-lpthread",
-    ]
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"compiling {C_API_SOURCE.name} failed: {result.stderr[-2000:]}")
-    partial.rename(module)
+    if not module.exists():
+        compile_extension(C_API_SOURCE, module)
     return out_dir
 
 

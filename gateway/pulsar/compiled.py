@@ -30,7 +30,7 @@ from typing import Final
 
 from gateway.pulsar.native_objects import libpulsar_paths
 
-__all__ = ["BuildError", "CannotBuild", "build", "load", "module_path"]
+__all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "module_path"]
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,21 @@ def build() -> Path:
     path = module_path()
     if path is None:
         raise CannotBuild("pulsar-client's wheel bundles no libpulsar to link against")
-    if path.exists():
-        return path
+    if not path.exists():
+        compile_extension(SOURCE, path)
+    return path
+
+
+def compile_extension(source: Path, path: Path) -> None:
+    """gcc ``source`` into the extension module ``path``, linked against the libpulsar of
+    pulsar-client's wheel (also what bench/pulsar_direct.py's C API load is built with)."""
+    libs = libpulsar_paths()
+    if not libs:
+        raise CannotBuild("pulsar-client's wheel bundles no libpulsar to link against")
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise CannotBuild("no C compiler (gcc) on PATH")
-    libpulsar = libpulsar_paths()[0]
+    libpulsar = libs[0]
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     command = [
@@ -85,7 +94,7 @@ def build() -> Path:
         "-shared",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(partial),
         f"-L{libpulsar.parent}",
@@ -97,9 +106,8 @@ def build() -> Path:
         command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT, check=False
     )
     if result.returncode != 0:
-        raise BuildError(f"compiling {SOURCE.name} failed:\n{result.stderr[-4000:]}")
+        raise BuildError(f"compiling {source.name} failed:\n{result.stderr[-4000:]}")
     partial.rename(path)  # atomic: a concurrent build or load never sees half a file
-    return path
 
 
 @cache

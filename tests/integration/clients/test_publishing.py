@@ -174,13 +174,19 @@ def test_mandatory_return_comes_before_the_confirm(running: Running) -> None:
     assert events.index(returns[0]) < first_covering_two
 
 
-def test_mandatory_return_with_blocking_connection(channel: BlockingChannel) -> None:
+def confirmed_topic_queue(channel: BlockingChannel, binding_key: str) -> tuple[str, str]:
+    """A new topic exchange and a queue bound to it with ``binding_key``; confirms on."""
     exchange = unique("topic")
     channel.exchange_declare(exchange, "topic")
     queue = unique("q")
     channel.queue_declare(queue)
-    channel.queue_bind(queue, exchange, "a.*")
+    channel.queue_bind(queue, exchange, binding_key)
     channel.confirm_delivery()
+    return exchange, queue
+
+
+def test_mandatory_return_with_blocking_connection(channel: BlockingChannel) -> None:
+    exchange, _ = confirmed_topic_queue(channel, "a.*")
     channel.basic_publish(exchange, "a.b", b"routed", mandatory=True)
     with pytest.raises(pika.exceptions.UnroutableError) as unroutable:
         channel.basic_publish(exchange, "b.a", b"unroutable", mandatory=True)
@@ -231,12 +237,7 @@ def test_publishing_to_a_missing_exchange_is_404(running: Running) -> None:
 def test_a_nul_in_the_routing_key_and_a_header_arrives_whole(channel: BlockingChannel) -> None:
     """AMQP strings may hold NUL; Pulsar's C API, which the gateway's compiled module reads
     messages through, cuts strings at one (gateway/pulsar/nul_properties.py)."""
-    exchange = unique("topic")
-    channel.exchange_declare(exchange, "topic")
-    queue = unique("q")
-    channel.queue_declare(queue)
-    channel.queue_bind(queue, exchange, "#")
-    channel.confirm_delivery()
+    exchange, queue = confirmed_topic_queue(channel, "#")
     headers = {"odd": "x\x00y", "plain": "p"}
     channel.basic_publish(
         exchange, "a\x00b", b"body", pika.BasicProperties(headers=headers, type="t\x00u")
