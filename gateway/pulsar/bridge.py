@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -84,6 +85,20 @@ def is_ok(result: Any) -> bool:
     if type(value) is int:
         return value == 0
     return result_name(result) == "Ok"
+
+
+def weakly(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` of an object, called only while that object lives. For callbacks held by
+    the compiled module's objects (compiled.c), which the garbage collector cannot see into:
+    a bound method there would keep its owner alive in a cycle nothing ever breaks."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
 
 
 class TrioWaker:

@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from gateway.model.priority import PriorityBuffer
-from gateway.pulsar.bridge import NativeCall, TrioWaker, ignore_result, keep_thread_state
+from gateway.pulsar.bridge import (
+    NativeCall,
+    TrioWaker,
+    ignore_result,
+    keep_thread_state,
+    weakly,
+)
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import MessageId
@@ -293,7 +299,8 @@ class TrioConsumer:
         if module is None:
             self._waker = TrioWaker(self._wake_receivers, client.token)
         else:
-            self._waker = TrioWaker(self._drain_listener, client.token)
+            # The listener holds the waker: weakly, or this consumer would never be freed.
+            self._waker = TrioWaker(weakly(self._drain_listener), client.token)
             self._listener = module.Listener(self._capacity, self._waker.wake)
             self._message_type = ListenedMessage
 

@@ -52,6 +52,7 @@ from gateway.pulsar.bridge import (
     is_ok,
     keep_thread_state,
     result_name,
+    weakly,
 )
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
@@ -288,7 +289,8 @@ class TrioProducer:
         if self._compiled is None:
             self._waker = TrioWaker(self._drain, client.token)
         else:
-            self._waker = TrioWaker(self._drain_receipts, client.token)
+            # The sender holds the waker: weakly, or this producer would never be freed.
+            self._waker = TrioWaker(weakly(self._drain_receipts), client.token)
             self._sender = self._compiled.Sender(self._waker.wake)
         self._in_flight = 0
         self._sends = 0  # for sampling the send latency

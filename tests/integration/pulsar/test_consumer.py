@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 
 import pulsar
@@ -434,4 +436,20 @@ async def test_properties_with_a_nul_character_arrive_whole(
     got = await receive_n(consumer, 4)
     assert [m.payload for m in got] == [b"g0", b"g1", b"g2", b"s"]
     assert [m.properties for m in got] == [{"plain": "p"}, odd, {"plain": "p"}, odd]
+    await producer.aclose()
+
+
+async def test_a_closed_consumer_is_freed(client: PulsarClient, topic: Topic) -> None:
+    """The compiled listener holds the consumer's waker from C, where the garbage collector
+    cannot see: it must not keep the consumer alive (pulsar/bridge.py, ``weakly``)."""
+    name = topic("freed")
+    consumer = await client.subscribe(name, "q")
+    producer = await client.create_producer(name)
+    await publish(producer, 3)
+    (message,) = await receive_n(consumer, 1)
+    await consumer.aclose()
+    freed = weakref.ref(consumer)
+    del consumer, message
+    gc.collect()
+    assert freed() is None
     await producer.aclose()

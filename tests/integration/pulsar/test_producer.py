@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import threading
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -305,3 +307,16 @@ async def test_flush_waits_for_every_earlier_send_and_never_deadlocks(
         assert b"flushed 300 rounds" in process.stdout
         return
     pytest.fail("the flush rounds did not finish in 60 s: deadlocked")
+
+
+async def test_a_closed_producer_is_freed(client: PulsarClient, topic: Topic) -> None:
+    """The compiled sender holds the producer's waker from C, where the garbage collector
+    cannot see: it must not keep the producer alive (pulsar/bridge.py, ``weakly``)."""
+    producer = await client.create_producer(topic("freed"))
+    handles = [await producer.submit_grouped(b"m") for _ in range(3)]
+    await handles[-1].durable()
+    await producer.aclose()
+    freed = weakref.ref(producer)
+    del producer, handles
+    gc.collect()
+    assert freed() is None
