@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev,rollup]'
 	touch $(STAMP)
 
-# The compiled message listener (gateway/pulsar/compiled.py), cached outside the repo
+# The compiled module (gateway/pulsar/compiled.py), cached outside the repo
 # per source, libpulsar and Python; without gcc the gateway uses pulsar-client's Python one.
 $(COMPILED): $(STAMP) gateway/pulsar/compiled.c
 	$(PYTHON) -m gateway.pulsar.compiled

@@ -1,9 +1,12 @@
-/* _starlight_compiled: pulsar-client's message listener in C, for gateway/pulsar/consumer.py.
+/* _starlight_compiled: the per-message calls into pulsar-client, in C, for
+   gateway/pulsar/consumer.py (Listener, Message) and gateway/pulsar/producer.py (Sender,
+   Outgoing); gateway/pulsar/compiled.py builds and loads it (docs/pulsar-layer.md).
 
    pulsar-client's Python binding calls a Python message listener with the GIL for every
    message, and every accessor and acknowledgement afterwards is a pybind11 call (ack: one more
-   GIL hand-off for its result callback). Measured (docs/performance.md, "Issue 16: PerfTest's
-   load straight onto Pulsar"): ~20 µs of CPU per message of those crossings, on a 2-core VM.
+   GIL hand-off for its result callback); every send is four pybind11 calls to build the message
+   and one to send it. Measured (docs/performance.md, "Issue 16: PerfTest's load straight onto
+   Pulsar"): ~20 µs of CPU per message of those crossings, on a 2-core VM.
 
    Here the listener is C, set through Pulsar's C API on the binding's own
    ConsumerConfiguration before the binding subscribes with it: a message is queued under a

@@ -1,12 +1,12 @@
-"""The compiled message listener (compiled.c): building it, finding it, and whether to use it.
+"""The compiled module (compiled.c): building it, finding it, and whether to use it.
 
 ``make install`` builds ``_starlight_compiled`` with gcc against the libpulsar that
 pulsar-client's wheel bundles (``python -m gateway.pulsar.compiled``), into a cache
 directory keyed by the source, that libpulsar and the Python ABI, so a rebuilt source or a new
-pulsar-client makes a new module instead of loading a stale one. ``TrioConsumer`` uses it when
-it is built and passes the layout check below; otherwise it uses pulsar-client's Python
-listener (the same behaviour at a higher CPU cost per message; docs/performance.md). Nothing is
-compiled while the gateway runs.
+pulsar-client makes a new module instead of loading a stale one. ``TrioConsumer`` and
+``TrioProducer`` use it when it is built and passes the layout check below; otherwise they use
+pulsar-client's Python binding alone (the same behaviour at a higher CPU cost per message;
+docs/performance.md). Nothing is compiled while the gateway runs.
 
 The configuration key ``gatewayCompiledHotPath=false`` (``ClientOptions.compiled``) turns it
 off; the consumer and producer tests run both ways.
@@ -115,8 +115,8 @@ def _loaded() -> ModuleType | None:
     path = module_path()
     if path is None or not path.exists():
         log.info(
-            "the compiled message listener is not built (python -m gateway.pulsar.compiled)"
-            "; consumers use pulsar-client's Python listener"
+            "the compiled module is not built (python -m gateway.pulsar.compiled): "
+            "consumers and producers use pulsar-client's binding alone"
         )
         return None
     try:
@@ -130,8 +130,8 @@ def _loaded() -> ModuleType | None:
 
         module.bind_types(_pulsar.ConsumerConfiguration, _pulsar.Consumer, _pulsar.Producer)
         _check_layout(module)
-    except Exception as error:  # another build or layout: the Python listener still works
-        log.warning("the compiled message listener cannot be used: %s", error)
+    except Exception as error:  # another build or layout: the binding still works
+        log.warning("the compiled module cannot be used: %s", error)
         return None
     return module
 
@@ -158,14 +158,14 @@ def load() -> ModuleType | None:
 
 def main() -> int:
     """``make install``: build the module. Without gcc, say so and go on (the gateway then uses
-    pulsar-client's Python listener); a source that does not compile fails the install."""
+    pulsar-client's binding alone); a source that does not compile fails the install."""
     try:
         path = build()
     except CannotBuild as error:
-        print(f"native listener not built: {error}", file=sys.stderr)
+        print(f"compiled module not built: {error}", file=sys.stderr)
         return 0
     module = _loaded()
-    print(f"native listener: {path} ({'in use' if module else 'NOT usable, see the log'})")
+    print(f"compiled module: {path} ({'in use' if module else 'NOT usable, see the log'})")
     return 0 if module else 1
 
 
