@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 # The compiled module (gateway/pulsar/compiled.py), cached outside the repo
 # per source, libpulsar and Python; without gcc the gateway uses pulsar-client's Python one.
-$(COMPILED): $(STAMP) gateway/pulsar/compiled.c
+$(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*)
 	$(PYTHON) -m gateway.pulsar.compiled
 	touch $(COMPILED)
 

@@ -192,7 +192,7 @@ def build_c_api() -> Path:
     out_dir = maven.CACHE_DIR / f"pulsar-c-api-{key}"
     module = out_dir / f"pulsar_c_api{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not module.exists():
-        compile_extension(C_API_SOURCE, module)
+        compile_extension([C_API_SOURCE], module)
     return out_dir
 
 

@@ -89,7 +89,7 @@ def is_ok(result: Any) -> bool:
 
 def weakly(method: Callable[[], None]) -> Callable[[], None]:
     """``method`` of an object, called only while that object lives. For callbacks held by
-    the compiled module's objects (compiled.c), which the garbage collector cannot see into:
+    the compiled module's objects (native/*.c), which the garbage collector cannot see into:
     a bound method there would keep its owner alive in a cycle nothing ever breaks."""
     ref = weakref.WeakMethod(method)
 

@@ -1,4 +1,4 @@
-"""The compiled module (compiled.c): building it, finding it, and whether to use it.
+"""The compiled module (native/*.c): building it, finding it, and whether to use it.
 
 ``make install`` builds ``_starlight_compiled`` with gcc against the libpulsar that
 pulsar-client's wheel bundles (``python -m gateway.pulsar.compiled``), into a cache
@@ -35,7 +35,7 @@ __all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "m
 log = logging.getLogger(__name__)
 
 MODULE_NAME: Final = "_starlight_compiled"
-SOURCE: Final = Path(__file__).with_name("compiled.c")
+SOURCE_DIR: Final = Path(__file__).with_name("native")
 _COMPILE_TIMEOUT: Final = 120
 
 
@@ -52,15 +52,22 @@ def _cache_root() -> Path:
     return Path(base) / "starlight-rabbitmq" / "native"
 
 
+def sources() -> list[Path]:
+    """The module's C files (its headers are in the same directory)."""
+    return sorted(SOURCE_DIR.glob("*.c"))
+
+
 def module_path() -> Path | None:
-    """Where the module for this source, libpulsar and Python is (built or not); None without
-    a bundled libpulsar."""
+    """Where the module for these sources, libpulsar and Python is (built or not); None
+    without a bundled libpulsar or without the sources (an install that did not ship them)."""
     libs = libpulsar_paths()
-    if not libs:
+    files = sorted(SOURCE_DIR.glob("*.[ch]"))
+    if not libs or not files:
         return None
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + str(libs[0]).encode() + sys.version.encode()
-    ).hexdigest()[:16]
+    digest = hashlib.sha256(str(libs[0]).encode() + sys.version.encode())
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    key = digest.hexdigest()[:16]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     return _cache_root() / key / f"{MODULE_NAME}{suffix}"
 
@@ -69,14 +76,14 @@ def build() -> Path:
     """Compile the module unless it is there already; its path."""
     path = module_path()
     if path is None:
-        raise CannotBuild("pulsar-client's wheel bundles no libpulsar to link against")
+        raise CannotBuild(f"no libpulsar in pulsar-client's wheel, or no sources in {SOURCE_DIR}")
     if not path.exists():
-        compile_extension(SOURCE, path)
+        compile_extension(sources(), path)
     return path
 
 
-def compile_extension(source: Path, path: Path) -> None:
-    """gcc ``source`` into the extension module ``path``, linked against the libpulsar of
+def compile_extension(files: list[Path], path: Path) -> None:
+    """gcc ``files`` into the extension module ``path``, linked against the libpulsar of
     pulsar-client's wheel (also what bench/pulsar_direct.py's C API load is built with)."""
     libs = libpulsar_paths()
     if not libs:
@@ -94,7 +101,7 @@ def compile_extension(source: Path, path: Path) -> None:
         "-shared",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(source),
+        *(str(file) for file in files),
         "-o",
         str(partial),
         f"-L{libpulsar.parent}",
@@ -106,7 +113,8 @@ def compile_extension(source: Path, path: Path) -> None:
         command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT, check=False
     )
     if result.returncode != 0:
-        raise BuildError(f"compiling {source.name} failed:\n{result.stderr[-4000:]}")
+        names = ", ".join(file.name for file in files)
+        raise BuildError(f"compiling {names} failed:\n{result.stderr[-4000:]}")
     partial.rename(path)  # atomic: a concurrent build or load never sees half a file
 
 

@@ -12,7 +12,7 @@ appends the message to a deque and wakes trio (coalesced, see bridge.py); ``rece
 from the deque. Nothing leaves the deque unless ``receive()`` returns it, so cancelling a
 ``receive()`` never loses a message.
 
-The listener is the compiled one of compiled.c when it is built (compiled.py): it
+The listener is the compiled one (native/listener.c) when it is built (compiled.py): it
 queues messages in C without the GIL and wakes trio once per batch, which drains them into the
 deque; accessors and acknowledgements of those messages are C calls too. Otherwise it is a
 Python listener through pulsar-client's binding, with the GIL for every message. Both keep the
@@ -274,7 +274,7 @@ class TrioConsumer:
         # topic -> _pulsar.Consumer. Changed on the trio thread under _lock; read under _lock
         # by the listener thread.
         self._natives: dict[str, Any] = {}
-        # With the compiled listener: topic -> its tag there (compiled.c).
+        # With the compiled listener: topic -> its tag there (native/listener.c).
         self._tags: dict[str, int] = {}
         # Topics being subscribed (add_topic in progress): a second add_topic of one waits
         # for the first instead of subscribing it twice.
@@ -293,7 +293,7 @@ class TrioConsumer:
         self._receives = 0
         self._lot = trio.lowlevel.ParkingLot()
         module = load_compiled() if options.compiled and client.options.compiled else None
-        # The compiled listener (compiled.c), or None: the Python one, _on_message.
+        # The compiled listener (native/listener.c), or None: the Python one, _on_message.
         self._listener: Any = None
         self._message_type: type[ReceivedMessage] = ReceivedMessage
         if module is None:

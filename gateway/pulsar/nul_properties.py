@@ -1,6 +1,6 @@
 """Pulsar properties with a NUL character, written so that the compiled module reads them whole.
 
-Pulsar's C API, which the compiled module (compiled.c) sends and receives through, takes and
+Pulsar's C API, which the compiled module (native/) sends and receives through, takes and
 gives properties as C strings: a NUL character would end a key or value there. pulsar-client's
 binding carries them whole, so the gateway's producers send such a message through the binding
 (producer.py) and write its NUL-carrying properties a second time, as JSON (which escapes NUL)

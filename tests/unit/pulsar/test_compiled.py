@@ -1,4 +1,4 @@
-"""The compiled message listener's module (compiled.c) without a broker: what Python asks of
+"""The compiled module (gateway/pulsar/native/) without a broker: what Python asks of
 it. What it does with messages is in tests/integration/pulsar/test_consumer.py, run with both
 listeners."""
 

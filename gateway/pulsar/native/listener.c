@@ -1,14 +1,7 @@
-/* _starlight_compiled: the per-message calls into pulsar-client, in C, for
-   gateway/pulsar/consumer.py (Listener, Message) and gateway/pulsar/producer.py (Sender,
-   Outgoing); gateway/pulsar/compiled.py builds and loads it (docs/pulsar-layer.md).
+/* The message listener (Listener) and the messages it hands over (Message), for
+   gateway/pulsar/consumer.py.
 
-   pulsar-client's Python binding calls a Python message listener with the GIL for every
-   message, and every accessor and acknowledgement afterwards is a pybind11 call (ack: one more
-   GIL hand-off for its result callback); every send is four pybind11 calls to build the message
-   and one to send it. Measured (docs/performance.md, "Issue 16: PerfTest's load straight onto
-   Pulsar"): ~20 µs of CPU per message of those crossings, on a 2-core VM.
-
-   Here the listener is C, set through Pulsar's C API on the binding's own
+   The listener is C, set through Pulsar's C API on the binding's own
    ConsumerConfiguration before the binding subscribes with it: a message is queued under a
    mutex without the GIL, and Python is woken (one call of its ``on_ready``, with the GIL) only
    when the queue goes from empty to not empty; ``drain()`` then takes everything queued in one
@@ -24,101 +17,11 @@
    it, through the binding) cannot leave a consumer paused with the buffer empty: a consumer
    resumed while the buffer is full is paused again by its next message.
 
-   The C API's handles are structs holding exactly one C++ object (pulsar-client-cpp,
-   lib/c/c_structs.h), and pybind11 keeps the address of an instance's C++ object right after
-   its Python header (gateway/pulsar/native_objects.py): that address is a valid handle.
-   compiled.py checks that for configurations before using this module, and ``attach``
-   checks every consumer (its topic read back through the C API).
-
    The configuration keeps a pointer to a ``tag_t`` for as long as the C++ consumer lives, and
    C++ may run a listener call after the consumer closed: a closed Listener's memory is freed
    only a minute after its close (``bury``), and a listener call on a closed one drops the
    message unacknowledged (Pulsar redelivers it, as with the Python listener). */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-/* Pulsar's C API, as in pulsar-client-cpp's include/pulsar/c/ (the wheel ships no headers). */
-typedef struct _pulsar_producer pulsar_producer_t;
-typedef struct _pulsar_consumer pulsar_consumer_t;
-typedef struct _pulsar_consumer_configuration pulsar_consumer_configuration_t;
-typedef struct _pulsar_message pulsar_message_t;
-typedef struct _pulsar_message_id pulsar_message_id_t;
-typedef struct _pulsar_string_map pulsar_string_map_t;
-typedef int pulsar_result;
-typedef void (*pulsar_message_listener)(pulsar_consumer_t *, pulsar_message_t *, void *);
-typedef void (*pulsar_result_callback)(pulsar_result, void *);
-typedef void (*pulsar_send_callback)(pulsar_result, pulsar_message_id_t *, void *);
-
-void pulsar_consumer_configuration_set_message_listener(pulsar_consumer_configuration_t *,
-                                                        pulsar_message_listener, void *);
-int pulsar_consumer_configuration_get_receiver_queue_size(pulsar_consumer_configuration_t *);
-const char *pulsar_consumer_get_topic(pulsar_consumer_t *);
-pulsar_result pulsar_consumer_pause_message_listener(pulsar_consumer_t *);
-void pulsar_consumer_acknowledge_async(pulsar_consumer_t *, pulsar_message_t *,
-                                       pulsar_result_callback, void *);
-void pulsar_consumer_negative_acknowledge(pulsar_consumer_t *, pulsar_message_t *);
-void pulsar_producer_send_async(pulsar_producer_t *, pulsar_message_t *, pulsar_send_callback,
-                                void *);
-pulsar_message_t *pulsar_message_create(void);
-void pulsar_message_set_content(pulsar_message_t *, const void *, size_t);
-void pulsar_message_set_property(pulsar_message_t *, const char *, const char *);
-void pulsar_message_free(pulsar_message_t *);
-const void *pulsar_message_get_data(pulsar_message_t *);
-uint32_t pulsar_message_get_length(pulsar_message_t *);
-pulsar_string_map_t *pulsar_message_get_properties(pulsar_message_t *);
-const char *pulsar_message_get_topic_name(pulsar_message_t *);
-const char *pulsar_message_get_partitionKey(pulsar_message_t *);
-int pulsar_message_get_redelivery_count(pulsar_message_t *);
-uint64_t pulsar_message_get_publish_timestamp(pulsar_message_t *);
-uint64_t pulsar_message_get_event_timestamp(pulsar_message_t *);
-pulsar_message_id_t *pulsar_message_get_message_id(pulsar_message_t *);
-void *pulsar_message_id_serialize(pulsar_message_id_t *, int *);
-void pulsar_message_id_free(pulsar_message_id_t *);
-int pulsar_string_map_size(pulsar_string_map_t *);
-const char *pulsar_string_map_get_key(pulsar_string_map_t *, int);
-const char *pulsar_string_map_get_value(pulsar_string_map_t *, int);
-void pulsar_string_map_free(pulsar_string_map_t *);
-
-#if PY_VERSION_HEX >= 0x030D0000
-#define interpreter_finalizing() Py_IsFinalizing()
-#else
-#define interpreter_finalizing() _Py_IsFinalizing()
-#endif
-
-/* The C++ object a pybind11 instance of the binding holds (native_objects.cpp_address). */
-static void *cpp_object(PyObject *instance) { return ((void **)instance)[2]; }
-
-/* The binding's classes whose objects Python passes in (bind_types): anything else would be
-   read as someone else's memory, so every entry point checks first. */
-enum { CONFIGURATION, CONSUMER, PRODUCER, KINDS };
-static PyObject *bound_types[KINDS];
-static const char *kind_names[KINDS] = {"_pulsar.ConsumerConfiguration", "_pulsar.Consumer",
-                                        "_pulsar.Producer"};
-
-static void *checked_object(PyObject *instance, int kind) {
-    PyObject *type = bound_types[kind];
-    if (!type) {
-        PyErr_SetString(PyExc_RuntimeError, "bind_types() was not called");
-        return NULL;
-    }
-    int is = PyObject_IsInstance(instance, type);
-    if (is < 0) return NULL;
-    if (!is) {
-        PyErr_Format(PyExc_TypeError, "expected a %s, not %.100s", kind_names[kind],
-                     Py_TYPE(instance)->tp_name);
-        return NULL;
-    }
-    void *object = cpp_object(instance);
-    if (!object) PyErr_Format(PyExc_RuntimeError, "the %s holds no C++ object", kind_names[kind]);
-    return object;
-}
-
-/* ------------------------------------------------------------------------------------------ */
+#include "common.h"
 
 typedef struct core core_t;
 
@@ -191,30 +94,6 @@ static void bury(core_t *core) {
     }
 }
 
-/* The listener thread keeps its Python thread state (as bridge.keep_thread_state does for
-   pulsar-client's Python callbacks): one PyGILState reference taken and never released. */
-static __thread int thread_state_kept;
-
-/* Call the Python callable in ``*slot`` (if any: a closed object's is NULL), from any thread,
-   with or without the GIL. */
-static void wake_python(PyObject **slot) {
-    if (interpreter_finalizing()) return;
-    PyGILState_STATE state = PyGILState_Ensure();
-    if (!thread_state_kept) {
-        thread_state_kept = 1;
-        PyGILState_Ensure();
-    }
-    PyObject *on_ready = *slot;
-    if (on_ready) {
-        Py_INCREF(on_ready);
-        PyObject *result = PyObject_CallNoArgs(on_ready);
-        if (result) Py_DECREF(result);
-        else PyErr_Clear(); /* on_ready must not raise (bridge.TrioWaker.wake does not) */
-        Py_DECREF(on_ready);
-    }
-    PyGILState_Release(state);
-}
-
 /* pulsar-client's listener thread, without the GIL. */
 static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, void *context) {
     tag_t *tag = context;
@@ -266,8 +145,6 @@ typedef struct {
     pulsar_message_t *message;
     PyObject *consumer; /* the binding's _pulsar.Consumer it came from */
 } MessageObject;
-
-static PyTypeObject MessageType;
 
 static void message_dealloc(MessageObject *self) {
     if (self->message) pulsar_message_free(self->message);
@@ -363,7 +240,7 @@ static PyGetSetDef message_getset[] = {
     {"consumer", (getter)message_get_consumer, NULL, "The _pulsar.Consumer it came from.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject MessageType = {
+PyTypeObject MessageType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_starlight_compiled.Message",
     .tp_basicsize = sizeof(MessageObject),
     .tp_dealloc = (destructor)message_dealloc,
@@ -659,7 +536,7 @@ static PyGetSetDef listener_getset[] = {
     {"queued", (getter)listener_get_queued, NULL, "Messages queued here, not drained.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject ListenerType = {
+PyTypeObject ListenerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_starlight_compiled.Listener",
     .tp_basicsize = sizeof(ListenerObject),
     .tp_dealloc = (destructor)listener_dealloc,
@@ -671,332 +548,3 @@ static PyTypeObject ListenerType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* ------------------------------------------------------------------------------------------ */
-/* Sender: one per TrioProducer. Sends a group of messages through the C API (one call from
-   Python for the group), the last with a callback that queues its receipt; Python is woken
-   as the listener wakes it, once per batch of receipts. Receipts of the sends Python makes
-   through the binding are queued here too (``receipt``), so that Python sees every receipt
-   in the order pulsar-client gave them. */
-
-typedef struct {
-    long long token;
-    int result; /* pulsar_result; -1: Python has the result already */
-} receipt_t;
-
-typedef struct sender {
-    pthread_mutex_t lock;
-    receipt_t *items; /* (lock) */
-    size_t len, cap;
-    int wake_pending; /* (lock) */
-    int closed;       /* (lock) */
-    long refs;        /* (lock) the Python object + each send whose callback is due */
-    PyObject *on_ready; /* (GIL) */
-} sender_t;
-
-typedef struct {
-    sender_t *sender;
-    long long token;
-} sent_t;
-
-static void sender_release(sender_t *sender) {
-    pthread_mutex_lock(&sender->lock);
-    int last = --sender->refs == 0;
-    pthread_mutex_unlock(&sender->lock);
-    if (last) {
-        free(sender->items);
-        pthread_mutex_destroy(&sender->lock);
-        free(sender);
-    }
-}
-
-/* Any thread: queue a receipt; 0 when memory ran out (it is lost, and so is its group). */
-static int sender_push(sender_t *sender, long long token, int result) {
-    int call_wake = 0;
-    pthread_mutex_lock(&sender->lock);
-    if (sender->len == sender->cap) {
-        size_t cap = sender->cap ? 2 * sender->cap : 64;
-        receipt_t *items = realloc(sender->items, cap * sizeof(receipt_t));
-        if (!items) {
-            pthread_mutex_unlock(&sender->lock);
-            return 0;
-        }
-        sender->items = items;
-        sender->cap = cap;
-    }
-    sender->items[sender->len].token = token;
-    sender->items[sender->len].result = result;
-    sender->len++;
-    if (!sender->wake_pending && !sender->closed) call_wake = sender->wake_pending = 1;
-    pthread_mutex_unlock(&sender->lock);
-    if (call_wake) wake_python(&sender->on_ready);
-    return 1;
-}
-
-/* pulsar-client's I/O thread (or the sending thread, for a send refused at once). */
-static void on_sent(pulsar_result result, pulsar_message_id_t *id, void *context) {
-    sent_t *sent = context;
-    if (id) pulsar_message_id_free(id);
-    sender_push(sent->sender, sent->token, result);
-    sender_release(sent->sender);
-    free(sent);
-}
-
-/* The other messages of a group: Pulsar's C API calls every send's callback. */
-static void on_sent_quietly(pulsar_result result, pulsar_message_id_t *id, void *context) {
-    if (id) pulsar_message_id_free(id);
-}
-
-typedef struct {
-    PyObject_HEAD
-    sender_t *sender;
-} SenderObject;
-
-static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"on_ready", NULL};
-    PyObject *on_ready;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", names, &on_ready)) return -1;
-    if (self->sender) {
-        PyErr_SetString(PyExc_RuntimeError, "Sender already initialized");
-        return -1;
-    }
-    sender_t *sender = calloc(1, sizeof(sender_t));
-    if (!sender) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    pthread_mutex_init(&sender->lock, NULL);
-    sender->refs = 1;
-    sender->on_ready = Py_NewRef(on_ready);
-    self->sender = sender;
-    return 0;
-}
-
-static void sender_dealloc(SenderObject *self) {
-    sender_t *sender = self->sender;
-    if (sender) {
-        pthread_mutex_lock(&sender->lock);
-        sender->closed = 1;
-        pthread_mutex_unlock(&sender->lock);
-        Py_CLEAR(sender->on_ready);
-        sender_release(sender);
-    }
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* A str as a C string for Pulsar's C API, which takes NUL-terminated strings: one with a NUL
-   inside cannot go this way (ValueError; the caller sends it through the binding). */
-static const char *c_string(PyObject *text) {
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "Pulsar properties are str, not %.100s",
-                     Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    Py_ssize_t size;
-    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
-    if (data && (size_t)size != strlen(data)) {
-        PyErr_SetString(PyExc_ValueError, "a property with a NUL character");
-        return NULL;
-    }
-    return data;
-}
-
-/* Outgoing(payload, properties): a message built for send_group. Building it is where a
-   refused property shows: TypeError (not str), ValueError (a NUL: the binding can send that
-   one, the C API cannot). */
-typedef struct {
-    PyObject_HEAD
-    pulsar_message_t *message;
-} OutgoingObject;
-
-static int outgoing_init(OutgoingObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"payload", "properties", NULL};
-    Py_buffer view;
-    PyObject *properties = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O", names, &view, &properties)) return -1;
-    if (self->message) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_RuntimeError, "Outgoing already initialized");
-        return -1;
-    }
-    pulsar_message_t *message = pulsar_message_create();
-    pulsar_message_set_content(message, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    if (properties != Py_None) {
-        if (!PyDict_Check(properties)) {
-            PyErr_SetString(PyExc_TypeError, "properties must be a dict or None");
-            pulsar_message_free(message);
-            return -1;
-        }
-        PyObject *key, *value;
-        Py_ssize_t position = 0;
-        while (PyDict_Next(properties, &position, &key, &value)) {
-            const char *k = c_string(key), *v = k ? c_string(value) : NULL;
-            if (!v) {
-                pulsar_message_free(message);
-                return -1;
-            }
-            pulsar_message_set_property(message, k, v);
-        }
-    }
-    self->message = message;
-    return 0;
-}
-
-static void outgoing_dealloc(OutgoingObject *self) {
-    if (self->message) pulsar_message_free(self->message);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject OutgoingType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_starlight_compiled.Outgoing",
-    .tp_basicsize = sizeof(OutgoingObject),
-    .tp_dealloc = (destructor)outgoing_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Outgoing(payload, properties=None): a message built for Sender.send_group.",
-    .tp_init = (initproc)outgoing_init,
-    .tp_new = PyType_GenericNew,
-};
-
-/* send_group(producer, token, [Outgoing]): every message through the C++ Producer of that
-   _pulsar.Producer, in order; the last one's receipt comes back as ``token``. */
-static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
-    PyObject *producer, *items;
-    long long token;
-    if (!PyArg_ParseTuple(args, "OLO!", &producer, &token, &PyList_Type, &items)) return NULL;
-    sender_t *sender = self->sender;
-    if (!sender) {
-        PyErr_SetString(PyExc_RuntimeError, "Sender not initialized");
-        return NULL;
-    }
-    pulsar_producer_t *native = checked_object(producer, PRODUCER);
-    if (!native) return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (Py_TYPE(item) != &OutgoingType || !((OutgoingObject *)item)->message) {
-            PyErr_SetString(PyExc_TypeError, "send_group sends Outgoing messages");
-            return NULL;
-        }
-    }
-    if (count == 0) Py_RETURN_NONE;
-    sent_t *sent = malloc(sizeof(sent_t));
-    if (!sent) return PyErr_NoMemory();
-    sent->sender = sender;
-    sent->token = token;
-    pthread_mutex_lock(&sender->lock);
-    sender->refs++;
-    pthread_mutex_unlock(&sender->lock);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        pulsar_message_t *message = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
-        if (i == count - 1) pulsar_producer_send_async(native, message, on_sent, sent);
-        else pulsar_producer_send_async(native, message, on_sent_quietly, NULL);
-    }
-    Py_RETURN_NONE;
-}
-
-/* receipt(token[, result]): queue a receipt from Python (a send made through the binding;
-   -1: its handle has the result already), in line with the compiled sends' receipts. */
-static PyObject *sender_receipt(SenderObject *self, PyObject *args) {
-    long long token;
-    int result = -1;
-    if (!PyArg_ParseTuple(args, "L|i", &token, &result)) return NULL;
-    if (!self->sender) {
-        PyErr_SetString(PyExc_RuntimeError, "Sender not initialized");
-        return NULL;
-    }
-    if (!sender_push(self->sender, token, result)) return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
-
-/* drain() -> [(token, result)] in the order they came; re-arms on_ready. */
-static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
-    sender_t *sender = self->sender;
-    if (!sender) return PyList_New(0);
-    pthread_mutex_lock(&sender->lock);
-    receipt_t *items = sender->items;
-    size_t len = sender->len;
-    sender->items = NULL;
-    sender->len = sender->cap = 0;
-    sender->wake_pending = 0;
-    pthread_mutex_unlock(&sender->lock);
-    PyObject *result = PyList_New((Py_ssize_t)len);
-    for (size_t i = 0; result && i < len; i++) {
-        PyObject *pair = Py_BuildValue("(Li)", items[i].token, items[i].result);
-        if (!pair) Py_CLEAR(result);
-        else PyList_SET_ITEM(result, (Py_ssize_t)i, pair);
-    }
-    free(items);
-    return result;
-}
-
-static PyMethodDef sender_methods[] = {
-    {"send_group", (PyCFunction)sender_send_group, METH_VARARGS, NULL},
-    {"receipt", (PyCFunction)sender_receipt, METH_VARARGS, NULL},
-    {"drain", (PyCFunction)sender_drain, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL}};
-
-static PyTypeObject SenderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_starlight_compiled.Sender",
-    .tp_basicsize = sizeof(SenderObject),
-    .tp_dealloc = (destructor)sender_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Sender(on_ready): grouped sends and their receipts for one TrioProducer.",
-    .tp_methods = sender_methods,
-    .tp_init = (initproc)sender_init,
-    .tp_new = PyType_GenericNew,
-};
-
-/* receiver_queue_size(configuration) -> int, read through the C API: compiled.py's
-   check that a configuration's C++ object is where this module looks for it. */
-static PyObject *receiver_queue_size(PyObject *module, PyObject *configuration) {
-    pulsar_consumer_configuration_t *native = checked_object(configuration, CONFIGURATION);
-    if (!native) return NULL;
-    return PyLong_FromLong(pulsar_consumer_configuration_get_receiver_queue_size(native));
-}
-
-const char *pulsar_producer_get_topic(pulsar_producer_t *);
-
-/* producer_topic(producer) -> str: a _pulsar.Producer's topic read through the C API, which
-   TrioProducer compares with the binding's before sending through it. */
-static PyObject *producer_topic(PyObject *module, PyObject *producer) {
-    pulsar_producer_t *native = checked_object(producer, PRODUCER);
-    if (!native) return NULL;
-    const char *topic = pulsar_producer_get_topic(native);
-    return PyUnicode_FromString(topic ? topic : "");
-}
-
-/* bind_types(configuration_type, consumer_type, producer_type): the binding's classes. */
-static PyObject *bind_types(PyObject *module, PyObject *args) {
-    PyObject *types[KINDS];
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &types[0], &PyType_Type, &types[1],
-                          &PyType_Type, &types[2]))
-        return NULL;
-    for (int i = 0; i < KINDS; i++) Py_XSETREF(bound_types[i], Py_NewRef(types[i]));
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef module_methods[] = {
-    {"receiver_queue_size", receiver_queue_size, METH_O, NULL},
-    {"producer_topic", producer_topic, METH_O, NULL},
-    {"bind_types", bind_types, METH_VARARGS, NULL},
-    {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_starlight_compiled",
-                                        "pulsar-client's message listener in C.", -1,
-                                        module_methods};
-
-PyMODINIT_FUNC PyInit__starlight_compiled(void) {
-    if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&ListenerType) < 0 ||
-        PyType_Ready(&SenderType) < 0 || PyType_Ready(&OutgoingType) < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&module_def);
-    if (!module) return NULL;
-    if (PyModule_AddObjectRef(module, "Message", (PyObject *)&MessageType) < 0 ||
-        PyModule_AddObjectRef(module, "Listener", (PyObject *)&ListenerType) < 0 ||
-        PyModule_AddObjectRef(module, "Sender", (PyObject *)&SenderType) < 0 ||
-        PyModule_AddObjectRef(module, "Outgoing", (PyObject *)&OutgoingType) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
-}
