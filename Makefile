@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The compiled module (gateway/pulsar/compiled.py), cached outside the repo
-# per source, libpulsar and Python; without gcc the gateway uses pulsar-client's Python one.
+# per source, libpulsar and Python; without gcc the gateway uses pulsar-client's binding alone.
 $(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*)
 	$(PYTHON) -m gateway.pulsar.compiled
 	touch $(COMPILED)

@@ -70,6 +70,10 @@ enum { CONFIGURATION, CONSUMER, PRODUCER, KINDS };
    with a Python exception otherwise. */
 void *checked_object(PyObject *instance, int kind);
 
+/* Room for one more item in the growing array ``*items`` of ``*cap`` items of ``size`` bytes,
+   ``len`` of them used (the caller holds the array's lock): 0 when memory ran out. */
+int room_for_one(void **items, size_t *cap, size_t len, size_t size);
+
 /* Call the Python callable in ``*slot`` (if any: a closed object's is NULL), from any thread,
    with or without the GIL. */
 void wake_python(PyObject **slot);

@@ -105,18 +105,13 @@ static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, v
         pulsar_message_free(message); /* unacknowledged: the broker redelivers it */
         return;
     }
-    if (core->len == core->cap) {
-        size_t cap = core->cap ? 2 * core->cap : 64;
-        item_t *items = realloc(core->items, cap * sizeof(item_t));
-        if (!items) { /* out of memory: leave it to the broker, and stop this consumer */
-            pulsar_consumer_pause_message_listener(consumer);
-            core->full = 1;
-            pthread_mutex_unlock(&core->lock);
-            pulsar_message_free(message);
-            return;
-        }
-        core->items = items;
-        core->cap = cap;
+    if (!room_for_one((void **)&core->items, &core->cap, core->len, sizeof(item_t))) {
+        /* out of memory: leave it to the broker, and stop this consumer */
+        pulsar_consumer_pause_message_listener(consumer);
+        core->full = 1;
+        pthread_mutex_unlock(&core->lock);
+        pulsar_message_free(message);
+        return;
     }
     core->items[core->len].tag = tag;
     core->items[core->len].message = message;

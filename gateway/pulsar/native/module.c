@@ -41,6 +41,16 @@ void *checked_object(PyObject *instance, int kind) {
     return object;
 }
 
+int room_for_one(void **items, size_t *cap, size_t len, size_t size) {
+    if (len < *cap) return 1;
+    size_t grown = *cap ? 2 * *cap : 64;
+    void *more = realloc(*items, grown * size);
+    if (!more) return 0;
+    *items = more;
+    *cap = grown;
+    return 1;
+}
+
 /* A C++ thread keeps its Python thread state (as bridge.keep_thread_state does for
    pulsar-client's Python callbacks): one PyGILState reference taken and never released. */
 static __thread int thread_state_kept;

@@ -41,15 +41,9 @@ static void sender_release(sender_t *sender) {
 static int sender_push(sender_t *sender, long long token, int result) {
     int call_wake = 0;
     pthread_mutex_lock(&sender->lock);
-    if (sender->len == sender->cap) {
-        size_t cap = sender->cap ? 2 * sender->cap : 64;
-        receipt_t *items = realloc(sender->items, cap * sizeof(receipt_t));
-        if (!items) {
-            pthread_mutex_unlock(&sender->lock);
-            return 0;
-        }
-        sender->items = items;
-        sender->cap = cap;
+    if (!room_for_one((void **)&sender->items, &sender->cap, sender->len, sizeof(receipt_t))) {
+        pthread_mutex_unlock(&sender->lock);
+        return 0;
     }
     sender->items[sender->len].token = token;
     sender->items[sender->len].result = result;
