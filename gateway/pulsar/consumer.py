@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from gateway.model.priority import PriorityBuffer
+from gateway.pulsar import doorbell
 from gateway.pulsar.bridge import (
     NativeCall,
     TrioWaker,
@@ -299,9 +301,11 @@ class TrioConsumer:
         if module is None:
             self._waker = TrioWaker(self._wake_receivers, client.token)
         else:
-            # The listener holds the waker: weakly, or this consumer would never be freed.
-            self._waker = TrioWaker(weakly(self._drain_listener), client.token)
-            self._listener = module.Listener(self._capacity, self._waker.wake)
+            # Weakly, or the doorbell would keep this consumer alive (so does the listener).
+            bell = doorbell.of_this_run(module)
+            number = bell.register(weakly(self._drain_listener))
+            weakref.finalize(self, bell.unregister, number)
+            self._listener = module.Listener(self._capacity, bell.native, number)
             self._message_type = ListenedMessage
 
     # --- listener thread ------------------------------------------------------------------
