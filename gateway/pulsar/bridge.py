@@ -16,9 +16,6 @@ asynchronous operation into an awaitable, and cleans up results that arrive afte
 task gave up (cancelled or timed out).
 
 :func:`keep_thread_state` makes the hot callbacks (send results, messages, acks) cheap: see there.
-
-The compiled module's listener and sender (native/) wake trio without the GIL instead:
-``doorbell.py``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from gateway.model.priority import PriorityBuffer
-from gateway.pulsar import doorbell
 from gateway.pulsar.bridge import (
     NativeCall,
     TrioWaker,
@@ -301,11 +299,9 @@ class TrioConsumer:
         if module is None:
             self._waker = TrioWaker(self._wake_receivers, client.token)
         else:
-            # Weakly, or the doorbell would keep this consumer alive (so does the listener).
-            bell = doorbell.of_this_run(module)
-            number = bell.register(weakly(self._drain_listener))
-            weakref.finalize(self, bell.unregister, number)
-            self._listener = module.Listener(self._capacity, bell.native, number)
+            # The listener holds the waker: weakly, or this consumer would never be freed.
+            self._waker = TrioWaker(weakly(self._drain_listener), client.token)
+            self._listener = module.Listener(self._capacity, self._waker.wake)
             self._message_type = ListenedMessage
 
     # --- listener thread ------------------------------------------------------------------

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,7 +45,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 
 from gateway.observability.counters import COUNTERS
-from gateway.pulsar import doorbell
 from gateway.pulsar.bridge import (
     NativeCall,
     TrioWaker,
@@ -291,12 +289,9 @@ class TrioProducer:
         if self._compiled is None:
             self._waker = TrioWaker(self._drain, client.token)
         else:
-            # Weakly, or the doorbell would keep this producer alive. Registered as long as
-            # it lives: receipts still come after its close.
-            bell = doorbell.of_this_run(self._compiled)
-            number = bell.register(weakly(self._drain_receipts))
-            weakref.finalize(self, bell.unregister, number)
-            self._sender = self._compiled.Sender(bell.native, number)
+            # The sender holds the waker: weakly, or this producer would never be freed.
+            self._waker = TrioWaker(weakly(self._drain_receipts), client.token)
+            self._sender = self._compiled.Sender(self._waker.wake)
         self._in_flight = 0
         self._sends = 0  # for sampling the send latency
         self._submits = 0

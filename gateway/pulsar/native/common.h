@@ -1,5 +1,5 @@
 /* What the compiled module's files share (gateway/pulsar/native/): Pulsar's C API, how a
-   binding object's C++ object is found and checked, and how trio is woken from a C++ thread. */
+   binding object's C++ object is found and checked, and how Python is woken from a C++ thread. */
 #ifndef STARLIGHT_NATIVE_COMMON_H
 #define STARLIGHT_NATIVE_COMMON_H
 
@@ -54,6 +54,12 @@ const char *pulsar_string_map_get_value(pulsar_string_map_t *, int);
 void pulsar_string_map_free(pulsar_string_map_t *);
 const char *pulsar_producer_get_topic(pulsar_producer_t *);
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define interpreter_finalizing() Py_IsFinalizing()
+#else
+#define interpreter_finalizing() _Py_IsFinalizing()
+#endif
+
 /* The C++ object a pybind11 instance of the binding holds (native_objects.cpp_address). */
 static inline void *cpp_object(PyObject *instance) { return ((void **)instance)[2]; }
 
@@ -68,17 +74,11 @@ void *checked_object(PyObject *instance, int kind);
    ``len`` of them used (the caller holds the array's lock): 0 when memory ran out. */
 int room_for_one(void **items, size_t *cap, size_t len, size_t size);
 
-/* A doorbell (doorbell.c): rung from any thread without the GIL, with the number of the
-   Listener or Sender that has something for Python. */
-typedef struct doorbell doorbell_t;
-void doorbell_ring(doorbell_t *bell, long long number);
-void doorbell_retain(doorbell_t *bell);
-void doorbell_release(doorbell_t *bell);
-/* The doorbell of a Doorbell object (not retained); NULL with a TypeError for anything else. */
-doorbell_t *doorbell_of(PyObject *object);
+/* Call the Python callable in ``*slot`` (if any: a closed object's is NULL), from any thread,
+   with or without the GIL. */
+void wake_python(PyObject **slot);
 
 extern PyTypeObject MessageType, ListenerType; /* listener.c */
 extern PyTypeObject SenderType, OutgoingType;  /* sender.c */
-extern PyTypeObject DoorbellType;               /* doorbell.c */
 
 #endif

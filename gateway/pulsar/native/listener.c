@@ -3,9 +3,9 @@
 
    The listener is C, set through Pulsar's C API on the binding's own
    ConsumerConfiguration before the binding subscribes with it: a message is queued under a
-   mutex without the GIL, and trio is woken (the listener's number rung on its doorbell,
-   doorbell.c, still without the GIL) only when the queue goes from empty to not empty;
-   ``drain()`` then takes everything queued in one call. A drained ``Message`` answers the accessors the gateway uses (data, properties,
+   mutex without the GIL, and Python is woken (one call of its ``on_ready``, with the GIL) only
+   when the queue goes from empty to not empty; ``drain()`` then takes everything queued in one
+   call. A drained ``Message`` answers the accessors the gateway uses (data, properties,
    topic_name, ids, timestamps) from C, and acknowledges through the C API on the C++ Consumer
    of the binding's consumer object that received it, with no callback.
 
@@ -48,7 +48,7 @@ struct core {
     long capacity;  /* pause at this many held */
     long low_water; /* ``left`` says resume at or below this */
     int full;       /* (lock) a consumer was paused since the last resume */
-    int wake_pending; /* (lock) rung and drain() not yet */
+    int wake_pending; /* (lock) on_ready called and drain() not yet */
     int closed;     /* (lock) */
     tag_t *tags;    /* (lock) every tag ever made, freed with the core */
     int tag_count;  /* (lock) */
@@ -56,8 +56,7 @@ struct core {
        not attached */
     PyObject **consumers;
     int consumers_size;
-    doorbell_t *doorbell; /* (lock) retained until the close, then NULL */
-    long long number;     /* rung on the doorbell */
+    PyObject *on_ready;   /* (GIL) */
     time_t closed_at;
     core_t *next_dead;
 };
@@ -99,6 +98,7 @@ static void bury(core_t *core) {
 static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, void *context) {
     tag_t *tag = context;
     core_t *core = tag->core;
+    int call_wake = 0;
     pthread_mutex_lock(&core->lock);
     if (core->closed || tag->detached) {
         pthread_mutex_unlock(&core->lock);
@@ -127,11 +127,9 @@ static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, v
         }
         pulsar_consumer_pause_message_listener(consumer);
     }
-    if (!core->wake_pending) {
-        core->wake_pending = 1;
-        doorbell_ring(core->doorbell, core->number);
-    }
+    if (!core->wake_pending) call_wake = core->wake_pending = 1;
     pthread_mutex_unlock(&core->lock);
+    if (call_wake) wake_python(&core->on_ready);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -256,15 +254,10 @@ typedef struct {
 } ListenerObject;
 
 static int listener_init(ListenerObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"capacity", "doorbell", "number", NULL};
+    static char *names[] = {"capacity", "on_ready", NULL};
     long capacity;
-    PyObject *doorbell_object;
-    long long number;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lOL", names, &capacity, &doorbell_object,
-                                     &number))
-        return -1;
-    doorbell_t *doorbell = doorbell_of(doorbell_object);
-    if (!doorbell) return -1;
+    PyObject *on_ready;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lO", names, &capacity, &on_ready)) return -1;
     if (capacity < 1) {
         PyErr_SetString(PyExc_ValueError, "capacity must be >= 1");
         return -1;
@@ -281,9 +274,7 @@ static int listener_init(ListenerObject *self, PyObject *args, PyObject *kwargs)
     pthread_mutex_init(&core->lock, NULL);
     core->capacity = capacity;
     core->low_water = capacity / 2;
-    doorbell_retain(doorbell);
-    core->doorbell = doorbell;
-    core->number = number;
+    core->on_ready = Py_NewRef(on_ready);
     self->core = core;
     return 0;
 }
@@ -302,16 +293,13 @@ static void listener_close_core(core_t *core) {
     int consumers_size = core->consumers_size;
     core->consumers = NULL;
     core->consumers_size = core->tag_count = 0;
-    /* A closed core rings no more (on_message checks ``closed`` first, under the lock). */
-    doorbell_t *doorbell = core->doorbell;
-    core->doorbell = NULL;
     pthread_mutex_unlock(&core->lock);
     if (was_closed) return;
-    doorbell_release(doorbell);
     for (size_t i = 0; i < len; i++) pulsar_message_free(items[i].message);
     free(items);
     for (int i = 0; i < consumers_size; i++) Py_XDECREF(consumers[i]);
     free(consumers);
+    Py_CLEAR(core->on_ready);
 }
 
 static void listener_dealloc(ListenerObject *self) {
@@ -437,7 +425,7 @@ static PyObject *listener_detach(ListenerObject *self, PyObject *arg) {
 }
 
 /* drain() -> [(consumer, Message)]: everything queued from attached consumers, oldest first;
-   messages of a consumer not attached yet stay queued. Re-arms the doorbell. */
+   messages of a consumer not attached yet stay queued. Re-arms on_ready. */
 static PyObject *listener_drain(ListenerObject *self, PyObject *unused) {
     core_t *core = self->core;
     if (!check_open(core)) return NULL;
@@ -548,7 +536,7 @@ PyTypeObject ListenerType = {
     .tp_basicsize = sizeof(ListenerObject),
     .tp_dealloc = (destructor)listener_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Listener(capacity, doorbell, number): a C message listener for one TrioConsumer.",
+    .tp_doc = "Listener(capacity, on_ready): a C message listener for one TrioConsumer.",
     .tp_methods = listener_methods,
     .tp_getset = listener_getset,
     .tp_init = (initproc)listener_init,

@@ -18,8 +18,7 @@ typedef struct sender {
     int wake_pending; /* (lock) */
     int closed;       /* (lock) */
     long refs;        /* (lock) the Python object + each send whose callback is due */
-    doorbell_t *doorbell; /* (lock) retained until the close, then NULL */
-    long long number;     /* rung on the doorbell */
+    PyObject *on_ready; /* (GIL) */
 } sender_t;
 
 typedef struct {
@@ -40,6 +39,7 @@ static void sender_release(sender_t *sender) {
 
 /* Any thread: queue a receipt; 0 when memory ran out (it is lost, and so is its group). */
 static int sender_push(sender_t *sender, long long token, int result) {
+    int call_wake = 0;
     pthread_mutex_lock(&sender->lock);
     if (!room_for_one((void **)&sender->items, &sender->cap, sender->len, sizeof(receipt_t))) {
         pthread_mutex_unlock(&sender->lock);
@@ -48,11 +48,9 @@ static int sender_push(sender_t *sender, long long token, int result) {
     sender->items[sender->len].token = token;
     sender->items[sender->len].result = result;
     sender->len++;
-    if (!sender->wake_pending && !sender->closed) {
-        sender->wake_pending = 1;
-        doorbell_ring(sender->doorbell, sender->number);
-    }
+    if (!sender->wake_pending && !sender->closed) call_wake = sender->wake_pending = 1;
     pthread_mutex_unlock(&sender->lock);
+    if (call_wake) wake_python(&sender->on_ready);
     return 1;
 }
 
@@ -76,13 +74,9 @@ typedef struct {
 } SenderObject;
 
 static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"doorbell", "number", NULL};
-    PyObject *doorbell_object;
-    long long number;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OL", names, &doorbell_object, &number))
-        return -1;
-    doorbell_t *doorbell = doorbell_of(doorbell_object);
-    if (!doorbell) return -1;
+    static char *names[] = {"on_ready", NULL};
+    PyObject *on_ready;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", names, &on_ready)) return -1;
     if (self->sender) {
         PyErr_SetString(PyExc_RuntimeError, "Sender already initialized");
         return -1;
@@ -94,9 +88,7 @@ static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
     }
     pthread_mutex_init(&sender->lock, NULL);
     sender->refs = 1;
-    doorbell_retain(doorbell);
-    sender->doorbell = doorbell;
-    sender->number = number;
+    sender->on_ready = Py_NewRef(on_ready);
     self->sender = sender;
     return 0;
 }
@@ -105,11 +97,9 @@ static void sender_dealloc(SenderObject *self) {
     sender_t *sender = self->sender;
     if (sender) {
         pthread_mutex_lock(&sender->lock);
-        sender->closed = 1; /* rings no more: sender_push checks it under the lock */
-        doorbell_t *doorbell = sender->doorbell;
-        sender->doorbell = NULL;
+        sender->closed = 1;
         pthread_mutex_unlock(&sender->lock);
-        doorbell_release(doorbell);
+        Py_CLEAR(sender->on_ready);
         sender_release(sender);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -240,7 +230,7 @@ static PyObject *sender_receipt(SenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* drain() -> [(token, result)] in the order they came; re-arms the doorbell. */
+/* drain() -> [(token, result)] in the order they came; re-arms on_ready. */
 static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
     sender_t *sender = self->sender;
     if (!sender) return PyList_New(0);
@@ -272,7 +262,7 @@ PyTypeObject SenderType = {
     .tp_basicsize = sizeof(SenderObject),
     .tp_dealloc = (destructor)sender_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Sender(doorbell, number): grouped sends and their receipts for one TrioProducer.",
+    .tp_doc = "Sender(on_ready): grouped sends and their receipts for one TrioProducer.",
     .tp_methods = sender_methods,
     .tp_init = (initproc)sender_init,
     .tp_new = PyType_GenericNew,

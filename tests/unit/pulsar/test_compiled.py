@@ -4,16 +4,12 @@ listeners."""
 
 from __future__ import annotations
 
-import os
-import select
 import shutil
-import threading
 from types import ModuleType
 
 import pytest
-import trio
 
-from gateway.pulsar import compiled, doorbell
+from gateway.pulsar import compiled
 
 
 @pytest.fixture
@@ -43,7 +39,7 @@ def test_it_reads_a_configuration_through_the_c_api(module: ModuleType) -> None:
 def test_each_configuration_gets_its_own_tag(module: ModuleType) -> None:
     import _pulsar
 
-    listener = module.Listener(4, module.Doorbell(), 1)
+    listener = module.Listener(4, lambda: None)
     assert [listener.configure(_pulsar.ConsumerConfiguration()) for _ in range(5)] == [
         0,
         1,
@@ -58,7 +54,7 @@ def test_each_configuration_gets_its_own_tag(module: ModuleType) -> None:
 
 
 def test_left_resumes_only_after_a_pause(module: ModuleType) -> None:
-    listener = module.Listener(4, module.Doorbell(), 1)
+    listener = module.Listener(4, lambda: None)
     assert listener.left(1) is False  # never full: nothing to resume
     assert listener.left(-3) is False  # messages put back count again
 
@@ -66,7 +62,7 @@ def test_left_resumes_only_after_a_pause(module: ModuleType) -> None:
 def test_a_closed_listener_refuses_new_work(module: ModuleType) -> None:
     import _pulsar
 
-    listener = module.Listener(4, module.Doorbell(), 1)
+    listener = module.Listener(4, lambda: None)
     listener.close()
     listener.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
@@ -78,77 +74,4 @@ def test_a_closed_listener_refuses_new_work(module: ModuleType) -> None:
 
 def test_capacity_must_be_positive(module: ModuleType) -> None:
     with pytest.raises(ValueError, match="capacity"):
-        module.Listener(0, module.Doorbell(), 1)
-
-
-# --------------------------------------------------------------------------------- doorbell
-
-
-def _rung(bell: object) -> bool:
-    """Whether the doorbell's eventfd is readable now."""
-    readable, _, _ = select.select([bell.fileno()], [], [], 0)  # type: ignore[attr-defined]
-    return bool(readable)
-
-
-def test_a_receipt_rings_once_until_it_is_drained(module: ModuleType) -> None:
-    bell = module.Doorbell()
-    sender = module.Sender(bell, 7)
-    assert not _rung(bell) and bell.take() == []
-    sender.receipt(1)
-    sender.receipt(2)  # queued, no second ring: the first is not drained yet
-    assert _rung(bell)
-    assert bell.take() == [7]
-    assert not _rung(bell)
-    sender.receipt(3)
-    assert not _rung(bell), "rings again only once drain() re-armed it"
-    assert sender.drain() == [(1, -1), (2, -1), (3, -1)]
-    sender.receipt(4)
-    assert bell.take() == [7]
-
-
-def test_numbers_come_in_the_order_they_rang(module: ModuleType) -> None:
-    bell = module.Doorbell()
-    senders = [module.Sender(bell, number) for number in (5, 3, 9)]
-    for sender in reversed(senders):
-        sender.receipt(1)
-    assert bell.take() == [9, 3, 5]
-
-
-def test_a_sender_outlives_its_doorbell_object(module: ModuleType) -> None:
-    bell = module.Doorbell()
-    fd = bell.fileno()
-    sender = module.Sender(bell, 1)
-    del bell
-    sender.receipt(1)  # rings the doorbell's memory, which the sender still holds
-    assert os.fstat(fd)
-    del sender
-    with pytest.raises(OSError):
-        os.fstat(fd)  # the last holder closed the eventfd
-
-
-def test_only_a_doorbell_is_taken(module: ModuleType) -> None:
-    with pytest.raises(TypeError, match="Doorbell"):
-        module.Sender(object(), 1)
-    with pytest.raises(TypeError, match="Doorbell"):
-        module.Listener(4, lambda: None, 1)
-
-
-def test_a_ring_from_another_thread_reaches_trio(module: ModuleType) -> None:
-    async def main() -> list[str]:
-        called: list[str] = []
-        done = trio.Event()
-        bell = doorbell.of_this_run(module)
-        assert doorbell.of_this_run(module) is bell  # one per run
-        sender = module.Sender(bell.native, bell.register(lambda: called.append("a")))
-        other = module.Sender(bell.native, bell.register(done.set))
-        number = bell.register(lambda: called.append("closed"))
-        closed = module.Sender(bell.native, number)
-        bell.unregister(number)
-        thread = threading.Thread(target=lambda: [s.receipt(1) for s in (closed, sender, other)])
-        thread.start()
-        with trio.fail_after(10):
-            await done.wait()
-        thread.join()
-        return called
-
-    assert trio.run(main) == ["a"]
+        module.Listener(0, lambda: None)
