@@ -24,6 +24,7 @@ from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
 from gateway.model.vhost import Namespace
+from gateway.pulsar.errors import PulsarClientError
 
 
 class PublishRoutes:
@@ -133,6 +134,24 @@ class PublishRoutes:
         return self._resources.lazy_subscriptions and lazy_exchange(exchange)
 
     async def _prepare_key(self, exchange: Exchange, key: str) -> bool:
+        """``_subscribe_key``, with the topic's producer made meanwhile, in the background.
+
+        The message that follows needs both; one after the other, the first publish to a new
+        key waited for their sum (~100 ms here: the first messages of every PerfTest run,
+        docs/performance.md), now for the longer (the publish joins the creation under way:
+        producer_cache.py). Whichever reaches Pulsar first creates the topic; nothing is
+        written before the subscriptions exist, so their order does not matter. A producer
+        that cannot be made is left to the publish, which tries again and says why."""
+        topic = topic_for(self.namespace, exchange.name, key)
+        with contextlib.suppress(RuntimeError):  # the nursery is closed: shutting down
+            self._resources.nursery.start_soon(self._make_producer, topic)
+        return await self._subscribe_key(exchange, key, topic)
+
+    async def _make_producer(self, topic: str) -> None:
+        with contextlib.suppress(PulsarClientError):
+            await self._resources.producers.get(topic)
+
+    async def _subscribe_key(self, exchange: Exchange, key: str, topic: str) -> bool:
         """A direct or topic exchange's key (or the default exchange's queue name) has its
         own topic: before this replica's first message to it, every binding that routes the
         key must have its subscription there. Returns whether one does (the view may not
@@ -146,7 +165,6 @@ class PublishRoutes:
         the first, so the subscription exists before the message is written."""
         store, namespace = self._resources.store, self.catalog.namespace
         await self.catalog.write(store.register_topic_key(namespace, exchange.name, key))
-        topic = topic_for(self.namespace, exchange.name, key)
         routed: list[str] = []
         if exchange.name == DEFAULT_EXCHANGE:
             found = await self.catalog.write(store.sync_queue(namespace, key))

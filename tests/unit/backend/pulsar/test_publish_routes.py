@@ -1,0 +1,94 @@
+"""The first publish to a new key (publish_routes.py): its subscriptions and its producer are
+made together, not one after the other. Fakes stand in for ZooKeeper and Pulsar; what the
+handshake itself guarantees is tested end to end in tests/integration/fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import trio
+
+from gateway.backend.pulsar.publish_routes import PublishRoutes
+from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
+from gateway.model.naming import topic_for
+from gateway.model.vhost import Namespace
+from gateway.pulsar.errors import PulsarClientError
+
+NAMESPACE = Namespace("public", "test")
+TOPIC = topic_for(NAMESPACE, DEFAULT_EXCHANGE, "q")
+
+
+@dataclass
+class Queue:
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+class Store:
+    async def register_topic_key(self, namespace: str, exchange: str, key: str) -> None:
+        pass
+
+    async def sync_queue(self, namespace: str, name: str) -> Queue:
+        return Queue()
+
+
+class Catalog:
+    namespace = "public/test"
+
+    async def write(self, step: Coroutine[Any, Any, Any]) -> Any:
+        return await step
+
+
+class Producers:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.asked = trio.Event()
+        self.topics: list[str] = []
+        self._error = error
+
+    async def get(self, topic: str) -> object:
+        self.topics.append(topic)
+        self.asked.set()
+        if self._error is not None:
+            raise self._error
+        return object()
+
+
+@dataclass
+class Resources:
+    producers: Producers
+    nursery: trio.Nursery
+    store: Store = field(default_factory=Store)
+    lazy_subscriptions: bool = True
+
+
+def routes_with(resources: Resources, subscribed: list[tuple[str, str]]) -> PublishRoutes:
+    async def subscribe(topic: str, queue: str) -> None:
+        # Sequential creation would ask for the producer only after this returns: then this
+        # wait fails instead of passing.
+        with trio.fail_after(10):
+            await resources.producers.asked.wait()
+        subscribed.append((topic, queue))
+
+    return PublishRoutes(cast(Any, Catalog()), NAMESPACE, cast(Any, resources), subscribe)
+
+
+async def test_a_new_key_gets_its_producer_while_it_is_subscribed() -> None:
+    subscribed: list[tuple[str, str]] = []
+    async with trio.open_nursery() as nursery:
+        resources = Resources(Producers(), nursery)
+        routes = routes_with(resources, subscribed)
+        default = Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT)
+        assert await routes.prepare(default, "q")
+        assert await routes.prepare(default, "q") is False  # prepared once
+    assert subscribed == [(TOPIC, "q")]
+    assert resources.producers.topics == [TOPIC]
+
+
+async def test_a_producer_that_cannot_be_made_is_left_to_the_publish() -> None:
+    subscribed: list[tuple[str, str]] = []
+    async with trio.open_nursery() as nursery:
+        resources = Resources(Producers(PulsarClientError("Timeout", "no producer")), nursery)
+        routes = routes_with(resources, subscribed)
+        assert await routes.prepare(Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT), "q")
+    assert subscribed == [(TOPIC, "q")]
