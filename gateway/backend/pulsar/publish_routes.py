@@ -137,9 +137,9 @@ class PublishRoutes:
         """``_subscribe_key``, with the topic's producer made meanwhile, in the background.
 
         The message that follows needs both; one after the other, the first publish to a new
-        key waited for their sum (~100 ms here: the first messages of every PerfTest run,
-        docs/performance.md), now for the longer (the publish joins the creation under way:
-        producer_cache.py). Whichever reaches Pulsar first creates the topic; nothing is
+        key waited for their sum (its confirm came after 78 ms on the development VM), now for
+        the longer (67 ms; docs/performance.md): the publish joins the creation under way
+        (producer_cache.py). Whichever reaches Pulsar first creates the topic; nothing is
         written before the subscriptions exist, so their order does not matter. A producer
         that cannot be made is left to the publish, which tries again and says why."""
         topic = topic_for(self.namespace, exchange.name, key)
