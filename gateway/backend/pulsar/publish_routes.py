@@ -24,7 +24,6 @@ from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
 from gateway.model.vhost import Namespace
-from gateway.pulsar.errors import PulsarClientError
 
 
 class PublishRoutes:
@@ -148,7 +147,10 @@ class PublishRoutes:
         return await self._subscribe_key(exchange, key, topic)
 
     async def _make_producer(self, topic: str) -> None:
-        with contextlib.suppress(PulsarClientError):
+        # Whatever fails here, the publish that follows meets again on its own path (the same
+        # ProducerCache.get) and answers for; raised here, it would end the nursery every
+        # vhost's background work shares.
+        with contextlib.suppress(Exception):
             await self._resources.producers.get(topic)
 
     async def _subscribe_key(self, exchange: Exchange, key: str, topic: str) -> bool:

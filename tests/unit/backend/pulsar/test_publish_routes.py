@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import pytest
 import trio
 
 from gateway.backend.pulsar.publish_routes import PublishRoutes
@@ -85,10 +86,14 @@ async def test_a_new_key_gets_its_producer_while_it_is_subscribed() -> None:
     assert resources.producers.topics == [TOPIC]
 
 
-async def test_a_producer_that_cannot_be_made_is_left_to_the_publish() -> None:
+@pytest.mark.parametrize(
+    "error", [PulsarClientError("Timeout", "no producer"), RuntimeError("unexpected")]
+)
+async def test_a_producer_that_cannot_be_made_is_left_to_the_publish(error: Exception) -> None:
+    """Nor does its failure end the nursery the vhosts' background work shares."""
     subscribed: list[tuple[str, str]] = []
     async with trio.open_nursery() as nursery:
-        resources = Resources(Producers(PulsarClientError("Timeout", "no producer")), nursery)
+        resources = Resources(Producers(error), nursery)
         routes = routes_with(resources, subscribed)
         assert await routes.prepare(Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT), "q")
     assert subscribed == [(TOPIC, "q")]
