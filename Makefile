@@ -16,10 +16,12 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev,rollup]'
 	touch $(STAMP)
 
-# The compiled module (gateway/pulsar/compiled.py), cached outside the repo
-# per source, libpulsar and Python; without gcc the gateway uses pulsar-client's binding alone.
-$(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*)
+# The compiled modules (gateway/pulsar/compiled.py, gateway/amqp/compiled.py), cached outside
+# the repo per source, libpulsar and Python; without gcc the gateway uses pulsar-client's
+# binding alone and takes every AMQP frame in Python.
+$(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*) $(wildcard gateway/amqp/native/*) gateway/native_build.py
 	$(PYTHON) -m gateway.pulsar.compiled
+	$(PYTHON) -c 'import sys; from gateway.amqp.compiled import main; sys.exit(main())'
 	touch $(COMPILED)
 
 # The stack script is stdlib-only, so it needs no virtualenv.

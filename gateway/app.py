@@ -56,6 +56,7 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
             heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
             max_message_size=config.amqpMaxMessageSize,
             mechanisms=config.amqpAuthenticationMechanisms,
+            compiled=config.gatewayCompiledHotPath,
         ),
         close_timeout=config.connection_close_timeout,
         handshake_timeout=config.handshake_timeout,

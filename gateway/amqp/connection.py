@@ -41,6 +41,7 @@ from gateway.amqp.codec import (
     method_name,
 )
 from gateway.amqp.commands import Command, Reply, command_from, encode_reply
+from gateway.amqp.compiled import frame_scan
 from gateway.amqp.connection_settings import (
     CHANNEL_MAX_LIMIT,
     ConnectionSettings,
@@ -131,6 +132,8 @@ class ServerConnection(ConnectionHandshake):
         self._pending: list[ev.Event] = []
         self._held = False
         self._channels: dict[int, Channel] = {}
+        # The compiled scan of a read's publishes and acks, if built (gateway/amqp/compiled.py).
+        self._scan = frame_scan() if settings.compiled else None
         self._channel_max = settings.channel_max or CHANNEL_MAX_LIMIT
         self._frame_max = settings.frame_max
         self._heartbeat = 0
@@ -222,7 +225,13 @@ class ServerConnection(ConnectionHandshake):
 
     def _pump(self, events: list[ev.Event]) -> None:
         reader = self._reader
+        scan = self._scan
         while not self._held and self._state is not _CLOSED:
+            if scan is not None and self._state is _OPEN:
+                # The compiled scan takes what it can of the per-message frames; the frame it
+                # stops at, if any, is this path's to take (native/frames.c).
+                buffer, pos = reader.unread()
+                reader.skip_to(scan(buffer, pos, reader.max_payload, self._channels, events))
             try:
                 frame = reader.next_frame()
             except FrameError as error:

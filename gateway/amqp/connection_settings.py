@@ -38,6 +38,9 @@ class ConnectionSettings:
     copyright: str = "Copyright (c) the Starlight for RabbitMQ authors"
     information: str = "Licensed under the Apache License 2.0"
     cluster_name: str = ""
+    # gatewayCompiledHotPath: hand each read to the compiled frame scan first, when built
+    # (gateway/amqp/compiled.py); False: every frame takes the Python path.
+    compiled: bool = True
     # Not part of the hash: a dict is unhashable, and settings objects are hashed by callers.
     extra_server_properties: dict[str, Any] = field(default_factory=dict, hash=False)
 

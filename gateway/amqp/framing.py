@@ -97,6 +97,15 @@ class FrameReader:
             self._buf = rest
             self._pos = 0
 
+    def unread(self) -> tuple[bytes | bytearray, int]:
+        """The buffer and where its unread bytes start, for a scan that takes whole frames
+        itself (gateway/amqp/compiled.py); ``skip_to`` then says where it stopped."""
+        return self._buf, self._pos
+
+    def skip_to(self, pos: int) -> None:
+        """Mark the bytes before ``pos`` of ``unread()``'s buffer as taken."""
+        self._pos = pos
+
     def next_frame(self) -> Frame | None:
         """The next complete frame, ``None`` if more bytes are needed; raises FrameError."""
         buf = self._buf

@@ -14,20 +14,15 @@ off; the consumer and producer tests run both ways.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
 import logging
-import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Final
 
+from gateway import native_build
+from gateway.native_build import BuildError, CannotBuild
 from gateway.pulsar.native_objects import libpulsar_paths
 
 __all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "module_path"]
@@ -36,20 +31,6 @@ log = logging.getLogger(__name__)
 
 MODULE_NAME: Final = "_starlight_compiled"
 SOURCE_DIR: Final = Path(__file__).with_name("native")
-_COMPILE_TIMEOUT: Final = 120
-
-
-class BuildError(RuntimeError):
-    """The source did not compile."""
-
-
-class CannotBuild(BuildError):
-    """Nothing to build with here (no compiler, or no libpulsar in pulsar-client's wheel)."""
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "starlight-rabbitmq" / "native"
 
 
 def sources() -> list[Path]:
@@ -61,15 +42,9 @@ def module_path() -> Path | None:
     """Where the module for these sources, libpulsar and Python is (built or not); None
     without a bundled libpulsar or without the sources (an install that did not ship them)."""
     libs = libpulsar_paths()
-    files = sorted(SOURCE_DIR.glob("*.[ch]"))
-    if not libs or not files:
+    if not libs:
         return None
-    digest = hashlib.sha256(str(libs[0]).encode() + sys.version.encode())
-    for file in files:
-        digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    key = digest.hexdigest()[:16]
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    return _cache_root() / key / f"{MODULE_NAME}{suffix}"
+    return native_build.module_path(MODULE_NAME, SOURCE_DIR, str(libs[0]).encode())
 
 
 def build() -> Path:
@@ -88,34 +63,14 @@ def compile_extension(files: list[Path], path: Path) -> None:
     libs = libpulsar_paths()
     if not libs:
         raise CannotBuild("pulsar-client's wheel bundles no libpulsar to link against")
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise CannotBuild("no C compiler (gcc) on PATH")
     libpulsar = libs[0]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    command = [
-        gcc,
-        "-O2",
-        "-Wall",
-        "-shared",
-        "-fPIC",
-        f"-I{sysconfig.get_paths()['include']}",
-        *(str(file) for file in files),
-        "-o",
-        str(partial),
+    link = [
         f"-L{libpulsar.parent}",
         f"-l:{libpulsar.name}",
         f"-Wl,-rpath,{libpulsar.parent}",
         "-lpthread",
     ]
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT, check=False
-    )
-    if result.returncode != 0:
-        names = ", ".join(file.name for file in files)
-        raise BuildError(f"compiling {names} failed:\n{result.stderr[-4000:]}")
-    partial.rename(path)  # atomic: a concurrent build or load never sees half a file
+    native_build.compile_extension(files, path, link)
 
 
 @cache
@@ -128,12 +83,7 @@ def _loaded() -> ModuleType | None:
         )
         return None
     try:
-        loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
-        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
-        if spec is None:
-            raise ImportError(f"no module spec for {path}")
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
+        module = native_build.load_extension(MODULE_NAME, path)
         import _pulsar
 
         module.bind_types(_pulsar.ConsumerConfiguration, _pulsar.Consumer, _pulsar.Producer)

@@ -28,6 +28,9 @@ from tests.unit.amqp.helpers import (
     tune_ok,
 )
 
+# Every test here runs with the compiled frame scan, then with the Python path alone.
+pytestmark = pytest.mark.usefixtures("both_frame_paths")
+
 # ------------------------------------------------------------------------------- handshake
 
 

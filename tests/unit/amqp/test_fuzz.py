@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,9 @@ from gateway.amqp.fieldtable import FieldDecodeError, decode_table, skip_table
 from gateway.amqp.properties import decode_properties, validate_properties
 from tests.unit.amqp.connection.test_splitting import HAPPY
 from tests.unit.amqp.helpers import Client, commands, method, publish
+
+# Every test here runs with the compiled frame scan, then with the Python path alone.
+pytestmark = pytest.mark.usefixtures("both_frame_paths")
 
 METHOD_IDS = sorted(SPECS)
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -24,6 +24,9 @@ from tests.support.core_fuzzer import (
 )
 from tests.unit.amqp.helpers import Client
 
+# Every test here runs with the compiled frame scan, then with the Python path alone.
+pytestmark = pytest.mark.usefixtures("both_frame_paths")
+
 INPUTS = 20_000
 # Not the benchmark's first inputs (seed 0 up): the two runs together cover more.
 FIRST_SEED = 10_000_000

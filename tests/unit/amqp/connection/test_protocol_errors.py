@@ -22,6 +22,9 @@ from tests.unit.amqp.helpers import (
     tune_ok,
 )
 
+# Every test here runs with the compiled frame scan, then with the Python path alone.
+pytestmark = pytest.mark.usefixtures("both_frame_paths")
+
 
 def raw_frame(frame_type: int, channel: int, payload: bytes, end: bytes = b"\xce") -> bytes:
     return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + end

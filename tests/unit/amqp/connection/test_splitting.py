@@ -23,6 +23,9 @@ from tests.unit.amqp.helpers import (
     tune_ok,
 )
 
+# Every test here runs with the compiled frame scan, then with the Python path alone.
+pytestmark = pytest.mark.usefixtures("both_frame_paths")
+
 SETTINGS = ConnectionSettings(frame_max=4096, max_message_size=20_000)
 
 

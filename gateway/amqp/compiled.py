@@ -1,0 +1,100 @@
+"""The compiled frame scan (native/frames.c): building it, finding it, and whether to use it.
+
+``make install`` builds ``_starlight_frames`` with gcc (``python -m gateway.amqp.compiled``)
+into a cache directory keyed by its source and the Python build (``gateway/native_build.py``).
+``ServerConnection`` hands it each read's bytes first when it is built and
+``ConnectionSettings.compiled`` is on (``gatewayCompiledHotPath``): it takes the reads'
+Basic.Publish triples and Basic.Acks that need no judgement and stops at anything else, which
+the Python path then takes (the top of native/frames.c says exactly what it takes). Without it
+the Python path takes every frame, with the same events and the same errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Final
+
+from gateway import native_build
+from gateway.amqp import events, properties
+from gateway.amqp.channel import Channel, ChannelState
+
+__all__ = ["FrameScan", "build", "frame_scan", "module_path"]
+
+log = logging.getLogger(__name__)
+
+MODULE_NAME: Final = "_starlight_frames"
+SOURCE_DIR: Final = Path(__file__).with_name("native")
+
+FrameScan = Callable[[bytes | bytearray, int, int, dict[int, Channel], list[events.Event]], int]
+"""``scan(buffer, pos, max_payload, channels, events)``: appends the events of the frames it
+takes from ``pos`` on; the position of the first frame it did not take."""
+
+
+def module_path() -> Path | None:
+    """Where the module for this source and Python is (built or not)."""
+    return native_build.module_path(MODULE_NAME, SOURCE_DIR)
+
+
+def build() -> Path:
+    """Compile the module unless it is there already; its path."""
+    path = module_path()
+    if path is None:
+        raise native_build.CannotBuild(f"no sources in {SOURCE_DIR}")
+    if not path.exists():
+        native_build.compile_extension(sorted(SOURCE_DIR.glob("*.c")), path)
+    return path
+
+
+@cache
+def _loaded() -> FrameScan | None:
+    path = module_path()
+    if path is None or not path.exists():
+        log.info(
+            "the compiled frame scan is not built (python -m gateway.amqp.compiled): "
+            "every frame takes the Python path"
+        )
+        return None
+    try:
+        module = native_build.load_extension(MODULE_NAME, path)
+        # The Python path's own cache of property lists it validated: the scan takes only
+        # publishes whose list is in it (properties.validate_properties keeps it in place).
+        module.configure(
+            events.PublishReceived,
+            events.AckReceived,
+            ChannelState.OPEN,
+            properties.valid_headers_cache(),
+        )
+    except Exception as error:  # another build: the Python path still works
+        log.warning("the compiled frame scan cannot be used: %s", error)
+        return None
+    scan: FrameScan = module.scan
+    return scan
+
+
+def frame_scan() -> FrameScan | None:
+    """The compiled scan if it is built and loads here; else None."""
+    if sys.implementation.name != "cpython":
+        return None
+    return _loaded()
+
+
+def main() -> int:
+    """``make install``: build the module. Without gcc, say so and go on (every frame then
+    takes the Python path); a source that does not compile fails the install."""
+    try:
+        path = build()
+    except native_build.CannotBuild as error:
+        print(f"compiled frame scan not built: {error}", file=sys.stderr)
+        return 0
+    scan = _loaded()
+    print(f"compiled frame scan: {path} ({'in use' if scan else 'NOT usable, see the log'})")
+    return 0 if scan else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    sys.exit(main())

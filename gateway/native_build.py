@@ -1,0 +1,95 @@
+"""Building and loading the gateway's C extension modules (``gateway/amqp/native/``,
+``gateway/pulsar/native/``), shared by ``gateway/amqp/compiled.py`` and
+``gateway/pulsar/compiled.py``.
+
+``make install`` compiles each with gcc into a cache directory outside the repository, keyed
+by its sources, the Python build and whatever else it depends on (pulsar-client's libpulsar
+for the Pulsar one), so that a changed source or dependency makes a new module instead of
+loading a stale one. Nothing is compiled while the gateway runs: a module that is not built
+leaves its layer on the pure-Python path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+__all__ = ["BuildError", "CannotBuild", "compile_extension", "load_extension", "module_path"]
+
+_COMPILE_TIMEOUT: Final = 120
+
+
+class BuildError(RuntimeError):
+    """The source did not compile."""
+
+
+class CannotBuild(BuildError):
+    """Nothing to build with here (no compiler, or a dependency missing)."""
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "starlight-rabbitmq" / "native"
+
+
+def module_path(name: str, source_dir: Path, depends_on: bytes = b"") -> Path | None:
+    """Where module ``name`` built from ``source_dir``'s C files and headers is (built or
+    not), keyed by them, this Python and ``depends_on``; None without sources (an install
+    that did not ship them)."""
+    files = sorted(source_dir.glob("*.[ch]"))
+    if not files:
+        return None
+    digest = hashlib.sha256(depends_on + b"\0" + sys.version.encode())
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return _cache_root() / digest.hexdigest()[:16] / f"{name}{suffix}"
+
+
+def compile_extension(files: Sequence[Path], path: Path, link: Sequence[str] = ()) -> None:
+    """gcc ``files`` into the extension module ``path``, with ``link``'s linker arguments."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise CannotBuild("no C compiler (gcc) on PATH")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    command = [
+        gcc,
+        "-O2",
+        "-Wall",
+        "-shared",
+        "-fPIC",
+        f"-I{sysconfig.get_paths()['include']}",
+        *(str(file) for file in files),
+        "-o",
+        str(partial),
+        *link,
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT, check=False
+    )
+    if result.returncode != 0:
+        names = ", ".join(file.name for file in files)
+        raise BuildError(f"compiling {names} failed:\n{result.stderr[-4000:]}")
+    partial.rename(path)  # atomic: a concurrent build or load never sees half a file
+
+
+def load_extension(name: str, path: Path) -> ModuleType:
+    """Import the built module at ``path``; ImportError (or the module's own) if it cannot."""
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"no module spec for {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
