@@ -53,8 +53,10 @@ ACK_FRAME = frame.marshal(ACK, 1)
 ACK_PAYLOAD = ACK_FRAME[7:-1]
 
 
-def opened_connection() -> ServerConnection:
-    conn = ServerConnection(ConnectionSettings(frame_max=FRAME_MAX), 0.0)
+def opened_connection(*, compiled: bool = True) -> ServerConnection:
+    """Open, channel 1 open; ``compiled``: reads go to the compiled frame scan first (when
+    built: gateway/amqp/compiled.py)."""
+    conn = ServerConnection(ConnectionSettings(frame_max=FRAME_MAX, compiled=compiled), 0.0)
     conn.receive_data(b"AMQP\x00\x00\x09\x01", 0.0)
     conn.receive_data(
         frame.marshal(
@@ -155,6 +157,23 @@ def core_ack() -> None:
     CORE.receive_data(ACK_FRAME, 0.0)
 
 
+# A read as a busy publisher's or consumer's socket hands it over: tens of messages at once.
+READ_MESSAGES = 50
+PUBLISH_READ = PUBLISH_FRAMES * READ_MESSAGES
+ACK_READ = b"".join(
+    frame.marshal(commands.Basic.Ack(delivery_tag=tag), 1) for tag in range(1, READ_MESSAGES + 1)
+)
+CORE_PYTHON = opened_connection(compiled=False)
+
+
+def per_message(conn: ServerConnection, read: bytes) -> Callable[[], None]:
+    def run() -> None:
+        events = conn.receive_data(read, 0.0)
+        assert len(events) == READ_MESSAGES
+
+    return run
+
+
 # -------------------------------------------------------------------------------- driver
 
 
@@ -174,6 +193,11 @@ ROWS: list[tuple[str, Callable[[], None], Callable[[], None] | None]] = [
     ("core: receive_data(ack frame)", core_ack, None),
     ("lazy properties decode (typed)", lazy_properties, None),
 ]
+# (name, compiled scan, Python path): µs per message of one read of READ_MESSAGES.
+READ_ROWS = [
+    (f"core: a read of {READ_MESSAGES} publishes", PUBLISH_READ),
+    (f"core: a read of {READ_MESSAGES} acks", ACK_READ),
+]
 
 
 def main() -> None:
@@ -187,6 +211,14 @@ def main() -> None:
             continue
         theirs_us = per_call_us(theirs)
         print(f"{name:<46} {ours_us:>9.2f} {theirs_us:>9.2f} {theirs_us / ours_us:>8.1f}x")
+    scan = "built" if CORE._scan is not None else "NOT built: both columns are the Python path"
+    print(f"\nper message of a read ({'compiled frame scan ' + scan})")
+    print(f"{'operation':<46} {'scan µs':>9} {'Python µs':>9} {'speed-up':>9}")
+    print("-" * 76)
+    for name, read in READ_ROWS:
+        scan_us = per_call_us(per_message(CORE, read)) / READ_MESSAGES
+        python_us = per_call_us(per_message(CORE_PYTHON, read)) / READ_MESSAGES
+        print(f"{name:<46} {scan_us:>9.2f} {python_us:>9.2f} {python_us / scan_us:>8.1f}x")
 
 
 if __name__ == "__main__":

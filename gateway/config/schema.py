@@ -727,11 +727,13 @@ class GatewayConfig(DerivedValues):
         metadata=_key(
             Kind.BOOL,
             "true",
-            """Make the per-message calls into pulsar-client (a message's arrival and
-            acknowledgement, a group's sends and receipts) through the gateway's compiled
-            module when `make install` built it (docs/pulsar-layer.md, "The compiled
-            module"); false, or when it is not built: through pulsar-client's Python binding,
-            with the same behaviour at a higher CPU cost per message.""",
+            """Use the gateway's compiled modules when `make install` built them: the
+            per-message calls into pulsar-client (a message's arrival and acknowledgement, a
+            group's sends and receipts; docs/pulsar-layer.md, "The compiled module") and the
+            scan of each socket read's Basic.Publish and Basic.Ack frames (docs/protocol.md,
+            "The compiled frame scan"); false, or where one is not built: pulsar-client's
+            Python binding and the Python frame path, with the same behaviour at a higher CPU
+            cost per message.""",
             _GW,
             ours=True,
         )
