@@ -160,6 +160,27 @@ def core_ack() -> None:
 # A read as a busy publisher's or consumer's socket hands it over: tens of messages at once.
 READ_MESSAGES = 50
 PUBLISH_READ = PUBLISH_FRAMES * READ_MESSAGES
+# As most applications publish: a message id and a timestamp of each message's own.
+UNIQUE_READ = b"".join(
+    frame.marshal(PUBLISH, 1)
+    + frame.marshal(
+        header.ContentHeader(
+            0,
+            len(BODY),
+            commands.Basic.Properties(
+                content_type="application/json",
+                delivery_mode=2,
+                headers={"x-trace-id": f"{n:016x}", "attempt": 1},
+                message_id=f"0d4b6b3e-8a45-4f3c-9c55-{n:012d}",
+                timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+                + datetime.timedelta(seconds=n),
+            ),
+        ),
+        1,
+    )
+    + frame.marshal(body.ContentBody(BODY), 1)
+    for n in range(READ_MESSAGES)
+)
 ACK_READ = b"".join(
     frame.marshal(commands.Basic.Ack(delivery_tag=tag), 1) for tag in range(1, READ_MESSAGES + 1)
 )
@@ -196,6 +217,7 @@ ROWS: list[tuple[str, Callable[[], None], Callable[[], None] | None]] = [
 # (name, compiled scan, Python path): µs per message of one read of READ_MESSAGES.
 READ_ROWS = [
     (f"core: a read of {READ_MESSAGES} publishes", PUBLISH_READ),
+    ("core: ... each with an id of its own", UNIQUE_READ),
     (f"core: a read of {READ_MESSAGES} acks", ACK_READ),
 ]
 

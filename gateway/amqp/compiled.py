@@ -5,8 +5,9 @@ into a cache directory keyed by its source and the Python build (``gateway/nativ
 ``ServerConnection`` hands it each read's bytes first when it is built and
 ``ConnectionSettings.compiled`` is on (``gatewayCompiledHotPath``): it takes the reads'
 Basic.Publish triples and Basic.Acks that need no judgement and stops at anything else, which
-the Python path then takes (the top of native/frames.c says exactly what it takes). Without it
-the Python path takes every frame, with the same events and the same errors.
+the Python path then takes (the top of native/frames.c says exactly what it takes; its check
+of a property list is ``properties.validate_properties``'s, held to it by the tests). Without
+it the Python path takes every frame, with the same events and the same errors.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Final
 
 from gateway import native_build
-from gateway.amqp import events, properties
+from gateway.amqp import events
 from gateway.amqp.channel import Channel, ChannelState
 
-__all__ = ["FrameScan", "build", "frame_scan", "module_path"]
+__all__ = ["FrameScan", "build", "frame_scan", "module_path", "property_check"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ def build() -> Path:
 
 
 @cache
-def _loaded() -> FrameScan | None:
+def _loaded() -> ModuleType | None:
     path = module_path()
     if path is None or not path.exists():
         log.info(
@@ -60,26 +62,30 @@ def _loaded() -> FrameScan | None:
         return None
     try:
         module = native_build.load_extension(MODULE_NAME, path)
-        # The Python path's own cache of property lists it validated: the scan takes only
-        # publishes whose list is in it (properties.validate_properties keeps it in place).
-        module.configure(
-            events.PublishReceived,
-            events.AckReceived,
-            ChannelState.OPEN,
-            properties.valid_headers_cache(),
-        )
+        module.configure(events.PublishReceived, events.AckReceived, ChannelState.OPEN)
     except Exception as error:  # another build: the Python path still works
         log.warning("the compiled frame scan cannot be used: %s", error)
+        return None
+    return module
+
+
+def frame_scan() -> FrameScan | None:
+    """The compiled scan if it is built and loads here; else None."""
+    module = _loaded() if sys.implementation.name == "cpython" else None
+    if module is None:
         return None
     scan: FrameScan = module.scan
     return scan
 
 
-def frame_scan() -> FrameScan | None:
-    """The compiled scan if it is built and loads here; else None."""
-    if sys.implementation.name != "cpython":
+def property_check() -> Callable[[bytes], bool] | None:
+    """The scan's own check of a property list (``valid_properties``), for the tests that
+    hold it to ``properties.validate_properties``; None where the scan is not built."""
+    module = _loaded() if sys.implementation.name == "cpython" else None
+    if module is None:
         return None
-    return _loaded()
+    check: Callable[[bytes], bool] = module.valid_properties
+    return check
 
 
 def main() -> int:
@@ -90,9 +96,9 @@ def main() -> int:
     except native_build.CannotBuild as error:
         print(f"compiled frame scan not built: {error}", file=sys.stderr)
         return 0
-    scan = _loaded()
-    print(f"compiled frame scan: {path} ({'in use' if scan else 'NOT usable, see the log'})")
-    return 0 if scan else 1
+    module = _loaded()
+    print(f"compiled frame scan: {path} ({'in use' if module else 'NOT usable, see the log'})")
+    return 0 if module else 1
 
 
 if __name__ == "__main__":

@@ -192,12 +192,6 @@ _VALID_HEADERS = 1024
 _VALID_HEADER_MAX = 256
 
 
-def valid_headers_cache() -> dict[bytes, None]:
-    """The property lists ``validate_properties`` accepted (kept in place, emptied when
-    full): the compiled frame scan takes a publish only when its list is in it."""
-    return _valid_headers
-
-
 def _check_properties(raw: bytes) -> None:
     end = len(raw)
     if end >= 2 and not raw[1] & 1:

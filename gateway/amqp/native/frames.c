@@ -11,9 +11,9 @@
      becomes an ``AckReceived``;
    * a Basic.Publish (immediate=false, UTF-8 names, exact length) on such a channel whose
      content header (class 60, weight 0, a body size within the channel's max_message_size,
-     a property list the Python path has already accepted: ``properties._valid_headers``) and
-     every body frame (the same channel, none larger than what is left) are in the buffer
-     becomes a ``PublishReceived``.
+     a well-formed property list: ``valid_property_list``, the same check as
+     ``properties.validate_properties``) and every body frame (the same channel, none larger
+     than what is left) are in the buffer becomes a ``PublishReceived``.
 
    It stops at the first frame that is anything else, that is not whole yet, or that is
    malformed in any way, without taking any frame of a message it cannot take whole, and
@@ -37,9 +37,8 @@
 /* class id, weight, body size: the content header's fixed part (§4.2.6.1). */
 #define CONTENT_HEADER_PREFIX 12
 
-/* What configure() gave: the event classes, the open state, and the Python path's cache of
-   property lists it has validated (only those are taken here). */
-static PyObject *publish_type, *ack_type, *channel_open, *valid_headers;
+/* What configure() gave: the event classes and the channel's open state. */
+static PyObject *publish_type, *ack_type, *channel_open;
 static PyObject *empty_tuple;
 static PyObject *name_state, *name_in_content, *name_max_message_size;
 static PyObject *name_channel, *name_exchange, *name_routing_key, *name_mandatory,
@@ -136,21 +135,132 @@ static PyObject *memo_str(memo_t *memo, const unsigned char *octets, Py_ssize_t 
     return value;
 }
 
-/* A new reference to the property list as bytes if the Python path has validated it before
-   (NULL with no error set if not: that publish is left to the Python path). */
-static PyObject *known_header(const unsigned char *octets, Py_ssize_t size) {
+/* ------------------------------------------------- the property list's structure (§4.2.6.1)
+
+   The same check as properties.validate_properties and fieldtable.skip_table, step for step:
+   lengths and types only, so that decoding the list later cannot fail; anything it refuses is
+   left to the Python path, which refuses it with its own words. -1: malformed. */
+#define MAX_DEPTH 64 /* fieldtable.MAX_DEPTH */
+
+static int fixed_size(unsigned char tag) { /* fieldtable._FIXED_SIZES; -1: not fixed */
+    switch (tag) {
+    case 'V': return 0;
+    case 't': case 'b': case 'B': return 1;
+    case 's': case 'u': return 2;
+    case 'I': case 'i': case 'f': return 4;
+    case 'D': return 5;
+    case 'l': case 'L': case 'T': case 'd': return 8;
+    default: return -1;
+    }
+}
+
+static Py_ssize_t skip_value(const unsigned char *buf, Py_ssize_t offset, Py_ssize_t end,
+                             int depth);
+
+/* A long-string length at offset, or -1 if its four octets are not all there. */
+static Py_ssize_t read_long(const unsigned char *buf, Py_ssize_t offset, Py_ssize_t end) {
+    return offset + 4 > end ? -1 : (Py_ssize_t)be32(buf + offset);
+}
+
+static Py_ssize_t skip_table(const unsigned char *buf, Py_ssize_t offset, Py_ssize_t end,
+                             int depth) {
+    Py_ssize_t length = read_long(buf, offset, end);
+    if (length < 0) return -1;
+    offset += 4;
+    Py_ssize_t stop = offset + length;
+    if (stop > end) return -1;
+    while (offset < stop) {
+        offset += 1 + buf[offset]; /* the key, a short string */
+        if (offset > stop) return -1;
+        offset = skip_value(buf, offset, stop, depth);
+        if (offset < 0) return -1;
+    }
+    return stop;
+}
+
+static Py_ssize_t skip_value(const unsigned char *buf, Py_ssize_t offset, Py_ssize_t end,
+                             int depth) {
+    if (offset >= end) return -1;
+    unsigned char tag = buf[offset++];
+    int size = fixed_size(tag);
+    if (size >= 0) return offset + size > end ? -1 : offset + size;
+    if (tag == 'S' || tag == 'x') {
+        Py_ssize_t length = read_long(buf, offset, end);
+        if (length < 0 || offset + 4 + length > end) return -1;
+        return offset + 4 + length;
+    }
+    if (depth >= MAX_DEPTH) return -1;
+    if (tag == 'F') return skip_table(buf, offset, end, depth + 1);
+    if (tag == 'A') {
+        Py_ssize_t length = read_long(buf, offset, end);
+        if (length < 0 || offset + 4 + length > end) return -1;
+        Py_ssize_t stop = offset + 4 + length;
+        offset += 4;
+        while (offset < stop) {
+            offset = skip_value(buf, offset, stop, depth + 1);
+            if (offset < 0) return -1;
+        }
+        return stop;
+    }
+    return -1;
+}
+
+enum { SHORTSTR, OCTET, TABLE, TIMESTAMP };
+/* Basic's 14 properties, from flag bit 15 down to bit 2 (properties._SPEC). */
+static const unsigned char property_kinds[14] = {
+    SHORTSTR, SHORTSTR, TABLE,    OCTET,    OCTET,    SHORTSTR, SHORTSTR,
+    SHORTSTR, SHORTSTR, TIMESTAMP, SHORTSTR, SHORTSTR, SHORTSTR, SHORTSTR};
+
+/* Property flags (with continuation words, none of which may set a flag: Basic has 14) and
+   the property list. */
+static int valid_property_list(const unsigned char *raw, Py_ssize_t end) {
+    if (end < 2) return 0;
+    uint32_t flags = be16(raw), word = flags;
+    Py_ssize_t offset = 2;
+    while (word & 1) {
+        if (offset + 2 > end) return 0;
+        word = be16(raw + offset);
+        offset += 2;
+        if (word & 0xFFFE) return 0;
+    }
+    for (int i = 0; i < 14; i++) {
+        if (!(flags & (1u << (15 - i)))) continue;
+        switch (property_kinds[i]) {
+        case SHORTSTR:
+            if (offset >= end) return 0;
+            offset += 1 + raw[offset];
+            break;
+        case OCTET: offset += 1; break;
+        case TIMESTAMP: offset += 8; break;
+        default:
+            offset = skip_table(raw, offset, end, 0);
+            if (offset < 0) return 0;
+        }
+    }
+    return offset == end;
+}
+
+/* A new reference to the property list as bytes if it is well formed (the memo's if it
+   repeats); NULL with no error set if not: that publish is left to the Python path. */
+static PyObject *checked_header(const unsigned char *octets, Py_ssize_t size) {
     if (memo_header && PyBytes_GET_SIZE(memo_header) == size &&
         memcmp(PyBytes_AS_STRING(memo_header), octets, size) == 0)
         return Py_NewRef(memo_header);
+    if (!valid_property_list(octets, size)) return NULL;
     PyObject *header = PyBytes_FromStringAndSize((const char *)octets, size);
     if (!header) return NULL;
-    int known = PyDict_Contains(valid_headers, header);
-    if (known <= 0) {
-        Py_DECREF(header);
-        return NULL; /* -1 leaves its error set */
-    }
     Py_XSETREF(memo_header, Py_NewRef(header));
     return header;
+}
+
+/* valid_properties(raw: bytes) -> bool: the check above, for the tests that hold it to
+   properties.validate_properties. */
+static PyObject *valid_properties(PyObject *module, PyObject *raw) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) return NULL;
+    int valid = valid_property_list(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(valid);
 }
 
 static int set_fields(PyObject *event, PyObject *const *names, PyObject *const *values,
@@ -240,7 +350,7 @@ static int take_publish(const unsigned char *buf, Py_ssize_t len, Py_ssize_t max
     if (!exchange) goto done_or_skip;
     routing_key = memo_str(&memo_routing_key, p + exchange_stop + 1, key_stop - exchange_stop - 1);
     if (!routing_key) goto done_or_skip;
-    raw = known_header(h + CONTENT_HEADER_PREFIX, header.size - CONTENT_HEADER_PREFIX);
+    raw = checked_header(h + CONTENT_HEADER_PREFIX, header.size - CONTENT_HEADER_PREFIX);
     if (!raw) goto done_or_skip;
     if (body_frames <= 1) {
         body = PyBytes_FromStringAndSize(body_frames ? (const char *)buf + first_body : NULL,
@@ -273,7 +383,7 @@ static int take_publish(const unsigned char *buf, Py_ssize_t len, Py_ssize_t max
     taken = 1;
     goto done;
 done_or_skip:
-    /* Not valid UTF-8, or a property list not validated yet: the Python path's publish. */
+    /* Not valid UTF-8, or a malformed property list: the Python path's publish. */
     taken = PyErr_Occurred() ? -1 : 0;
 done:
     Py_XDECREF(exchange);
@@ -357,23 +467,21 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(pos);
 }
 
-/* configure(publish_type, ack_type, channel_open, valid_headers) */
+/* configure(publish_type, ack_type, channel_open) */
 static PyObject *configure(PyObject *module, PyObject *args) {
-    PyObject *publish, *ack, *open, *headers;
-    if (!PyArg_ParseTuple(args, "O!O!OO!", &PyType_Type, &publish, &PyType_Type, &ack, &open,
-                          &PyDict_Type, &headers))
+    PyObject *publish, *ack, *open;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &publish, &PyType_Type, &ack, &open))
         return NULL;
     Py_XSETREF(publish_type, Py_NewRef(publish));
     Py_XSETREF(ack_type, Py_NewRef(ack));
     Py_XSETREF(channel_open, Py_NewRef(open));
-    Py_XSETREF(valid_headers, Py_NewRef(headers));
-    Py_CLEAR(memo_header);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, NULL},
     {"configure", configure, METH_VARARGS, NULL},
+    {"valid_properties", valid_properties, METH_O, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

@@ -9,6 +9,7 @@ oversized messages, frames cut anywhere by the socket).
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import struct
 from collections.abc import Callable
@@ -19,11 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.amqp import events as ev
-from gateway.amqp.compiled import FrameScan
+from gateway.amqp.compiled import FrameScan, property_check
 from gateway.amqp.connection import ConnectionSettings
-from gateway.amqp.properties import valid_headers_cache, validate_properties
+from gateway.amqp.fieldtable import FieldDecodeError
+from gateway.amqp.properties import MessageProperties, encode_properties, validate_properties
 from tests.unit.amqp.conftest import require_frame_scan
 from tests.unit.amqp.helpers import Client, commands, heartbeat, method, publish
+from tests.unit.amqp.strategies import message_properties
 
 FRAME_MAX = 4096
 MAX_MESSAGE = 10_000
@@ -68,18 +71,18 @@ def opened(*, compiled: bool) -> tuple[Client, Recorded | None]:
     return client, recorded
 
 
-def known(properties: commands.Basic.Properties) -> None:
-    """Make the Python path's cache hold this property list (it learns it on a first publish)."""
-    raw = publish(1, b"", properties=properties)
-    method_end = 7 + struct.unpack_from(">I", raw, 3)[0] + 1
-    validate_properties(raw[method_end + 7 + 12 : -1])
+def python_accepts(raw: bytes) -> bool:
+    try:
+        validate_properties(raw)
+    except FieldDecodeError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------ directly
 
 
 def test_a_read_of_publishes_and_acks_is_taken_whole(scan: FrameScan) -> None:
-    known(PLAIN)
     client, recorded = opened(compiled=True)
     data = b"".join(
         [
@@ -102,7 +105,6 @@ def test_a_read_of_publishes_and_acks_is_taken_whole(scan: FrameScan) -> None:
 
 
 def test_it_stops_where_the_python_path_must_judge(scan: FrameScan) -> None:
-    known(PLAIN)
     client, _ = opened(compiled=True)
     channels = client.conn._channels
     whole = publish(1, b"body", properties=PLAIN)
@@ -130,21 +132,96 @@ def test_it_stops_where_the_python_path_must_judge(scan: FrameScan) -> None:
     assert len(events) == 1
 
 
-def test_a_property_list_is_taken_once_the_python_path_accepted_it(scan: FrameScan) -> None:
-    properties = commands.Basic.Properties(message_id="only-here-once", priority=3)
-    data = publish(1, b"b", properties=properties)
-    raw = data[7 + struct.unpack_from(">I", data, 3)[0] + 1 + 7 + 12 : -1 - 8 - 1]
-    valid_headers_cache().pop(raw, None)
+def test_a_malformed_property_list_is_left_to_python(scan: FrameScan) -> None:
     client, recorded = opened(compiled=True)
-    first = client.send(data)
-    assert recorded is not None and recorded.taken == 0  # judged in Python, which learns it
-    second = client.send(data)
-    assert recorded.taken == len(data)
-    assert first == second
+    good = publish(1, b"b", properties=commands.Basic.Properties(message_id="m", priority=3))
+    header_at = 7 + struct.unpack_from(">I", good, 3)[0] + 1
+    # The header frame's last octet of the property list dropped, its size kept: a short
+    # string now runs into the frame-end octet's place.
+    size = struct.unpack_from(">I", good, header_at + 3)[0]
+    header = good[header_at : header_at + 7 + size + 1]
+    broken = header[:3] + struct.pack(">I", size - 1) + header[7:-2] + b"\xce"
+    bad = good[:header_at] + broken + good[header_at + len(header) :]
+    client.send(bad)
+    assert recorded is not None and recorded.taken == 0
+    client.expect_connection_close(502)  # SYNTAX_ERROR, in the Python path's words
+
+
+@settings(max_examples=500, deadline=None)
+@given(message_properties(), st.data())
+def test_the_property_check_is_the_python_paths(
+    properties: MessageProperties, data: st.DataObject
+) -> None:
+    check = property_check()
+    if check is None:
+        require_frame_scan()
+        return
+    raw = encode_properties(properties)
+    assert check(raw) and python_accepts(raw)
+    # Cut short, one octet changed, or with octets added: both must agree.
+    at = data.draw(st.integers(0, len(raw)))
+    variants = [
+        raw[:at],
+        raw[:at] + bytes([data.draw(st.integers(0, 255))]) + raw[at + 1 :],
+        raw[:at] + data.draw(st.binary(min_size=1, max_size=8)) + raw[at:],
+    ]
+    for variant in variants:
+        assert check(variant) == python_accepts(variant), variant
+
+
+def nested(depth: int) -> bytes:
+    """A headers table ``depth`` tables deep (fieldtable.MAX_DEPTH is 64)."""
+    table = b"\x00\x00\x00\x00"
+    for _ in range(depth):
+        entry = b"\x01kF" + table
+        table = struct.pack(">I", len(entry)) + entry
+    return b"\x20\x00" + table
+
+
+EDGES = {
+    "no flags": b"\x00\x00",
+    "one octet": b"\x00",
+    "a continuation word, empty": b"\x00\x01\x00\x00",
+    "two continuation words": b"\x00\x01\x00\x01\x00\x00",
+    "a flag in a continuation word": b"\x00\x01\x00\x02",
+    "a high flag in a continuation word": b"\x00\x01\x80\x00",
+    "a continuation word cut short": b"\x00\x01\x00",
+    "bit 1 of the first word (no property)": b"\x00\x02",
+    "delivery mode, its octet missing": b"\x10\x00",
+    "a timestamp, 7 of its octets": b"\x00\x40" + b"\x00" * 7,
+    "a short string running past the end": b"\x80\x00\x05abc",
+    "trailing octets": b"\x80\x00\x01a\x00",
+    "an unknown field type": b"\x20\x00\x00\x00\x00\x03\x01kZ",
+    "a decimal": b"\x20\x00\x00\x00\x00\x08\x01kD\x02\x00\x00\x00\x05",
+    "a void": b"\x20\x00\x00\x00\x00\x03\x01kV",
+    "an array of arrays": b"\x20\x00\x00\x00\x00\x0c\x01kA\x00\x00\x00\x05A\x00\x00\x00\x00",
+    "a key running past its table": b"\x20\x00\x00\x00\x00\x02\x05k",
+    "64 tables deep": nested(64),
+    "65 tables deep": nested(65),
+    "66 tables deep": nested(66),
+}
+
+
+@pytest.mark.parametrize("raw", EDGES.values(), ids=EDGES.keys())
+def test_the_property_check_agrees_at_the_edges(raw: bytes) -> None:
+    check = property_check()
+    if check is None:
+        require_frame_scan()
+        return
+    assert check(raw) == python_accepts(raw)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=96))
+def test_the_property_check_agrees_on_any_bytes(raw: bytes) -> None:
+    check = property_check()
+    if check is None:
+        require_frame_scan()
+        return
+    assert check(raw) == python_accepts(raw)
 
 
 def test_a_body_frame_is_taken_only_for_its_own_channel(scan: FrameScan) -> None:
-    known(PLAIN)
     client, recorded = opened(compiled=True)
     ours = frames_of(publish(1, b"a" * 10, properties=PLAIN))
     theirs = frames_of(publish(2, b"b" * 10, properties=PLAIN))
@@ -159,7 +236,6 @@ def test_a_body_frame_is_taken_only_for_its_own_channel(scan: FrameScan) -> None
 
 
 def test_a_channel_closing_or_in_a_message_is_left_to_python(scan: FrameScan) -> None:
-    known(PLAIN)
     client, recorded = opened(compiled=True)
     first = publish(1, b"abc", properties=PLAIN)
     method_end = 7 + struct.unpack_from(">I", first, 3)[0] + 1
@@ -186,7 +262,14 @@ def publish_action(draw: Callable[[Any], Any], size: int | None = None) -> bytes
     channel = 3 if rarely(draw) else draw(st.sampled_from([1, 2]))
     if size is None:
         size = MAX_MESSAGE + 5 if rarely(draw) else draw(st.sampled_from(SIZES))
-    properties = draw(st.sampled_from([PLAIN, PLAIN, RICH, None]))
+    properties = draw(st.sampled_from([PLAIN, PLAIN, RICH, None, "unique"]))
+    if properties == "unique":
+        # As most applications publish: an id and a timestamp of its own per message.
+        properties = commands.Basic.Properties(
+            message_id=f"id-{draw(st.integers(0, 10**9))}",
+            timestamp=datetime.datetime.fromtimestamp(draw(st.integers(0, 2**31)), datetime.UTC),
+            headers={"task": "t", "retries": draw(st.integers(0, 5))},
+        )
     data = publish(
         channel,
         bytes([size % 251]) * size,
@@ -292,7 +375,6 @@ def transcript(client: Client, chunks: list[bytes]) -> list[tuple[list[object], 
 @given(st.lists(actions(), min_size=1, max_size=25), st.data())
 def test_the_scan_changes_no_event_and_no_byte(stream: list[bytes], data: st.DataObject) -> None:
     require_frame_scan()
-    known(PLAIN)
     whole = b"".join(stream)
     cuts = data.draw(st.lists(st.integers(1, max(1, len(whole) - 1)), max_size=8))
     points = [0, *sorted(set(cuts)), len(whole)]
