@@ -433,11 +433,13 @@ class TrioProducer:
             self._track(group)
             # Runs once this task yields: everything submitted until then is one group.
             self._client.token.run_sync_soon(self._send_group)
+            # Stamped once per group, not per message: its messages join it within one step
+            # of the trio loop, and a producer with any in flight is never idle anyway.
+            self.last_used = trio.current_time()
         assert group.messages is not None
         group.messages.append(message)
         group.count += 1
         self._in_flight += 1
-        self.last_used = trio.current_time()
         return group
 
     def _group_message(

@@ -128,7 +128,8 @@ class ProducerCache:
         slot): the message joins its group; None, with nothing done, otherwise."""
         entry = self._entries.get(topic)
         if type(entry) is TrioProducer and not entry.closed:
-            entry.last_used = trio.current_time()
+            # The producer stamps its last use itself when the message joins a group; the
+            # sweeper cannot close it meanwhile (no checkpoint, and then it has one in flight).
             return entry.submit_grouped_nowait(payload, properties)
         return None
 
