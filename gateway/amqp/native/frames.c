@@ -19,7 +19,7 @@
    malformed in any way, without taking any frame of a message it cannot take whole, and
    returns where it stopped: the Python path takes that frame next, so every refusal, every
    reply code and every partial message is the Python path's (AMQP 0-9-1 §4.2.3, §4.2.6). The
-   two paths produce the same events from the same bytes: tests/unit/amqp/test_frame_scan.py
+   two paths produce the same events from the same bytes: tests/unit/amqp/test_compiled.py
    checks that on generated streams cut at every point, and the connection tests run both. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
