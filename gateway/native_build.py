@@ -14,17 +14,28 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-__all__ = ["BuildError", "CannotBuild", "compile_extension", "load_extension", "module_path"]
+__all__ = [
+    "BuildError",
+    "CannotBuild",
+    "compile_extension",
+    "install",
+    "load_built",
+    "load_extension",
+    "module_path",
+]
+
+log = logging.getLogger(__name__)
 
 _COMPILE_TIMEOUT: Final = 120
 
@@ -93,3 +104,40 @@ def load_extension(name: str, path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
+
+
+def load_built(
+    name: str,
+    path: Path | None,
+    prepare: Callable[[ModuleType], object],
+    *,
+    builder: str,
+    fallback: str,
+) -> ModuleType | None:
+    """The module at ``path`` once ``prepare`` (its own setup and checks) accepted it; None,
+    logged with what happens instead (``fallback``), if it is not built (``builder``: the
+    command that builds it) or cannot be used here."""
+    if path is None or not path.exists():
+        log.info("%s is not built (python -m %s): %s", name, builder, fallback)
+        return None
+    try:
+        module = load_extension(name, path)
+        prepare(module)
+    except Exception as error:  # another build, or a check failed: the fallback still works
+        log.warning("%s cannot be used (%s): %s", name, error, fallback)
+        return None
+    return module
+
+
+def install(label: str, build: Callable[[], Path], load: Callable[[], object]) -> int:
+    """``make install``'s step for one module: build it, load it, say which. Without a
+    compiler that is said and the step succeeds (the fallback is used); a source that does not
+    compile, or a module that does not load, fails it."""
+    try:
+        path = build()
+    except CannotBuild as error:
+        print(f"{label} not built: {error}", file=sys.stderr)
+        return 0
+    usable = load() is not None
+    print(f"{label}: {path} ({'in use' if usable else 'NOT usable, see the log'})")
+    return 0 if usable else 1

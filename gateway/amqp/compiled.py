@@ -26,7 +26,6 @@ from gateway.amqp.channel import Channel, ChannelState
 
 __all__ = ["FrameScan", "build", "frame_scan", "module_path", "property_check"]
 
-log = logging.getLogger(__name__)
 
 MODULE_NAME: Final = "_starlight_frames"
 SOURCE_DIR: Final = Path(__file__).with_name("native")
@@ -53,20 +52,15 @@ def build() -> Path:
 
 @cache
 def _loaded() -> ModuleType | None:
-    path = module_path()
-    if path is None or not path.exists():
-        log.info(
-            "the compiled frame scan is not built (python -m gateway.amqp.compiled): "
-            "every frame takes the Python path"
-        )
-        return None
-    try:
-        module = native_build.load_extension(MODULE_NAME, path)
-        module.configure(events.PublishReceived, events.AckReceived, ChannelState.OPEN)
-    except Exception as error:  # another build: the Python path still works
-        log.warning("the compiled frame scan cannot be used: %s", error)
-        return None
-    return module
+    return native_build.load_built(
+        MODULE_NAME,
+        module_path(),
+        lambda module: module.configure(
+            events.PublishReceived, events.AckReceived, ChannelState.OPEN
+        ),
+        builder="gateway.amqp.compiled",
+        fallback="every frame takes the Python path",
+    )
 
 
 def frame_scan() -> FrameScan | None:
@@ -89,16 +83,8 @@ def property_check() -> Callable[[bytes], bool] | None:
 
 
 def main() -> int:
-    """``make install``: build the module. Without gcc, say so and go on (every frame then
-    takes the Python path); a source that does not compile fails the install."""
-    try:
-        path = build()
-    except native_build.CannotBuild as error:
-        print(f"compiled frame scan not built: {error}", file=sys.stderr)
-        return 0
-    module = _loaded()
-    print(f"compiled frame scan: {path} ({'in use' if module else 'NOT usable, see the log'})")
-    return 0 if module else 1
+    """``make install``: build the module (without gcc every frame takes the Python path)."""
+    return native_build.install("compiled frame scan", build, _loaded)
 
 
 if __name__ == "__main__":

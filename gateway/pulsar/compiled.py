@@ -27,7 +27,6 @@ from gateway.pulsar.native_objects import libpulsar_paths
 
 __all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "module_path"]
 
-log = logging.getLogger(__name__)
 
 MODULE_NAME: Final = "_starlight_compiled"
 SOURCE_DIR: Final = Path(__file__).with_name("native")
@@ -75,23 +74,20 @@ def compile_extension(files: list[Path], path: Path) -> None:
 
 @cache
 def _loaded() -> ModuleType | None:
-    path = module_path()
-    if path is None or not path.exists():
-        log.info(
-            "the compiled module is not built (python -m gateway.pulsar.compiled): "
-            "consumers and producers use pulsar-client's binding alone"
-        )
-        return None
-    try:
-        module = native_build.load_extension(MODULE_NAME, path)
-        import _pulsar
+    return native_build.load_built(
+        MODULE_NAME,
+        module_path(),
+        _bind_and_check,
+        builder="gateway.pulsar.compiled",
+        fallback="consumers and producers use pulsar-client's binding alone",
+    )
 
-        module.bind_types(_pulsar.ConsumerConfiguration, _pulsar.Consumer, _pulsar.Producer)
-        _check_layout(module)
-    except Exception as error:  # another build or layout: the binding still works
-        log.warning("the compiled module cannot be used: %s", error)
-        return None
-    return module
+
+def _bind_and_check(module: ModuleType) -> None:
+    import _pulsar
+
+    module.bind_types(_pulsar.ConsumerConfiguration, _pulsar.Consumer, _pulsar.Producer)
+    _check_layout(module)
 
 
 def _check_layout(module: ModuleType) -> None:
@@ -115,16 +111,9 @@ def load() -> ModuleType | None:
 
 
 def main() -> int:
-    """``make install``: build the module. Without gcc, say so and go on (the gateway then uses
-    pulsar-client's binding alone); a source that does not compile fails the install."""
-    try:
-        path = build()
-    except CannotBuild as error:
-        print(f"compiled module not built: {error}", file=sys.stderr)
-        return 0
-    module = _loaded()
-    print(f"compiled module: {path} ({'in use' if module else 'NOT usable, see the log'})")
-    return 0 if module else 1
+    """``make install``: build the module (without gcc the gateway uses pulsar-client's
+    binding alone)."""
+    return native_build.install("compiled module", build, _loaded)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ it) afterwards, so tests neither see nor leak each other's topics and subscripti
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -17,6 +16,7 @@ from gateway.pulsar import compiled
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
 from tests.conftest import StackEndpoints
+from tests.support.compiled_modules import require_built
 
 TENANT = "public"
 
@@ -25,10 +25,8 @@ TENANT = "public"
 def both_paths(request: pytest.FixtureRequest) -> str:
     """For tests of TrioConsumer and TrioProducer (``usefixtures``): their ``client`` uses the
     compiled module (gateway/pulsar/compiled.py), then pulsar-client's binding alone."""
-    if request.param == "compiled" and compiled.load() is None:
-        if shutil.which("gcc") is None:
-            pytest.skip("no gcc: the compiled module cannot be built here")
-        pytest.fail("the compiled module is not built (make install builds it)")
+    if request.param == "compiled":
+        require_built(compiled.load(), "the compiled module")
     return str(request.param)
 
 

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from gateway.amqp import compiled
 from gateway.amqp import connection as connection_module
+from tests.support.compiled_modules import require_built
 
 
 def require_frame_scan() -> compiled.FrameScan:
-    """The compiled frame scan; skipped without gcc, a failure if gcc is here but the scan was
-    not built (``make install`` builds it)."""
-    scan = compiled.frame_scan()
-    if scan is None:
-        if shutil.which("gcc") is None:
-            pytest.skip("no gcc: the compiled frame scan cannot be built here")
-        pytest.fail("the compiled frame scan is not built (make install builds it)")
-    return scan
+    """The compiled frame scan (skipped without gcc, a failure if not built)."""
+    return require_built(compiled.frame_scan(), "the compiled frame scan")
+
+
+def require_property_check() -> Callable[[bytes], bool]:
+    """The frame scan's own check of a property list (as ``require_frame_scan``)."""
+    return require_built(compiled.property_check(), "the compiled frame scan")
 
 
 @pytest.fixture(params=["compiled", "python"], scope="module")

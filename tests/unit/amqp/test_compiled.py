@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.amqp import events as ev
-from gateway.amqp.compiled import FrameScan, property_check
+from gateway.amqp.compiled import FrameScan
 from gateway.amqp.connection import ConnectionSettings
 from gateway.amqp.fieldtable import FieldDecodeError
 from gateway.amqp.properties import MessageProperties, encode_properties, validate_properties
-from tests.unit.amqp.conftest import require_frame_scan
+from tests.unit.amqp.conftest import require_frame_scan, require_property_check
 from tests.unit.amqp.helpers import Client, commands, heartbeat, method, publish
 from tests.unit.amqp.strategies import message_properties
 
@@ -152,10 +152,7 @@ def test_a_malformed_property_list_is_left_to_python(scan: FrameScan) -> None:
 def test_the_property_check_is_the_python_paths(
     properties: MessageProperties, data: st.DataObject
 ) -> None:
-    check = property_check()
-    if check is None:
-        require_frame_scan()
-        return
+    check = require_property_check()
     raw = encode_properties(properties)
     assert check(raw) and python_accepts(raw)
     # Cut short, one octet changed, or with octets added: both must agree.
@@ -204,21 +201,13 @@ EDGES = {
 
 @pytest.mark.parametrize("raw", EDGES.values(), ids=EDGES.keys())
 def test_the_property_check_agrees_at_the_edges(raw: bytes) -> None:
-    check = property_check()
-    if check is None:
-        require_frame_scan()
-        return
-    assert check(raw) == python_accepts(raw)
+    assert require_property_check()(raw) == python_accepts(raw)
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=96))
 def test_the_property_check_agrees_on_any_bytes(raw: bytes) -> None:
-    check = property_check()
-    if check is None:
-        require_frame_scan()
-        return
-    assert check(raw) == python_accepts(raw)
+    assert require_property_check()(raw) == python_accepts(raw)
 
 
 def test_a_body_frame_is_taken_only_for_its_own_channel(scan: FrameScan) -> None:

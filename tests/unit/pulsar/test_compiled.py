@@ -4,22 +4,17 @@ listeners."""
 
 from __future__ import annotations
 
-import shutil
 from types import ModuleType
 
 import pytest
 
 from gateway.pulsar import compiled
+from tests.support.compiled_modules import require_built
 
 
 @pytest.fixture
 def module() -> ModuleType:
-    loaded = compiled.load()
-    if loaded is None:
-        if shutil.which("gcc") is None:
-            pytest.skip("no gcc: the compiled listener cannot be built here")
-        pytest.fail("the compiled listener is not built (make install builds it)")
-    return loaded
+    return require_built(compiled.load(), "the compiled module")
 
 
 def test_the_module_is_keyed_by_its_source_and_python() -> None:
