@@ -26,7 +26,6 @@ from gateway.amqp.channel import Channel, ChannelState
 
 __all__ = ["FrameScan", "build", "frame_scan", "module_path", "property_check"]
 
-
 MODULE_NAME: Final = "_starlight_frames"
 SOURCE_DIR: Final = Path(__file__).with_name("native")
 

@@ -27,7 +27,6 @@ from gateway.pulsar.native_objects import libpulsar_paths
 
 __all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "module_path"]
 
-
 MODULE_NAME: Final = "_starlight_compiled"
 SOURCE_DIR: Final = Path(__file__).with_name("native")
 
