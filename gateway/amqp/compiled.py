@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from gateway import native_build
+import gateway.native_build as native_build
 from gateway.amqp import events
 from gateway.amqp.channel import Channel, ChannelState
 

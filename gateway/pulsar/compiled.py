@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from gateway import native_build
+import gateway.native_build as native_build
 from gateway.native_build import BuildError, CannotBuild
 from gateway.pulsar.native_objects import libpulsar_paths
 
