@@ -38,7 +38,20 @@ def imports(source: str) -> Iterator[tuple[int, str]]:
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module
+            if node.module == "gateway":
+                # ``from gateway import bounded`` imports the module gateway.bounded: read
+                # as plain "gateway", it would pass every layer's rule.
+                for alias in node.names:
+                    yield node.lineno, _gateway_member(alias.name)
+            else:
+                yield node.lineno, node.module
+
+
+def _gateway_member(name: str) -> str:
+    """``gateway.<name>`` for a module or package of gateway/, else ``gateway`` (a name the
+    package itself defines, such as ``__version__``)."""
+    is_module = (GATEWAY / f"{name}.py").is_file() or (GATEWAY / name).is_dir()
+    return f"gateway.{name}" if is_module else "gateway"
 
 
 def package_imports(package: str) -> list[tuple[str, str]]:
@@ -66,6 +79,15 @@ def gateway_package(module: str) -> str | None:
 def test_the_reader_sees_imports_inside_functions_too() -> None:
     source = "import os\nfrom a.b import c\ndef f():\n    import trio\n"
     assert [module for _line, module in imports(source)] == ["os", "a.b", "trio"]
+
+
+def test_the_reader_sees_modules_imported_from_the_gateway_package() -> None:
+    source = "from gateway import bounded, __version__\nimport gateway.native_build as nb\n"
+    assert [module for _line, module in imports(source)] == [
+        "gateway.bounded",
+        "gateway",
+        "gateway.native_build",
+    ]
 
 
 # Besides itself: the package's version, the bounded cache helper, and the loader of the
