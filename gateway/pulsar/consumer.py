@@ -60,7 +60,7 @@ from gateway.pulsar.bridge import (
 )
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import MessageId
+from gateway.pulsar.ids import BatchPosition, MessageId, batch_position
 from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
 from gateway.pulsar.priority_level import priority_levels
 
@@ -192,6 +192,11 @@ class ReceivedMessage:
         return int(self.native.message_id().batch_index()) >= 0
 
     @property
+    def batch_position(self) -> BatchPosition:
+        """Its entry, index in the entry's batch and the batch's size."""
+        return batch_position(self.id_bytes)
+
+    @property
     def topic(self) -> str:
         """The topic it came from (one TrioConsumer may read several)."""
         # Asked for several times per delivery (routing filter, redelivery key): read once.
@@ -280,6 +285,9 @@ class TrioConsumer:
         # for the first instead of subscribing it twice.
         self._adding: dict[str, trio.Event] = {}
         self._buffer: deque[tuple[Any, Any]] = deque()  # (native consumer, native message)
+        # Messages of a batch that ``stop_receiving`` took out of the buffer and did not give
+        # back (see there): until ``take_unreceived`` or the close.
+        self._kept: list[tuple[Any, Any]] = []
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
             None if options.priority_of is None else PriorityBuffer()
@@ -528,17 +536,37 @@ class TrioConsumer:
             if not hand_back:
                 return 0
             returned = self._take_all()
-        for native_consumer, native in returned:
+        for item in returned:
+            native_consumer, native = item
             message = self._message_type(native, native_consumer, self)
             # A negative acknowledgement sends the whole entry back, and the other messages
             # of a batch may be delivered and unacknowledged: those stay, and go back (without
             # the ones acknowledged by then, where the broker tracks batch indexes) when the
-            # consumer closes.
-            if not message.in_batch:
-                if given_back is not None:
-                    given_back(message)
-                message._negative_acknowledge()
+            # consumer closes, unless ``take_unreceived`` takes them first.
+            if message.in_batch:
+                self._kept.append(item)
+                continue
+            if given_back is not None:
+                given_back(message)
+            message._negative_acknowledge()
         return len(returned)
+
+    def take_unreceived(self) -> list[ReceivedMessage]:
+        """Stop receiving (``stop_receiving`` without handing back) and take every message
+        read ahead that ``receive()`` never returned and that is still in the gateway
+        (buffered, or kept by ``stop_receiving``), oldest first: for the caller to settle
+        before it closes the consumer. What pulsar-client's receiver queues still hold is
+        not among them (it goes back to the broker at the close)."""
+        if self._closed:
+            return []
+        self.stop_receiving(hand_back=False)
+        if self._listener is not None:
+            self._drain_listener()  # what the compiled listener queued before the pause
+        with self._lock:
+            items = self._kept + self._take_all()
+            self._kept = []
+        make = self._message_type
+        return [make(native, native_consumer, self) for native_consumer, native in items]
 
     def _take_all(self) -> list[tuple[Any, Any]]:
         """Under _lock: empty the buffer; its items in the order receive() would take them."""
@@ -601,6 +629,7 @@ class TrioConsumer:
         self._closed = True
         with self._lock:
             self._take_all()
+            self._kept.clear()
             natives = list(self._natives.values())
             self._natives.clear()
             if self._listener is not None:

@@ -26,6 +26,7 @@ from gateway.backend.interface import Message, SubscriptionEnded
 from gateway.backend.pulsar.expiry import DeadLetter, QueueExpiry, enqueued_at
 from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
+from gateway.backend.pulsar.split_batches import rests_of_split_entries
 from gateway.bounded import remember
 from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
@@ -42,9 +43,10 @@ Admits = Callable[[Message, ReceivedMessage], bool]
 # record and Pulsar has the negative acknowledgements (delivery_records.py); the float is
 # when the last one was made (trio time).
 Returned = Callable[[float], Awaitable[None]]
-# Writes a requeued copy of a batched message to the queue's own topic; returns once stored.
-# The int is when the original entered the queue (ms): the copy keeps its expiry.
-RequeueCopy = Callable[[str, Message, int], Awaitable[None]]
+# Writes a copy of a batched message to the queue's own topic; returns once stored. The int
+# is when the original entered the queue (ms): the copy keeps its expiry; the bool, whether it
+# is marked requeued (delivered next with redelivered=true).
+RequeueCopy = Callable[[str, Message, int, bool], Awaitable[None]]
 # How many messages a new consumer of a priority queue should find to read (the queue's
 # messages Pulsar has not dispatched to its other consumers, on any replica: priority_reads.py).
 Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
@@ -191,7 +193,10 @@ class PulsarDelivery:
         try:
             received = self._received
             await self._subscription.requeue_copy(
-                self._subscription.queue, self.message, enqueued_at(received, received.properties)
+                self._subscription.queue,
+                self.message,
+                enqueued_at(received, received.properties),
+                True,
             )
         except Exception as error:
             # Not stored: Pulsar's way then, which gives the message back with the rest of
@@ -312,12 +317,17 @@ class PulsarQueueSubscription:
             if delivery is not None:
                 return delivery
 
+    def _belongs(
+        self, received: ReceivedMessage, properties: Mapping[str, str], message: Message
+    ) -> bool:
+        return self._admits(message, received) and not (
+            REFUSED_BY in properties and self.queue in refused_by(properties)
+        )
+
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
         properties = received.properties
         message = message_of(received, properties)
-        if not self._admits(message, received) or (
-            REFUSED_BY in properties and self.queue in refused_by(properties)
-        ):
+        if not self._belongs(received, properties, message):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(self.queue, received))
             self.consumer.acknowledge(received)
@@ -426,8 +436,49 @@ class PulsarQueueSubscription:
         self.leave()
         if self.expiry is not None:
             await self.expiry.idle()
+        if not self.consumer.options.batch_index_ack and not self.ended:
+            await self._complete_split_batches()
         if self._returned is not None and self._last_nack is not None:
             # Closing drops negative acknowledgements pulsar-client has not sent yet, and
             # Pulsar does not count what a closed consumer held (delivery_records.py).
             await self._returned(self._last_nack)
         await self.consumer.aclose()
+
+    async def _complete_split_batches(self) -> None:
+        """Move the rest of each batch part of which was delivered, so that the broker does not
+        dispatch the whole batch again at the close (split_batches.py)."""
+        unreceived = self.consumer.take_unreceived()
+        if not unreceived:
+            return
+        positions = [(received.topic, received.batch_position) for received in unreceived]
+        rests = [unreceived[number] for number in rests_of_split_entries(positions)]
+        if rests:
+            async with trio.open_nursery() as nursery:
+                for received in rests:
+                    nursery.start_soon(self._move_to_queue_topic, received)
+
+    async def _move_to_queue_topic(self, received: ReceivedMessage) -> None:
+        """A copy of ``received`` to the queue's own topic (one that is not the queue's, as
+        ``_admit`` finds, is not copied), then the original acknowledged. If the copy could
+        not be stored, the original stays (its batch comes back whole: duplicates, no loss)."""
+        properties = received.properties
+        message = message_of(received, properties)
+        if self._belongs(received, properties, message):
+            try:
+                await self.requeue_copy(
+                    self.queue,
+                    message,
+                    enqueued_at(received, properties),
+                    self.redeliveries.seen(self.queue, received),
+                )
+            except Exception as error:
+                log.warning(
+                    "moving the rest of a batch of '%s' failed (%s); the whole batch comes back",
+                    self.queue,
+                    error,
+                )
+                return
+        try:
+            self.consumer.acknowledge(received)
+        except (ClosedError, PulsarClientError):
+            log.debug("ack after consumer close on %s", received.topic)

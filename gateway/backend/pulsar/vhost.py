@@ -458,17 +458,21 @@ class PulsarVirtualHost(CatalogVirtualHost):
             subscription_type=subscription_type,
         )
 
-    async def _requeue_copy(self, queue: str, message: Message, enqueued: int) -> None:
-        """Write a requeued copy of one message of a batch to ``queue``'s own topic (the
-        default exchange's: only this queue reads it) and wait until Pulsar stored it. It
-        keeps the time the original entered the queue (its TTL runs from then)."""
-        await self._write_to_queue(queue, message, enqueued=enqueued)
+    async def _requeue_copy(
+        self, queue: str, message: Message, enqueued: int, redelivered: bool
+    ) -> None:
+        """Write a copy of one message of a batch to ``queue``'s own topic (the default
+        exchange's: only this queue reads it) and wait until Pulsar stored it. It keeps the
+        time the original entered the queue (its TTL runs from then); marked requeued (next
+        delivered with ``redelivered=true``) if ``redelivered``."""
+        await self._write_to_queue(queue, message, enqueued=enqueued, requeued=redelivered)
 
     async def _write_to_queue(
-        self, queue: str, message: Message, *, enqueued: int | None = None
+        self, queue: str, message: Message, *, enqueued: int | None = None, requeued: bool = False
     ) -> None:
         """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it
-        (``enqueued``: a requeued copy of a message that entered the queue then)."""
+        (``enqueued``: a copy of a message that entered the queue then, marked ``requeued``
+        or not)."""
         topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
         # With lazy subscriptions that topic has no subscription until something is published
         # to it through the default exchange (activation.py): prepared here as a publisher
@@ -479,8 +483,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await self._publish_routes.prepare(default, queue)
         properties = to_pulsar(message)
         if enqueued is not None:
-            properties[REQUEUED] = "true"
             properties[ENQUEUED] = str(enqueued)
+        if requeued:
+            properties[REQUEUED] = "true"
         stored = await self._r.producers.submit(topic, message.body, properties)
         await stored.durable()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
+from gateway.pulsar.ids import EARLIEST, LATEST, BatchPosition, MessageId, batch_position
 
 
 def test_message_id_ordering_and_round_trips() -> None:
@@ -31,3 +33,33 @@ def test_message_id_native_round_trip() -> None:
     native = mid.to_native()
     assert (native.ledger_id(), native.entry_id(), native.batch_index()) == (7, 8, 2)
     assert MessageId.from_native(native) == mid
+
+
+def test_batch_position_of_a_message_of_a_batch() -> None:
+    # pulsar-client 3.x serialized the second message of a batch of three in entry 525:0 so
+    # (ledgerId 1, entryId 2, batch_index 4, batch_size 6; no partition: -1).
+    assert batch_position(bytes.fromhex("088d04100020013003")) == BatchPosition((525, 0, -1), 1, 3)
+
+
+@given(
+    ledger=st.integers(0, 2**63 - 1),
+    entry=st.integers(0, 2**63 - 1),
+    index=st.integers(-1, 2**31 - 1),
+    partition=st.integers(-1, 2**31 - 1),
+)
+def test_batch_position_reads_what_pulsar_client_serializes(
+    ledger: int, entry: int, index: int, partition: int
+) -> None:
+    native = MessageId(ledger, entry, index, partition).to_native()
+    position = batch_position(bytes(native.serialize()))
+    # A MessageId made by hand carries no batch size (a received one does: above).
+    assert position == BatchPosition((ledger, entry, partition), index, 0)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\x08", b"\x08\x01", b"\x10\x01", b"\x08\x01\x10\x01\x2a\x05", b"\x08\x01\x10\x01\x0b"],
+)
+def test_batch_position_refuses_what_is_not_a_message_id(data: bytes) -> None:
+    with pytest.raises(ValueError, match="not a serialized message id"):
+        batch_position(data)

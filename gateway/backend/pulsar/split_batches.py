@@ -1,0 +1,43 @@
+"""Which messages a closing consumer must settle so that Pulsar does not send a batch again.
+
+A broker that acknowledges whole entries (``acknowledgmentAtBatchIndexLevelEnabled=false``,
+Pulsar's default) dispatches a producer batch, one entry, whole to one consumer, and forgets
+it only once every message of it is acknowledged; pulsar-client sends that acknowledgement
+when the last message of the batch is acknowledged. A consumer that closes after its client
+acknowledged part of a batch (or requeued it: a copy, then the original acknowledged,
+delivery.py) while the rest was read ahead and never delivered makes Pulsar dispatch the whole
+entry again: the acknowledged messages come back, a second time. The gateway reads ahead
+whatever its client's prefetch allows, so a channel closed between two deliveries of one batch
+got there (found by the settlement property test).
+
+So before such a consumer closes, the rest of each batch it took part of is moved: a copy goes
+to the queue's own topic and the original is acknowledged, which completes the entry. Only when
+the whole rest is still in the gateway's hands (the batch's last message is among what it read
+ahead): what pulsar-client's receiver queue still holds cannot be acknowledged, and the entry
+comes back with it anyway (docs/compatibility.md, "Settlement"). An entry nothing of which was
+taken is left alone: it comes back whole, in its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.pulsar.ids import BatchPosition
+
+
+def rests_of_split_entries(unreceived: Sequence[tuple[str, BatchPosition]]) -> list[int]:
+    """Of messages read ahead and never delivered (each its topic and batch position, in the
+    order they arrived), the numbers of those to move: every message of an entry part of which
+    was taken, when the entry's last message is among them (so all of the entry arrived, and
+    what is missing was taken)."""
+    by_entry: dict[tuple[str, tuple[int, int, int]], list[int]] = {}
+    for number, (topic, position) in enumerate(unreceived):
+        if position.batch_size > 1 and position.batch_index >= 0:
+            by_entry.setdefault((topic, position.entry), []).append(number)
+    rests: list[int] = []
+    for numbers in by_entry.values():
+        size = unreceived[numbers[0]][1].batch_size
+        indexes = {unreceived[number][1].batch_index for number in numbers}
+        if size - 1 in indexes and len(indexes) < size:
+            rests.extend(numbers)
+    return sorted(rests)
