@@ -1316,18 +1316,36 @@ def subscription_backlog(web_url: str, topic_path: str, wait: float = 5.0) -> in
 # --- py-spy -------------------------------------------------------------------------------------
 
 
-def add_compiled_switch(parser: argparse.ArgumentParser) -> None:
+def add_gateway_switches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-compiled",
         action="store_true",
         help="start the gateway with gatewayCompiledHotPath=false: pulsar-client's binding "
         "for every per-message call instead of the compiled module (docs/pulsar-layer.md)",
     )
+    parser.add_argument(
+        "--allocator",
+        choices=["auto", "jemalloc", "system"],
+        help="start the gateway with this gatewayMemoryAllocator (default: the gateway's, "
+        "auto: jemalloc where the system has it)",
+    )
 
 
 def gateway_conf(args: argparse.Namespace) -> list[str]:
-    """The configuration lines the command line asks for (add_compiled_switch)."""
-    return ["gatewayCompiledHotPath=false"] if args.no_compiled else []
+    """The configuration lines the command line asks for (add_gateway_switches)."""
+    lines = ["gatewayCompiledHotPath=false"] if args.no_compiled else []
+    if args.allocator is not None:
+        lines.append(f"gatewayMemoryAllocator={args.allocator}")
+    return lines
+
+
+def allocator_of(pid: int) -> str:
+    """The memory allocator process ``pid`` runs on (gateway/allocator.py)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    return "jemalloc" if "libjemalloc" in maps else "the C library's"
 
 
 def py_spy_exe() -> str | None:
@@ -1664,7 +1682,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
-    add_compiled_switch(parser)
+    add_gateway_switches(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,

@@ -217,7 +217,11 @@ def gateway_target(
         pids = gvp.gateway_pids(gw.pid)  # with --workers, the workers too
         if broker.pid:
             pids["pulsar"] = broker.pid
-        print(f"gateway on 127.0.0.1:{gw.port}, namespace public/{namespace}", flush=True)
+        print(
+            f"gateway on 127.0.0.1:{gw.port}, namespace public/{namespace}, memory allocator: "
+            f"{gvp.allocator_of(gw.pid)}",
+            flush=True,
+        )
         yield f"amqp://guest:guest@127.0.0.1:{gw.port}", pids
 
 
@@ -344,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
-    gvp.add_compiled_switch(parser)
+    gvp.add_gateway_switches(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import trio
 
+from gateway import allocator
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_config import tls_settings_for
 from gateway.backend.pulsar.backend import PulsarBackend
@@ -167,6 +168,7 @@ async def open_gateway(
             if options.compiled and load_compiled() is not None
             else "through its Python binding",
         )
+        log.info("memory allocator: %s (gatewayMemoryAllocator)", allocator.in_use())
     except BaseException:
         files.close()
         raise

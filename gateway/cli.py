@@ -379,4 +379,7 @@ def run() -> NoReturn:
 
 
 if __name__ == "__main__":
-    run()
+    # As the installed command does: the allocator first (launcher.py), then ``run``.
+    from gateway.launcher import run as launch
+
+    launch()

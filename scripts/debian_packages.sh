@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite runs for real (Prometheus, HAProxy, PostgreSQL),
-# only those missing: a machine that has them all runs nothing and needs no network.
+# Installs the Debian packages the test suite runs for real (Prometheus, HAProxy, PostgreSQL,
+# and jemalloc, the gateway's memory allocator where the system has it), only those missing:
+# a machine that has them all runs nothing and needs no network.
 # Usage: scripts/debian_packages.sh [PACKAGE ...]   (default: the suite's list below)
 set -euo pipefail
 packages=("$@")
 if [ ${#packages[@]} -eq 0 ]; then
-  packages=(prometheus haproxy postgresql)
+  packages=(prometheus haproxy postgresql libjemalloc2)
 fi
 missing=()
 for package in "${packages[@]}"; do

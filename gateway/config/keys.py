@@ -54,6 +54,7 @@ class Kind(enum.Enum):
     SECONDS_LIST = "comma-separated seconds"
     METRICS_URL = "http://<host>:<port> URL, or empty"
     TOPIC = "Pulsar topic name"
+    ALLOCATOR = "auto, jemalloc or system"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,9 @@ _PKCS12_ONLY = (
 
 #: In amqpProxyProtocolTrustedNetworks: the peers of amqp+unix listeners.
 UNIX_PEERS: Final = "unix"
+
+#: The values of gatewayMemoryAllocator (gateway/allocator.py).
+ALLOCATORS: Final = ("auto", "jemalloc", "system")
 
 
 @dataclass(frozen=True, slots=True)

@@ -738,6 +738,21 @@ class GatewayConfig(DerivedValues):
             ours=True,
         )
     )
+    gatewayMemoryAllocator: str = field(
+        metadata=_key(
+            Kind.ALLOCATOR,
+            "auto",
+            """The process's memory allocator: `jemalloc` (the `starlight-rabbitmq` command
+            re-executes itself once with it in `LD_PRELOAD`; it refuses to start where the
+            system has no jemalloc library: Debian's `libjemalloc2`), `system` (the C
+            library's) or `auto` (jemalloc where the system has it, else the C library's).
+            With jemalloc the gateway spent ~0.8x the CPU per message under PerfTest
+            (docs/performance.md); the C library's allocator spends much of its time merging
+            small freed blocks whenever a message-sized block is asked for.""",
+            _GW,
+            ours=True,
+        )
+    )
     amqpProxyProtocolTrustedNetworks: tuple[str, ...] = field(
         metadata=_key(
             Kind.NETWORKS,

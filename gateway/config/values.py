@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from gateway.config.errors import InvalidValue, quoted
-from gateway.config.keys import UNIX_PEERS, ConfigKey, Kind, MetricsListener
+from gateway.config.keys import ALLOCATORS, UNIX_PEERS, ConfigKey, Kind, MetricsListener
 from gateway.server.address import UNIX_SCHEME, Listener
 
 # Value parsers: (spec, text) -> value, raising InvalidValue(problem) on bad input
@@ -437,6 +437,13 @@ def _parse_topic(spec: ConfigKey, text: str) -> str:
     return text
 
 
+def _parse_allocator(spec: ConfigKey, text: str) -> str:
+    choice = text.lower()
+    if choice not in ALLOCATORS:
+        raise InvalidValue(f"must be one of {', '.join(ALLOCATORS)}" + _got(spec, text))
+    return choice
+
+
 PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.STRING: _parse_string,
     Kind.HOST: _parse_host,
@@ -459,6 +466,7 @@ PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.SECONDS_LIST: _parse_seconds_list,
     Kind.METRICS_URL: _parse_metrics_url,
     Kind.TOPIC: _parse_topic,
+    Kind.ALLOCATOR: _parse_allocator,
 }
 
 

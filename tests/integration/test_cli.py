@@ -15,6 +15,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from gateway.allocator import find_jemalloc
+
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "gateway.cli"]
 
@@ -88,6 +90,7 @@ def test_help_names_the_config_option() -> None:
         ("amqpListenerz=amqp://127.0.0.1:1\n", "amqpListenerz"),
         ("amqpHeartbeatDelay=soon\n", "amqpHeartbeatDelay"),
         ("amqpBatchingEnabled=maybe\n", "amqpBatchingEnabled"),
+        ("gatewayMemoryAllocator=tcmalloc\n", "gatewayMemoryAllocator"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, extra: str, named: str) -> None:
@@ -175,3 +178,34 @@ def test_stop_on_stdin_close_stops_when_the_parent_goes(
             process.wait()
     assert process.returncode == 0, output
     assert "standard input closed (the supervising process is gone): shutting down" in output
+
+
+@pytest.mark.parametrize(("choice", "jemalloc"), [("auto", True), ("system", False)])
+def test_the_gateway_runs_on_the_allocator_it_is_told(
+    tmp_path: Path, pulsar_stack: object, choice: str, jemalloc: bool
+) -> None:
+    """jemalloc (Debian's libjemalloc2, which `make test` installs) where the system has it:
+    the command re-executes itself with it preloaded, as the same process."""
+    assert find_jemalloc() is not None, "no jemalloc library: scripts/debian_packages.sh"
+    port = free_port()
+    config = write_config(tmp_path, f"gatewayMemoryAllocator={choice}\n", port=port)
+    process = subprocess.Popen(
+        [*COMMAND, "-c", str(config)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_port(port, process)
+        maps = Path(f"/proc/{process.pid}/maps").read_text()
+        assert ("libjemalloc" in maps) is jemalloc
+        os.kill(process.pid, signal.SIGTERM)
+        output, _ = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    named = "jemalloc" if jemalloc else "the C library's"
+    assert f"memory allocator: {named} (gatewayMemoryAllocator)" in output

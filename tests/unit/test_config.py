@@ -126,6 +126,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "usageEventsIntervalSeconds": ("10", 10),
     "zooKeeperSessionTimeoutMs": ("30000", 30000),
     "gatewayCompiledHotPath": ("true", True),
+    "gatewayMemoryAllocator": ("auto", "auto"),
 }
 
 ALL_KEYS = {**REFERENCE_KEYS, **GATEWAY_KEYS}
