@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import trio
 
+from gateway.pulsar.protobuf_fields import fields
+
 CLIENT_VERSION = b"starlight-rabbitmq start-up check"
 PROTOCOL_VERSION = 21  # what pulsar-client 3.x announces; the broker answers with its own
 
@@ -78,54 +80,18 @@ def connect_frame(auth_method: str | None, auth_data: bytes) -> bytes:
     return struct.pack(">II", len(command) + 4, len(command)) + command
 
 
-def _fields(data: bytes) -> dict[int, int | bytes]:
-    """The varint and length-delimited fields of one protobuf message (last one wins)."""
-    fields: dict[int, int | bytes] = {}
-    position = 0
-
-    def varint() -> int:
-        nonlocal position
-        value = shift = 0
-        while True:
-            if position >= len(data) or shift > 63:
-                raise ValueError("truncated varint")
-            byte = data[position]
-            position += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    while position < len(data):
-        key = varint()
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            fields[number] = varint()
-        elif wire_type == 2:
-            length = varint()
-            if position + length > len(data):
-                raise ValueError("truncated field")
-            fields[number] = data[position : position + length]
-            position += length
-        elif wire_type in (1, 5):
-            position += 8 if wire_type == 1 else 4
-        else:
-            raise ValueError(f"unexpected wire type {wire_type}")
-    return fields
-
-
 def parse_answer(frame: bytes) -> ConnectAnswer:
     """The broker's answer from one frame without its total-size prefix."""
     if len(frame) < 4:
         raise ValueError("frame too short")
     (command_size,) = struct.unpack(">I", frame[:4])
-    command = _fields(frame[4 : 4 + command_size])
+    command = fields(frame[4 : 4 + command_size])
     kind = command.get(_FIELD_TYPE)
     if kind == _CONNECTED:
         return ConnectAnswer(connected=True)
     if kind == _ERROR:
         raw = command.get(_FIELD_ERROR, b"")
-        error = _fields(raw) if isinstance(raw, bytes) else {}
+        error = fields(raw) if isinstance(raw, bytes) else {}
         code, text = error.get(2), error.get(3)
         name = ""
         if isinstance(code, int):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from gateway.pulsar.protobuf_fields import fields, signed
+
 _MAX_LONG = 2**63 - 1
 
 
@@ -76,38 +78,18 @@ def batch_position(serialized: bytes) -> BatchPosition:
     ``MessageIdData``: ledgerId 1, entryId 2, partition 3, batch_index 4, ack_set 5,
     batch_size 6, first_chunk_message_id 7; PulsarApi.proto). The batch size is in no
     accessor of the Python binding, only there."""
-    fields = {3: -1, 4: -1, 6: 0}
-    position, end = 0, len(serialized)
-    while position < end:
-        tag, position = _varint(serialized, position)
-        number, wire_type = tag >> 3, tag & 7
-        if wire_type == 0:
-            value, position = _varint(serialized, position)
-            # int32 and int64 fields hold negative numbers as 64-bit two's complement.
-            fields[number] = value - (1 << 64) if value >= 1 << 63 else value
-        elif wire_type == 2:
-            length, position = _varint(serialized, position)
-            position += length
-        elif wire_type in (1, 5):
-            position += 8 if wire_type == 1 else 4
-        else:
-            raise ValueError(f"not a serialized message id: wire type {wire_type}")
-    if position != end or 1 not in fields or 2 not in fields:
-        raise ValueError("not a serialized message id")
-    return BatchPosition((fields[1], fields[2], fields[3]), fields[4], fields[6])
+    try:
+        found = fields(serialized)
+    except ValueError as error:
+        raise ValueError(f"not a serialized message id: {error}") from None
 
+    def number(field: int, default: int | None = None) -> int:
+        value = found.get(field, default)
+        if not isinstance(value, int):
+            raise ValueError(f"not a serialized message id: field {field} is not a number")
+        return signed(value)
 
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= len(data) or shift > 63:
-            raise ValueError("not a serialized message id: a varint runs off")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
+    return BatchPosition((number(1), number(2), number(3, -1)), number(4, -1), number(6, 0))
 
 
 # The same sentinels as pulsar-client's MessageId.earliest / MessageId.latest.

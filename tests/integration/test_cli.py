@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -57,13 +58,11 @@ def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 20
     raise AssertionError(f"port {port} never opened")
 
 
-@pytest.fixture
-def gateway_process(
-    tmp_path: Path, pulsar_stack: object
-) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    port = free_port()
+@contextlib.contextmanager
+def running_gateway(config: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+    """The command on ``config``, once it listens on ``port``; killed afterwards if it runs."""
     process = subprocess.Popen(
-        [*COMMAND, "-c", str(write_config(tmp_path, port=port))],
+        [*COMMAND, "-c", str(config)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -71,11 +70,20 @@ def gateway_process(
     )
     try:
         wait_for_port(port, process)
-        yield process, port
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
         process.communicate()
+
+
+@pytest.fixture
+def gateway_process(
+    tmp_path: Path, pulsar_stack: object
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    with running_gateway(write_config(tmp_path, port=port), port) as process:
+        yield process, port
 
 
 def test_help_names_the_config_option() -> None:
@@ -189,23 +197,12 @@ def test_the_gateway_runs_on_the_allocator_it_is_told(
     assert find_jemalloc() is not None, "no jemalloc library: scripts/debian_packages.sh"
     port = free_port()
     config = write_config(tmp_path, f"gatewayMemoryAllocator={choice}\n", port=port)
-    process = subprocess.Popen(
-        [*COMMAND, "-c", str(config)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_for_port(port, process)
+    with running_gateway(config, port) as process:
         maps = Path(f"/proc/{process.pid}/maps").read_text()
         assert ("libjemalloc" in maps) is jemalloc
         os.kill(process.pid, signal.SIGTERM)
-        output, _ = process.communicate(timeout=20)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, output
+        assert process.wait(timeout=20) == 0
+        assert process.stdout is not None
+        output = process.stdout.read()
     named = "jemalloc" if jemalloc else "the C library's"
     assert f"memory allocator: {named} (gatewayMemoryAllocator)" in output
