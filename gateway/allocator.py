@@ -5,9 +5,9 @@ read from the AMQP socket, pulsar-client's payload and its copy in the Python me
 encoded delivery), beside many small ones (pulsar-client's protobuf strings and shared pointers).
 With the C library's allocator a request of 1 KiB or more first merges all freed small
 blocks (``malloc_consolidate``): under PerfTest's 1,000-byte messages, glibc's malloc and free
-took 12 % of the trio thread and 16 % of pulsar-client's I/O thread (perf). jemalloc keeps
-small and large sizes apart; with it the gateway spent 0.82x the CPU per message and moved
-1.16x the messages (median of 7 interleaved PerfTest pairs, docs/performance.md).
+took ~13 % of the trio thread and ~12 % of pulsar-client's I/O thread (perf). jemalloc keeps
+small and large sizes apart; with it the gateway spent 0.86x the CPU per message and moved
+1.10x the messages (medians of 12 interleaved PerfTest pairs, docs/performance.md).
 
 An allocator has to be in place before the first allocation, so it cannot be switched from
 Python: the command re-executes itself once, with jemalloc in ``LD_PRELOAD`` (the same
