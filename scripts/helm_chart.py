@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.config import ConfigKey, Kind, describe_keys  # noqa: E402
+from gateway.config.keys import ALLOCATORS  # noqa: E402
 
 CHART = ROOT / "helm" / "starlight-rabbitmq"
 SCHEMA = CHART / "values.schema.json"
@@ -59,6 +60,8 @@ def _key_schema(spec: ConfigKey) -> dict[str, Any]:
         return schema
     if spec.kind is Kind.BOOL:
         return {"type": "boolean"}
+    if spec.kind is Kind.ALLOCATOR:
+        return {"type": "string", "enum": list(ALLOCATORS)}
     return {"type": "string", "pattern": ONE_LINE}
 
 

@@ -178,6 +178,7 @@ def test_dashboards_become_configmaps_for_grafanas_sidecar(helm: Helm, tmp_path:
         (["--set", "config.amqpHeartbeatDelay=often"], "amqpHeartbeatDelay"),
         (["--set", "config.amqpHeartbeatDelai=60"], "amqpHeartbeatDelai"),
         (["--set", "config.amqpSessionCountLimit=70000"], "amqpSessionCountLimit"),
+        (["--set", "config.gatewayMemoryAllocator=tcmalloc"], "gatewayMemoryAllocator"),
         (["--set", "mode=sidecar"], "mode"),
         (["--set", "service.port=0"], "port"),
         (["--set", "replicaCunt=3"], "replicaCunt"),
