@@ -129,12 +129,7 @@ class PulsarDelivery:
             log.debug("ack after consumer close on %s", received.topic)
 
     def _acknowledge(self) -> None:
-        try:
-            self._consumer.acknowledge(self._received)
-        except (ClosedError, PulsarClientError):
-            # The consumer is gone, so Pulsar redelivers the message: what AMQP promises
-            # for a message whose ack did not arrive.
-            log.debug("ack after consumer close on %s", self._received.topic)
+        self._subscription.acknowledge(self._received)
 
     async def reject(self, requeue: bool) -> None:
         if self._settled:
@@ -342,6 +337,15 @@ class PulsarQueueSubscription:
     def _given_back(self, received: ReceivedMessage) -> None:
         self.redeliveries.given_back(self.queue, received)
 
+    def acknowledge(self, received: ReceivedMessage) -> None:
+        """Done with ``received`` (Pulsar forgets it)."""
+        try:
+            self.consumer.acknowledge(received)
+        except (ClosedError, PulsarClientError):
+            # The consumer is gone, so Pulsar redelivers the message: what AMQP promises
+            # for a message whose ack did not arrive.
+            log.debug("ack after consumer close on %s", received.topic)
+
     def negative_acknowledge(self, received: ReceivedMessage) -> None:
         """Give ``received`` back to the queue (Pulsar redelivers it, counted, after the
         consumer's negative-ack delay)."""
@@ -478,7 +482,4 @@ class PulsarQueueSubscription:
                     error,
                 )
                 return
-        try:
-            self.consumer.acknowledge(received)
-        except (ClosedError, PulsarClientError):
-            log.debug("ack after consumer close on %s", received.topic)
+        self.acknowledge(received)
