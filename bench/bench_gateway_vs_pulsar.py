@@ -1341,11 +1341,11 @@ def gateway_conf(args: argparse.Namespace) -> list[str]:
 
 def allocator_of(pid: int) -> str:
     """The memory allocator process ``pid`` runs on (gateway/allocator.py)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return "unknown"
-    return "jemalloc" if "libjemalloc" in maps else "the C library's"
+    sys.path.insert(0, str(REPO_DIR))
+    from gateway.allocator import in_use
+
+    maps = Path(f"/proc/{pid}/maps")
+    return in_use(maps) if maps.exists() else "unknown"
 
 
 def py_spy_exe() -> str | None:

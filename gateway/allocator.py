@@ -37,7 +37,10 @@ def find_jemalloc() -> str | None:
     return ctypes.util.find_library(JEMALLOC)
 
 
-def jemalloc_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
+_OWN_MAPS: Final = Path("/proc/self/maps")
+
+
+def jemalloc_loaded(maps: Path = _OWN_MAPS) -> bool:
     """Whether jemalloc is mapped into this process."""
     try:
         return _SONAME_PREFIX in maps.read_text()
@@ -90,6 +93,7 @@ def use(choice: str) -> None:
         os.execve(sys.executable, sys.orig_argv, {**os.environ, "LD_PRELOAD": preload})
 
 
-def in_use() -> str:
-    """The allocator this process runs on, for its start-up log line."""
-    return JEMALLOC if jemalloc_loaded() else "the C library's"
+def in_use(maps: Path = _OWN_MAPS) -> str:
+    """The allocator a process runs on (this one by default, or the one of ``maps``), for
+    a log line."""
+    return JEMALLOC if jemalloc_loaded(maps) else "the C library's"
