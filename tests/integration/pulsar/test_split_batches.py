@@ -82,8 +82,13 @@ async def refuse_dead_letters(queue: str, message: Message, reason: Reason) -> N
     raise AssertionError(f"nothing is dead-lettered here ({reason})")
 
 
-def subscription_of(consumer: TrioConsumer, copies: Copies) -> PulsarQueueSubscription:
-    return PulsarQueueSubscription(
+async def subscribed_batch(
+    client: PulsarClient, name: str
+) -> tuple[TrioConsumer, PulsarQueueSubscription, Copies]:
+    """A queue subscription of topic ``name`` (its copies recorded), then a batch written."""
+    copies = Copies()
+    consumer = await client.subscribe(name, "q", ConsumerOptions(receiver_queue_size=10))
+    subscription = PulsarQueueSubscription(
         "q",
         consumer,
         lambda _message, _received: True,
@@ -92,16 +97,15 @@ def subscription_of(consumer: TrioConsumer, copies: Copies) -> PulsarQueueSubscr
         copies,
         refuse_dead_letters,
     )
+    await write_batch(client, name)
+    return consumer, subscription, copies
 
 
 async def test_a_closing_consumer_moves_the_rest_of_a_batch_it_delivered_part_of(
     client: PulsarClient, admin: PulsarAdmin, topic: Topic
 ) -> None:
     name = topic("split")
-    copies = Copies()
-    consumer = await client.subscribe(name, "q", ConsumerOptions(receiver_queue_size=10))
-    subscription = subscription_of(consumer, copies)
-    await write_batch(client, name)
+    consumer, subscription, copies = await subscribed_batch(client, name)
     with trio.fail_after(10):
         acknowledged = await subscription.receive()
         requeued = await subscription.receive()
@@ -128,10 +132,7 @@ async def test_a_batch_nothing_of_which_was_delivered_comes_back_whole_in_its_pl
     client: PulsarClient, admin: PulsarAdmin, topic: Topic
 ) -> None:
     name = topic("whole")
-    copies = Copies()
-    consumer = await client.subscribe(name, "q", ConsumerOptions(receiver_queue_size=10))
-    subscription = subscription_of(consumer, copies)
-    await write_batch(client, name)
+    consumer, subscription, copies = await subscribed_batch(client, name)
     await read_ahead(consumer, COUNT)
     await subscription.close()
     assert copies.written == []
