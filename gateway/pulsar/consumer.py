@@ -288,6 +288,11 @@ class TrioConsumer:
         # Messages of a batch that ``stop_receiving`` took out of the buffer and did not give
         # back (see there): until ``take_unreceived`` or the close.
         self._kept: list[tuple[Any, Any]] = []
+        # Messages the listener handed over after ``stop_receiving``: a listener call already
+        # under way when the listeners were paused still completes (pulsar-client does not
+        # wait for it), and one arriving then must not be buffered as if receiving went on.
+        # Until ``take_unreceived`` or the close (which sends them back to the broker).
+        self._late: list[tuple[Any, Any]] = []
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
             None if options.priority_of is None else PriorityBuffer()
@@ -320,17 +325,24 @@ class TrioConsumer:
             keep_thread_state()
             if self._closed:
                 return  # left unacknowledged: the broker redelivers it after the close
+            item = (native_consumer, native_msg)
             ordered = self._ordered
             if ordered is not None:
                 priority = self._priority(native_msg)
                 with self._lock:
-                    ordered.push((native_consumer, native_msg), priority)
+                    if self._stopped:
+                        self._late.append(item)
+                        return
+                    ordered.push(item, priority)
                     if len(ordered) >= self._capacity:
                         self._pause(native_consumer)
                 self._waker.wake()
                 return
             with self._lock:
-                self._buffer.append((native_consumer, native_msg))
+                if self._stopped:
+                    self._late.append(item)
+                    return
+                self._buffer.append(item)
                 if len(self._buffer) >= self._capacity:
                     self._pause(native_consumer)
             self._waker.wake()
@@ -366,6 +378,9 @@ class TrioConsumer:
             return
         ordered = self._ordered
         with self._lock:
+            if self._stopped:  # queued in C as the listeners were being paused
+                self._late.extend(items)
+                return
             if ordered is None:
                 self._buffer.extend(items)
             else:
@@ -554,7 +569,8 @@ class TrioConsumer:
     def take_unreceived(self) -> list[ReceivedMessage]:
         """Stop receiving (``stop_receiving`` without handing back) and take every message
         read ahead that ``receive()`` never returned and that is still in the gateway
-        (buffered, or kept by ``stop_receiving``), oldest first: for the caller to settle
+        (buffered, kept by ``stop_receiving``, or handed over by a listener call that was
+        under way at the stop), oldest first: for the caller to settle
         before it closes the consumer. What pulsar-client's receiver queues still hold is
         not among them (it goes back to the broker at the close)."""
         if self._closed:
@@ -563,8 +579,11 @@ class TrioConsumer:
         if self._listener is not None:
             self._drain_listener()  # what the compiled listener queued before the pause
         with self._lock:
-            items = self._kept + self._take_all()
+            items = self._kept + self._take_all() + self._late
+            if self._listener is not None:
+                self._listener.left(len(self._late))
             self._kept = []
+            self._late = []
         make = self._message_type
         return [make(native, native_consumer, self) for native_consumer, native in items]
 
@@ -630,6 +649,7 @@ class TrioConsumer:
         with self._lock:
             self._take_all()
             self._kept.clear()
+            self._late.clear()
             natives = list(self._natives.values())
             self._natives.clear()
             if self._listener is not None:
