@@ -637,9 +637,14 @@ class TrioConsumer:
                 kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
                 dropped = len(self._buffer) - len(kept)
                 self._buffer = kept
+            # What was set aside since a stop goes back with this topic's consumer too.
+            self._kept = [item for item in self._kept if item[1].topic_name() != topic]
+            late = [item for item in self._late if item[1].topic_name() != topic]
+            dropped_late = len(self._late) - len(late)
+            self._late = late
             tag = self._tags.pop(topic, None)
             if tag is not None:
-                self._listener.left(dropped)
+                self._listener.left(dropped + dropped_late)
                 dropped += self._listener.detach(tag)
         await _finish(self._client, native, f"close consumer {self.subscription!r} on {topic}")
         return dropped

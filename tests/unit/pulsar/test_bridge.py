@@ -279,6 +279,9 @@ class FakeConsumer:
     def negative_acknowledge(self, message: Any) -> None:
         self.nacked.append(message)
 
+    def close_async(self, callback: Any) -> None:
+        in_thread(callback, OK)
+
 
 @dataclass(frozen=True)
 class FakeMessageId:
@@ -420,6 +423,18 @@ async def test_take_unreceived_returns_the_buffer_before_late_messages() -> None
     consumer.stop_receiving(hand_back=False)
     consumer._on_message(native, FakeMessage(2))
     assert [m.native.n for m in consumer.take_unreceived()] == [0, 1, 2]
+
+
+async def test_removing_a_topic_after_the_stop_drops_what_it_set_aside() -> None:
+    consumer, native = make_consumer(buffer_size=10)
+    other = FakeConsumer(topic="persistent://t/ns/other")
+    consumer._attach(other.topic, other)
+    consumer._on_message(native, FakeMessage(0, batch_index=0))
+    consumer.stop_receiving()  # keeps the batched message
+    consumer._on_message(native, FakeMessage(1))
+    consumer._on_message(other, FakeMessage(2, topic=other.topic))
+    await consumer.remove_topic(native.topic)  # its consumer closes: they go back with it
+    assert [m.native.n for m in consumer.take_unreceived()] == [2]
 
 
 def test_keep_thread_state_takes_one_reference_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
