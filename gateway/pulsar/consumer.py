@@ -327,23 +327,19 @@ class TrioConsumer:
                 return  # left unacknowledged: the broker redelivers it after the close
             item = (native_consumer, native_msg)
             ordered = self._ordered
-            if ordered is not None:
-                priority = self._priority(native_msg)
-                with self._lock:
-                    if self._stopped:
-                        self._late.append(item)
-                        return
-                    ordered.push(item, priority)
-                    if len(ordered) >= self._capacity:
-                        self._pause(native_consumer)
-                self._waker.wake()
-                return
+            # Outside the lock: priority_of reads the message's properties.
+            priority = 0 if ordered is None else self._priority(native_msg)
             with self._lock:
                 if self._stopped:
                     self._late.append(item)
                     return
-                self._buffer.append(item)
-                if len(self._buffer) >= self._capacity:
+                if ordered is None:
+                    self._buffer.append(item)
+                    size = len(self._buffer)
+                else:
+                    ordered.push(item, priority)
+                    size = len(ordered)
+                if size >= self._capacity:
                     self._pause(native_consumer)
             self._waker.wake()
         except BaseException:
@@ -631,15 +627,19 @@ class TrioConsumer:
             native = self._natives.pop(topic, None)
             if native is None:
                 return 0
+
+            def elsewhere(item: tuple[Any, Any]) -> bool:
+                return bool(item[1].topic_name() != topic)
+
             if self._ordered is not None:
-                dropped = len(self._ordered.keep(lambda item: item[1].topic_name() != topic))
+                dropped = len(self._ordered.keep(elsewhere))
             else:
-                kept = deque(item for item in self._buffer if item[1].topic_name() != topic)
+                kept = deque(filter(elsewhere, self._buffer))
                 dropped = len(self._buffer) - len(kept)
                 self._buffer = kept
             # What was set aside since a stop goes back with this topic's consumer too.
-            self._kept = [item for item in self._kept if item[1].topic_name() != topic]
-            late = [item for item in self._late if item[1].topic_name() != topic]
+            self._kept = list(filter(elsewhere, self._kept))
+            late = list(filter(elsewhere, self._late))
             dropped_late = len(self._late) - len(late)
             self._late = late
             tag = self._tags.pop(topic, None)
