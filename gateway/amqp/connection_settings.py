@@ -26,7 +26,7 @@ class ConnectionSettings:
     heartbeat: int = 0
     # amqpHeartbeatTimeoutFactor: missed intervals before the peer is declared dead.
     heartbeat_timeout_factor: int = 2
-    # amqpMaxMessageSize: larger messages are refused with 311 CONTENT_TOO_LARGE.
+    # amqpMaxMessageSize: larger messages are refused with 406 PRECONDITION_FAILED (RabbitMQ's).
     max_message_size: int = 104_857_600
     mechanisms: tuple[str, ...] = ("PLAIN",)
     locales: tuple[str, ...] = ("en_US",)

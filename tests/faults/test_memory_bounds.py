@@ -68,7 +68,7 @@ def test_a_message_of_the_size_limit_in_frames_of_frame_max_and_one_octet_more(
         channel.basic_publish("", queue, body, pika.BasicProperties(), mandatory=True)
         method, _properties, got = channel.basic_get(queue, auto_ack=True)
         assert method is not None and got == body
-        with channel_closed(311):
+        with channel_closed(406):
             channel.basic_publish("", queue, body + b"!")
         # The channel is closed, the connection goes on, and nothing of the refused message
         # was stored.

@@ -496,17 +496,18 @@ def test_empty_body_completes_on_the_header() -> None:
     assert message.properties == MessageProperties()
 
 
-def test_message_larger_than_max_message_size_is_311_and_rest_is_discarded() -> None:
+def test_message_larger_than_max_message_size_is_406_and_rest_is_discarded() -> None:
+    # RabbitMQ's channel error and wording (rabbit_channel:check_msg_size), at the header.
     client = Client(ConnectionSettings(max_message_size=10_000))
     client.handshake(frame_max=4096)
     client.open_channel(1)
     big = publish(1, b"x" * 10_001, frame_max=4096)
     events = client.send(big)
     assert len(events) == 1 and isinstance(events[0], ev.ChannelErrored)
-    assert events[0].error.reply_code == ReplyCode.CONTENT_TOO_LARGE
-    close = client.expect_channel_close(1, ReplyCode.CONTENT_TOO_LARGE)
+    assert events[0].error.reply_code == ReplyCode.PRECONDITION_FAILED
+    close = client.expect_channel_close(1, ReplyCode.PRECONDITION_FAILED)
     assert close.reply_text == (
-        "CONTENT_TOO_LARGE - message size 10001 is larger than configured max size 10000"
+        "PRECONDITION_FAILED - message size 10001 is larger than configured max size 10000"
     )
     assert (close.class_id, close.method_id) == (60, 40)
     # Another message on another channel is unaffected.
@@ -514,7 +515,7 @@ def test_message_larger_than_max_message_size_is_311_and_rest_is_discarded() -> 
     [ok] = client.send(publish(2, b"small"))
     assert isinstance(ok, ev.PublishReceived)
     assert client.send(method(1, commands.Channel.CloseOk())) == [
-        ev.ChannelClosed(1, 311, close.reply_text, False)
+        ev.ChannelClosed(1, 406, close.reply_text, False)
     ]
 
 

@@ -340,7 +340,7 @@ def test_soft_error_leaves_other_channels_alone() -> None:
     client.open_channel(2)
     [errored] = client.send(publish(1, b"four"))
     assert isinstance(errored, ev.ChannelErrored) and errored.channel == 1
-    client.expect_channel_close(1, ReplyCode.CONTENT_TOO_LARGE)
+    client.expect_channel_close(1, ReplyCode.PRECONDITION_FAILED)
     [ok] = client.send(method(2, commands.Basic.Qos(prefetch_count=1)))
     assert isinstance(ok, ev.CommandReceived)
     assert client.conn.state is ConnectionState.OPEN
@@ -355,7 +355,7 @@ def test_too_large_message_body_frames_are_discarded_even_split() -> None:
     for i in range(0, len(data), 1000):
         events += client.send(data[i : i + 1000])
     assert [type(e) for e in events] == [ev.ChannelErrored]
-    client.expect_channel_close(1, 311)
+    client.expect_channel_close(1, 406)
     assert client.conn.state is ConnectionState.OPEN
 
 

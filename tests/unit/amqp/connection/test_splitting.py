@@ -65,7 +65,7 @@ HAPPY = b"".join(
         method(1, commands.Basic.Reject(delivery_tag=3, requeue=True)),
         method(2, commands.Channel.Flow(active=False)),
         heartbeat.Heartbeat.marshal(),
-        publish(1, b"z" * 30_000, frame_max=4096),  # too large: 311 on channel 1
+        publish(1, b"z" * 30_000, frame_max=4096),  # too large: 406 on channel 1
         method(1, commands.Channel.CloseOk()),
         method(2, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0)),
         method(
