@@ -61,6 +61,7 @@ class ConnectionHandshake:
     _close_text: str
     _user: str
     _vhost: str
+    peer_closes_socket: bool
 
     if TYPE_CHECKING:
         # ServerConnection's output and frame loop.
@@ -114,8 +115,7 @@ class ConnectionHandshake:
         method = decode_method(payload)
         state = self._state
         if isinstance(method, commands.Connection.Close):
-            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
-            self._state = ConnectionState.CLOSED
+            self._send_close_ok()
             self._channels.clear()
             events.append(ev.ConnectionClosed(int(method.reply_code or 0), method.reply_text, True))
         elif isinstance(method, commands.Connection.StartOk) and state is ConnectionState.STARTING:
@@ -198,6 +198,17 @@ class ConnectionHandshake:
             31,
         )
 
+    def _send_close_ok(self) -> None:
+        """Answer the client's Connection.Close; the connection is then closed.
+
+        Close-Ok "tells the recipient that it is safe to release resources for the connection
+        and close the socket" (AMQP 0-9-1, connection.close-ok): the socket is the client's to
+        close now (``peer_closes_socket``), and RabbitMQ waits for it to do so.
+        """
+        self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
+        self._state = ConnectionState.CLOSED
+        self.peer_closes_socket = True
+
     def _closing_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
         """After our Connection.Close only Close-Ok and Close matter (§4.2.2 Close)."""
         if frame_type != FRAME_METHOD or len(payload) < 4:
@@ -208,8 +219,7 @@ class ConnectionHandshake:
             events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
         elif index == _CONNECTION_CLOSE:
             # Both sides closed at once: answer theirs; ours is then moot.
-            self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
-            self._state = ConnectionState.CLOSED
+            self._send_close_ok()
             events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
 
     # ------------------------------------------------------------------ handshake answers

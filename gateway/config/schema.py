@@ -140,8 +140,10 @@ class GatewayConfig(DerivedValues):
         metadata=_key(
             Kind.INT,
             "2000",
-            """Milliseconds to wait for Connection.Close-Ok after sending Connection.Close;
-            the socket is closed anyway when it does not come.""",
+            """Milliseconds to wait for Connection.Close-Ok after sending Connection.Close,
+            and for the client to close its socket after the gateway's Close-Ok (meanwhile
+            what it sends is read and discarded, as RabbitMQ does); the socket is closed
+            anyway when either does not come.""",
             _A,
             minimum=0,
         )

@@ -87,6 +87,8 @@ class ClientConnection:
         # A PROXY LOCAL header: the proxy itself connected (a health check), nobody relayed.
         self._proxy_local = False
         self._close_deadline_set = False
+        # The writer sent everything queued and ended because the outbox closed.
+        self._written_out = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
         # Set once the vhost is open: its counters count this connection until it ends.
@@ -109,6 +111,8 @@ class ClientConnection:
                 with trio.move_on_after(self._settings.close_timeout):
                     await trio.sleep_forever()
                 nursery.cancel_scope.cancel()
+            if self.protocol.peer_closes_socket and self._written_out:
+                await self._linger()
         finally:
             await self._close_session()
             await trio.aclose_forcefully(self._stream)
@@ -118,6 +122,26 @@ class ClientConnection:
                 self._counts = None
             self._log_closed()
             self.finished.set()
+
+    async def _linger(self) -> None:
+        """After our Connection.Close-Ok: read and discard until the client closes the socket.
+
+        Close-Ok tells the client that it is safe to close the socket (AMQP 0-9-1,
+        connection.close-ok), so the socket is the client's to close. A client may still be
+        writing what it queued before its Close (amqplib's publishes under back-pressure);
+        closing our end with those bytes unread makes the kernel answer with a reset, and the
+        client's next read fails with ECONNRESET before it has read the Close-Ok. RabbitMQ
+        keeps reading and discarding in its ``closed`` state until the client closes
+        (rabbit_reader: ``handle_frame`` when stopping, ``close_connection``'s
+        ``terminate_connection`` timer). amqpConnectionCloseTimeout bounds the wait, so that
+        a client that never closes cannot hold the connection.
+        """
+        with trio.move_on_after(self._settings.close_timeout):
+            try:
+                while data := await self._stream.receive_some(READ_SIZE):
+                    COUNTERS.incoming_bytes += len(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     async def request_close(self, error: AMQPError) -> None:
         """Server-initiated Connection.Close (e.g. 320 on shutdown); Close-Ok ends it."""
@@ -245,6 +269,7 @@ class ClientConnection:
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 await self._stream.send_all(data)
                 COUNTERS.outgoing_bytes += len(data)
+            self._written_out = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._record_reason("client stopped reading (socket broken)")
         finally:

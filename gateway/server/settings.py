@@ -49,7 +49,8 @@ class ProxyTrust:
 class ServerSettings:
     listeners: tuple[Listener, ...] = (Listener("amqp", "127.0.0.1", 5672),)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
-    # amqpConnectionCloseTimeout: how long a Connection.Close waits for Close-Ok.
+    # amqpConnectionCloseTimeout: how long a Connection.Close waits for Close-Ok, and how long
+    # the socket stays open after our Close-Ok for the client to close it.
     close_timeout: float = 2.0
     # A client that has not finished the handshake by then is dropped (slow-loris defence);
     # on amqps listeners the TLS handshake counts too.

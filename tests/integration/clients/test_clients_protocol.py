@@ -7,13 +7,14 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
+from typing import TypeVar
 
 import aio_pika
 import kombu
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands, frame
+from pamqp import base, body, commands, frame, header
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.server.address import Listener
@@ -21,6 +22,7 @@ from gateway.server.settings import ServerSettings
 from tests.support.gateway_thread import GatewayInThread
 
 LOOPBACK = (Listener("amqp", "127.0.0.1", 0),)
+F = TypeVar("F")
 
 
 @pytest.fixture
@@ -153,3 +155,100 @@ def test_stop_sends_320_to_connected_clients() -> None:
     gateway.stop()
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         pika.BlockingConnection(pika_params(gateway.port))
+
+
+# ------------------------------------------------------------------- closing under traffic
+
+
+class RawClient:
+    """A blocking socket speaking exact frames (pamqp), for what client libraries hide: writing
+    on after a Connection.Close, and telling a clean close (EOF) from a reset."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self._buffer = bytearray()
+        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
+        self.expect(commands.Connection.Start)
+        self.send(
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest"
+            )
+        )
+        tune = self.expect(commands.Connection.Tune)
+        self.send(
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
+            )
+        )
+        self.send(commands.Connection.Open(virtual_host="/"))
+        self.expect(commands.Connection.OpenOk)
+        self.send(commands.Channel.Open(), 1)
+        self.expect(commands.Channel.OpenOk)
+
+    def send(self, value: base.Frame, channel: int = 0) -> None:
+        self.sock.sendall(frame.marshal(value, channel))
+
+    def expect(self, kind: type[F]) -> F:
+        while True:
+            if len(self._buffer) >= 7:
+                end = 8 + int.from_bytes(self._buffer[3:7], "big")
+                if len(self._buffer) >= end:
+                    _, _, value = frame.unmarshal(bytes(self._buffer[:end]))
+                    del self._buffer[:end]
+                    assert isinstance(value, kind), f"expected {kind.__name__}, got {value!r}"
+                    return value
+            data = self.sock.recv(65536)
+            assert data, f"the server closed the socket before {kind.__name__}"
+            self._buffer += data
+
+    def ends_cleanly(self) -> bool:
+        """True when the server's end of the socket closes with a FIN, not a reset."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return False
+
+
+def _publishes(count: int) -> bytes:
+    one = (
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="nowhere"), 1)
+        + frame.marshal(header.ContentHeader(0, 10, commands.Basic.Properties()), 1)
+        + frame.marshal(body.ContentBody(b"0123456789"), 1)
+    )
+    return one * count
+
+
+def test_close_ok_reaches_a_client_still_publishing(gateway: GatewayInThread) -> None:
+    # amqplib ("find high watermark") closes with publishes still queued behind its Close. The
+    # server answers Close-Ok and, as RabbitMQ, reads and discards the rest until the client
+    # closes: closing over unread bytes resets the socket, and the client's read of Close-Ok
+    # fails with ECONNRESET.
+    client = RawClient(gateway.port)
+    try:
+        client.send(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        client.sock.sendall(_publishes(2000))
+        client.expect(commands.Connection.CloseOk)
+        client.sock.shutdown(socket.SHUT_WR)
+        assert client.ends_cleanly()
+    finally:
+        client.sock.close()
+
+
+def test_a_hard_error_is_closed_cleanly_under_a_client_still_publishing(
+    gateway: GatewayInThread,
+) -> None:
+    # After our Connection.Close (540, immediate=true) everything but Close-Ok is discarded
+    # (AMQP 0-9-1 connection.close); once Close-Ok arrives the server closes, having read all
+    # the client wrote before it: a FIN, no reset.
+    client = RawClient(gateway.port)
+    try:
+        client.send(commands.Basic.Publish(exchange="", routing_key="q", immediate=True), 1)
+        client.sock.sendall(_publishes(2000))
+        close = client.expect(commands.Connection.Close)
+        assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - immediate=true")
+        client.send(commands.Connection.CloseOk())
+        assert client.ends_cleanly()
+    finally:
+        client.sock.close()

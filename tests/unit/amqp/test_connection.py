@@ -653,6 +653,8 @@ def test_graceful_server_close_320() -> None:
         ev.ConnectionClosed(320, close.reply_text, False)
     ]
     assert client.conn.is_closed
+    # Close-Ok came to us: the socket is ours to close (connection.close-ok), at once.
+    assert not client.conn.peer_closes_socket
 
 
 def test_client_close_is_answered() -> None:
@@ -661,9 +663,15 @@ def test_client_close_is_answered() -> None:
     close = commands.Connection.Close(
         reply_code=200, reply_text="Normal shutdown", class_id=0, method_id=0
     )
+    assert not client.conn.peer_closes_socket
     assert client.send(method(0, close)) == [ev.ConnectionClosed(200, "Normal shutdown", True)]
     client.expect_one(commands.Connection.CloseOk, 0)
     assert client.conn.is_closed
+    # Our Close-Ok tells the client to close the socket: the shell waits for it to (RabbitMQ's
+    # `closed` state), and what the client still sends is ignored meanwhile.
+    assert client.conn.peer_closes_socket
+    assert client.send(publish(1, b"late") + method(0, close)) == []
+    assert client.conn.data_to_send() == b""
 
 
 def test_client_close_while_we_are_closing() -> None:
@@ -676,6 +684,8 @@ def test_client_close_while_we_are_closing() -> None:
         ev.ConnectionClosed(320, "CONNECTION_FORCED - bye", False)
     ]
     client.expect_one(commands.Connection.CloseOk, 0)
+    # We answered with Close-Ok, so the client closes the socket, as after its own close.
+    assert client.conn.peer_closes_socket
 
 
 def test_close_before_the_header_just_hangs_up() -> None:

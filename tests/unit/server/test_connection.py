@@ -206,3 +206,40 @@ async def test_a_client_that_never_answers_close_is_dropped_after_the_close_time
         started = trio.current_time()
         await client.read_until_eof()  # no Close-Ok from us
         assert 2.0 <= trio.current_time() - started < 3.0
+
+
+async def test_after_close_ok_the_client_closes_the_socket(autojump_clock: trio.abc.Clock) -> None:
+    """Connection.Close-Ok tells the client it may close the socket (AMQP 0-9-1): until it does,
+    what it still sends is read and discarded, as RabbitMQ does in its `closed` state. Closing
+    our end over unread bytes would reset the connection under the Close-Ok."""
+    async with served(ServerSettings(close_timeout=2.0)) as (client, connection):
+        await client.handshake()
+        await client.open_channel(1)
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+        close_ok_at = trio.current_time()
+        for _ in range(100):  # what the client had queued behind its Close: discarded
+            await client.send(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        await trio.sleep(1.5)  # autojump clock: 1.5 virtual seconds, inside the close timeout
+        assert not connection.finished.is_set()
+        await client.stream.aclose()
+        with trio.fail_after(0.1):
+            await connection.finished.wait()
+        assert trio.current_time() - close_ok_at == pytest.approx(1.5, abs=0.01)
+    assert connection.close_reason == "closed by client: 200 bye"
+
+
+async def test_a_client_that_never_closes_after_close_ok_is_dropped_after_the_close_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with served(ServerSettings(close_timeout=2.0)) as (client, _connection):
+        await client.handshake()
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+        close_ok_at = trio.current_time()
+        assert await client.read_until_eof() == []
+        assert 2.0 <= trio.current_time() - close_ok_at < 3.0
