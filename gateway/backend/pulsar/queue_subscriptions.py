@@ -33,6 +33,16 @@ log = logging.getLogger("gateway.pulsar.vhost")
 SUBSCRIBE_ATTEMPTS = 5
 
 
+class _Creation:
+    """One creation of a subscription under way on this replica, and how it ended."""
+
+    __slots__ = ("done", "made")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.made = False
+
+
 class QueueSubscriptions:
     """The subscriptions of one vhost's queues, and which of this replica's consumers read
     which topic."""
@@ -52,8 +62,8 @@ class QueueSubscriptions:
         # consumers by queue (basic_get.py), that a removed topic is taken from too.
         self._consumers = consumers
         self._getters = getters
-        # (queue, topic) -> set once this replica's creation of that subscription is done.
-        self._creating: dict[tuple[str, str], trio.Event] = {}
+        # (queue, topic) -> this replica's creation of that subscription under way.
+        self._creating: dict[tuple[str, str], _Creation] = {}
 
     async def subscribe(self, topic: str, queue: str) -> None:
         """Make sure ``queue``'s subscription on ``topic`` exists, then give the topic to
@@ -62,26 +72,35 @@ class QueueSubscriptions:
         the subscription would be disconnected by it (a create that finds the subscription
         made meanwhile resets its cursor), and come back a moment later, after other
         consumers had the first messages."""
-        key = (queue, topic)
-        pending = self._creating.get(key)
-        if pending is not None:
-            await pending.wait()
-        else:
-            done = self._creating[key] = trio.Event()
-            try:
-                await self._create(topic, queue)
-            finally:
-                del self._creating[key]
-                done.set()
+        await self._made(topic, queue)
         for subscription in self.by_priority(queue):
             await subscription.add_topic(topic)
+
+    async def _made(self, topic: str, queue: str) -> None:
+        """Until ``queue``'s subscription on ``topic`` exists, made here or by the creation
+        under way. A creation that failed (Pulsar refusing new topics while it recovers) or
+        was cancelled with its caller's connection proves nothing: a waiter that carried on
+        would let a publish write to a topic nobody subscribed, and confirm messages that
+        no queue keeps. So each waiter then makes it itself, or fails itself."""
+        key = (queue, topic)
+        while (pending := self._creating.get(key)) is not None:
+            await pending.done.wait()
+            if pending.made:
+                return
+        creation = self._creating[key] = _Creation()
+        try:
+            await self._create(topic, queue)
+            creation.made = True
+        finally:
+            del self._creating[key]
+            creation.done.set()
 
     async def creations_done(self, queue: str) -> None:
         """Until this replica's creations of ``queue``'s subscriptions under way are done: a
         consumer attached meanwhile would be disconnected."""
         for (pending_queue, _topic), pending in list(self._creating.items()):
             if pending_queue == queue:
-                await pending.wait()
+                await pending.done.wait()
 
     async def _create(self, topic: str, queue: str) -> None:
         what = f"subscribing queue '{queue}' to {topic}"

@@ -32,6 +32,8 @@ class Admin:
 
     def __init__(self, busy: int = 0) -> None:
         self.busy = busy
+        # Creations that fail as Pulsar fails while it recovers from an outage.
+        self.failing = 0
         self.created: list[tuple[str, str]] = []
         self.deleted: list[tuple[str, str]] = []
         self.release = trio.Event()
@@ -40,6 +42,9 @@ class Admin:
 
     async def create_subscription(self, topic: str, name: str, position: str) -> None:
         await self.release.wait()
+        if self.failing:
+            self.failing -= 1
+            raise RuntimeError("Not enough non-faulty bookies available")
         if self.busy:
             self.busy -= 1
             raise PreconditionFailed(412, "PUT", topic, "Subscription Busy")
@@ -129,6 +134,65 @@ async def test_concurrent_subscribes_create_once_and_give_the_highest_priority_f
     # Each caller hands the topic on, highest priority first (twice: adding is idempotent
     # on a real consumer, and the waiter cannot know the creator's consumers took it).
     assert given == [(10, TOPIC), (5, TOPIC), (0, TOPIC)] * 2
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+async def test_a_waiter_does_not_take_a_failed_creation_for_a_made_one(failing: int) -> None:
+    # Issue 37: three publishers of one replica met the same pending creation; the first
+    # failed (Pulsar refusing new topics after an outage), the others carried on as if the
+    # subscription existed, and their confirmed messages went to a topic nobody read. Each
+    # waiter now makes the subscription itself; only those whose own attempt fails fail.
+    given: list[tuple[int, str]] = []
+    admin = Admin()
+    admin.failing = failing
+    admin.release = trio.Event()  # the first creation waits until every caller is in
+    subscriptions, _ = subscriptions_with(admin, {"orders": {Consumer(0, given)}})
+    outcomes: list[str] = []
+
+    async def publisher() -> None:
+        try:
+            await subscriptions.subscribe(TOPIC, "orders")
+        except AMQPError as error:
+            outcomes.append(f"refused {error.reply_code}")
+        else:
+            outcomes.append("subscribed")
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(publisher)
+        await trio.testing.wait_all_tasks_blocked()
+        admin.release.set()
+    assert sorted(outcomes) == sorted(["refused 541"] * failing + ["subscribed"] * (3 - failing))
+    assert admin.created == [(TOPIC, SUBSCRIPTION)]  # made once, by the first that could
+    assert len(given) == 3 - failing  # only callers whose subscription exists hand it on
+
+
+async def test_a_waiter_makes_the_subscription_when_the_creator_was_cancelled() -> None:
+    admin = Admin()
+    admin.release = trio.Event()
+    subscriptions, _ = subscriptions_with(admin)
+    creator = trio.CancelScope()
+    waited = False
+
+    async def creating() -> None:
+        with creator:
+            await subscriptions.subscribe(TOPIC, "orders")
+
+    async def waiting() -> None:
+        nonlocal waited
+        await subscriptions.subscribe(TOPIC, "orders")
+        waited = True
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(creating)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()
+        creator.cancel()  # the creator's connection went away before Pulsar answered
+        await trio.testing.wait_all_tasks_blocked()
+        assert not waited  # the waiter's own creation now waits for Pulsar
+        admin.release.set()
+    assert waited and admin.created == [(TOPIC, SUBSCRIPTION)]
 
 
 async def test_a_consumer_waits_for_creations_of_its_queue_under_way() -> None:
