@@ -24,6 +24,7 @@ from gateway.backend.pulsar.binding_subscriptions import (
     Prepared,
 )
 from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
+from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
 from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view
 from gateway.backend.pulsar.resources import PulsarResources
@@ -95,7 +96,17 @@ class BindingChanges:
         without: Iterable[Binding] = (),
     ) -> dict[tuple[str, str], DrainRecord]:
         """The drain records a change writes (drains.py), by (queue, local topic name), as
-        the store takes them."""
+        the store takes them.
+
+        This replica's writes still in flight to the topics the queues read are stored
+        first: AMQP orders a channel's methods (§4.7), so a message published just before
+        an unbind on the same channel was routed while the binding existed and must stay
+        the queue's; read before its write completes, the topic's end would leave it past
+        the drain's end, filtered out (5 of 5 lost without confirms)."""
+        queues = sorted(set(queues))
+        await flush_writes(
+            self._r, {topic for queue in queues for topic in self._topics.bound(before, queue)}
+        )
         drains, _ = await plan_drains(
             self._topics, self._r.admin, before, queues, after=after, without=without
         )
