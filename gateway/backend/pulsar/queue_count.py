@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.model.naming import subscription_for
-from gateway.pulsar.errors import ClosedError, PulsarClientError, amqp_errors
+from gateway.pulsar.errors import ClosedError, NotFound, PulsarClientError, to_amqp_error
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -46,15 +46,26 @@ async def broker_ready_count(
     admin = resources.admin
     await flush_writes(resources, topics)
     for topic in topics:
-        stats = await amqp_errors(admin.topic_stats(topic), f"counting '{queue}'")
+        try:
+            stats = await admin.topic_stats(topic)
+        except NotFound:
+            # A topic that does not exist holds nothing: a publisher registered its key and
+            # has not created it yet (or could not: Pulsar refusing new topics after an
+            # outage). Answering 404 made the queue impossible to declare or delete.
+            continue
+        except Exception as error:
+            raise to_amqp_error(error, f"counting '{queue}'") from None
         found = stats.subscriptions.get(subscription)
         if found is None or found.msg_backlog == 0:
             continue
         claimed = 0
         if reader is not None:
             claimed = sum(c.unacked_messages for c in found.consumers if c.name != reader)
-        analysis = await amqp_errors(
-            admin.analyze_backlog(topic, subscription), f"counting '{queue}'"
-        )
+        try:
+            analysis = await admin.analyze_backlog(topic, subscription)
+        except NotFound:
+            continue  # removed since the stats were read (the leader's cleaner)
+        except Exception as error:
+            raise to_amqp_error(error, f"counting '{queue}'") from None
         total += max(0, analysis.messages_in(found.msg_backlog) - claimed)
     return total

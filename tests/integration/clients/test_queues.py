@@ -212,6 +212,23 @@ def test_declare_ok_counts_messages_and_consumers(running: Running) -> None:
     connection.close()
 
 
+def test_passive_declare_from_another_connection_right_after_a_first_publish(
+    running: Running,
+) -> None:
+    # Issue 34: the publisher registers the queue's key before Pulsar has its topic; a
+    # passive declare counting in between answered 404 "Topic ... not found" (2 of 10).
+    publishing, declaring = running.connect(), running.connect()
+    publisher, declarer = publishing.channel(), declaring.channel()
+    for _ in range(10):
+        name = unique("first-use")
+        publisher.queue_declare(name)
+        publisher.basic_publish("", name, b"m")
+        ok = declarer.queue_declare(name, passive=True).method
+        assert ok.message_count in (0, 1)
+    publishing.close()
+    declaring.close()
+
+
 def test_declare_ok_counts_a_burst_of_messages(running: Running) -> None:
     connection = running.connect()
     channel = connection.channel()
