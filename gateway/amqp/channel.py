@@ -52,7 +52,6 @@ class Channel:
         "_routing_key",
         "close_code",
         "close_text",
-        "flow_active",
         "in_content",
         "max_message_size",
         "number",
@@ -63,8 +62,6 @@ class Channel:
         self.number = number
         self.max_message_size = max_message_size
         self.state = ChannelState.OPEN
-        # Channel.Flow from the client: False asks us to stop sending deliveries.
-        self.flow_active = True
         self.close_code = 0
         self.close_text = ""
         self._expect = _METHOD

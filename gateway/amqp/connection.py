@@ -180,11 +180,6 @@ class ServerConnection(ConnectionHandshake):
         """Channels that are open (not the ones waiting for our Close-Ok)."""
         return frozenset(n for n, c in self._channels.items() if c.state is _CHANNEL_OPEN_STATE)
 
-    def channel_flow_active(self, channel: int) -> bool:
-        """False after the client sent Channel.Flow(active=False) on ``channel``."""
-        ch = self._channels.get(channel)
-        return ch is not None and ch.flow_active
-
     # ------------------------------------------------------------------------------ input
 
     def receive_data(self, data: bytes, now: float) -> list[ev.Event]:
@@ -390,12 +385,14 @@ class ServerConnection(ConnectionHandshake):
         elif cls is commands.Channel.Open:
             raise ConnectionException(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
         elif isinstance(method, commands.Channel.Flow):
-            # RabbitMQ 3.x refuses active=false with 540; the spec asks servers to honour
-            # it, so we do: Flow-Ok now, and the shell pauses the channel's consumers.
-            active = bool(method.active)
-            channel.flow_active = active
-            self._send(number, commands.Channel.FlowOk(active=active))
-            events.append(ev.FlowRequested(number, active))
+            # As RabbitMQ 4 (rabbit_channel:handle_method/3): active=true is answered, and
+            # active=false, a client asking the server to stop delivering, is refused with the
+            # connection error 540 "NOT_IMPLEMENTED - active=false" (clients' test suites,
+            # amqp091-go's TestIntegrationConsumeFlow, expect it). Basic.Qos is the way to
+            # pace a consumer.
+            if not method.active:
+                raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "active=false", 20, 20)
+            self._send(number, commands.Channel.FlowOk(active=True))
         elif cls is commands.Channel.CloseOk or cls is commands.Channel.FlowOk:
             # Replies to methods we never sent (we send Channel.Flow never, and a Close-Ok
             # for a close that completed already is harmless): ignored.

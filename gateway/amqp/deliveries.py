@@ -7,7 +7,8 @@ unknown tag is 406 PRECONDITION_FAILED on the channel (RabbitMQ: ``unknown deliv
 
 Basic.Qos sets a per-consumer limit (``global=false``: for consumers started afterwards) and a
 per-channel one (``global=true``: shared by all consumers of the channel), as RabbitMQ
-reinterprets the spec's ``global`` flag; Channel.Flow(active=false) stops all deliveries.
+reinterprets the spec's ``global`` flag. (Channel.Flow(active=false), the spec's other brake,
+is refused with 540 as by RabbitMQ 4: ``connection.py``.)
 
 The shell (``server/session.py``) keeps what it delivered here, keyed by tag; what an entry is
 (a delivery and its consumer) is the shell's business, hence the type parameter.
@@ -95,14 +96,13 @@ def _unknown(tag: int) -> Exception:
 
 
 class Prefetch:
-    """Basic.Qos and Channel.Flow of one channel: may a consumer be sent one more message?"""
+    """Basic.Qos of one channel: may a consumer be sent one more message?"""
 
-    __slots__ = ("channel", "consumer", "flow_active")
+    __slots__ = ("channel", "consumer")
 
     def __init__(self) -> None:
         self.consumer = 0  # Basic.Qos global=false: the limit of consumers started from now
         self.channel = 0  # Basic.Qos global=true: shared by all consumers of the channel
-        self.flow_active = True
 
     def qos(self, command: BasicQos) -> None:
         if command.prefetch_size:
@@ -126,8 +126,6 @@ class Prefetch:
         """Whether a consumer with prefetch ``limit`` (0: none) holding ``unacked`` deliveries
         may get another; ``channel_unacked`` counts those of the whole channel (asked only
         under a channel-wide limit)."""
-        if not self.flow_active:
-            return False
         if no_ack:
             return True  # Basic.Qos does not apply to no-ack consumers (RabbitMQ)
         if limit and unacked >= limit:

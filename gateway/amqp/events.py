@@ -28,7 +28,6 @@ __all__ = [
     "ConnectionOpened",
     "ConnectionTerminated",
     "Event",
-    "FlowRequested",
     "HeartbeatTimedOut",
     "LoginRequested",
     "NackReceived",
@@ -164,19 +163,6 @@ class RejectReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class FlowRequested:
-    """Channel.Flow from the client; Flow-Ok was already queued.
-
-    ``active=False`` asks the server to stop sending deliveries on the channel until a
-    Channel.Flow with ``active=True``. The core does not hold deliveries back itself: pause
-    the channel's consumers.
-    """
-
-    channel: int
-    active: bool
-
-
-@dataclass(frozen=True, slots=True)
 class UpdateSecretRequested:
     """Connection.Update-Secret (e.g. a refreshed JWT). Answer with ``accept_update_secret()``
     or ``close_connection`` (RabbitMQ: 530 NOT_ALLOWED)."""
@@ -241,7 +227,6 @@ Event = (
     | AckReceived
     | NackReceived
     | RejectReceived
-    | FlowRequested
     | UpdateSecretRequested
     | ConnectionErrored
     | ConnectionClosed

@@ -103,11 +103,6 @@ class AMQPSession:
             self._channels[event.channel] = SessionChannel(event.channel)
             self._counts.channels += 1
             COUNTERS.channels_opened += 1
-        elif isinstance(event, ev.FlowRequested):
-            state = self._channels.get(event.channel)
-            if state is not None:
-                state.prefetch.flow_active = event.active
-                state.signal_credit()
         elif isinstance(event, ev.ChannelErrored | ev.ChannelClosed):
             if isinstance(event, ev.ChannelErrored):
                 COUNTERS.protocol_error(event.error.reply_code)

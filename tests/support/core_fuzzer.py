@@ -386,7 +386,6 @@ _SHELL_WORK = (
     ev.AckReceived,
     ev.NackReceived,
     ev.RejectReceived,
-    ev.FlowRequested,
     ev.UpdateSecretRequested,
 )
 

@@ -66,6 +66,21 @@ def test_pika_unsupported_method_gets_540(gateway: GatewayInThread) -> None:
     assert closed.value.reply_code == 540
 
 
+def test_pika_channel_flow_as_rabbitmq_4(gateway: GatewayInThread) -> None:
+    # RabbitMQ 4 (rabbit_channel): Channel.Flow(active=true) is answered; active=false is the
+    # connection error 540 "NOT_IMPLEMENTED - active=false", as amqp091-go's
+    # TestIntegrationConsumeFlow expects.
+    connection = pika.BlockingConnection(pika_params(gateway.port))
+    channel = connection.channel()
+    assert channel.flow(True) is True
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        channel.flow(False)
+    assert (closed.value.reply_code, closed.value.reply_text) == (
+        540,
+        "NOT_IMPLEMENTED - active=false",
+    )
+
+
 def test_pika_heartbeats_keep_an_idle_connection_open(gateway: GatewayInThread) -> None:
     connection = pika.BlockingConnection(pika_params(gateway.port, heartbeat=1))
     # Three heartbeat intervals with no traffic: heartbeats from both sides must keep it up.

@@ -411,18 +411,19 @@ def test_acks_nacks_rejects() -> None:
     assert client.send(top) == [ev.AckReceived(2, 2**64 - 1, False)]
 
 
-def test_flow_is_answered_and_reported() -> None:
+def test_flow_active_true_is_answered_and_active_false_is_540() -> None:
+    # RabbitMQ 4's rabbit_channel: Flow-Ok for active=true, and for active=false
+    # rabbit_misc:protocol_error(not_implemented, "active=false", []), a connection error.
     client = Client()
     client.handshake()
     client.open_channel(1)
-    assert client.send(method(1, commands.Channel.Flow(active=False))) == [
-        ev.FlowRequested(1, False)
-    ]
-    assert client.expect_one(commands.Channel.FlowOk, 1).active is False
-    assert not client.conn.channel_flow_active(1)
-    client.send(method(1, commands.Channel.Flow(active=True)))
+    assert client.send(method(1, commands.Channel.Flow(active=True))) == []
     assert client.expect_one(commands.Channel.FlowOk, 1).active is True
-    assert client.conn.channel_flow_active(1)
+    [errored] = client.send(method(1, commands.Channel.Flow(active=False)))
+    assert isinstance(errored, ev.ConnectionErrored)
+    close = client.expect_connection_close(ReplyCode.NOT_IMPLEMENTED)
+    assert close.reply_text == "NOT_IMPLEMENTED - active=false"
+    assert (close.class_id, close.method_id) == (20, 20)
 
 
 def test_blocked_only_when_the_client_can_hear_it() -> None:

@@ -64,8 +64,6 @@ def test_prefetch_limits_per_consumer_and_per_channel() -> None:
     assert not prefetch.allows(False, 3, 3, lambda: 3)  # the consumer's own limit
     assert not prefetch.allows(False, 3, 1, lambda: 5)  # the channel's, shared
     assert prefetch.allows(True, 3, 9, lambda: 9)  # no-ack consumers are not limited
-    prefetch.flow_active = False
-    assert not prefetch.allows(True, 0, 0, lambda: 0)  # Channel.Flow stops everything
 
 
 def test_a_byte_prefetch_is_refused_as_rabbitmq_does() -> None:
