@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 import trio
 
-from gateway.pulsar.admin_stats import BacklogAnalysis, TopicStats
+from gateway.pulsar.admin_stats import BacklogAnalysis, CursorState, TopicStats
 from gateway.pulsar.errors import Conflict, NotFound, Unavailable, admin_error_for
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
 from gateway.pulsar.names import (
@@ -345,6 +345,13 @@ class PulsarAdmin:
         message unless producers batched."""
         stats = await self._get_json(topic_rest_path(topic) + "/internalStats")
         return int(stats.get("numberOfEntries") or 0)
+
+    async def cursor_state(self, topic: str, subscription: str) -> CursorState | None:
+        """What ``subscription``'s cursor on ``topic`` has acknowledged; None if the topic has
+        no such subscription. NotFound if the topic does not exist."""
+        stats = await self._get_json(topic_rest_path(topic) + "/internalStats")
+        cursor = (stats.get("cursors") or {}).get(subscription)
+        return None if cursor is None else CursorState.from_json(cursor)
 
     async def topic_stats(self, topic: str) -> TopicStats:
         return TopicStats.from_json(await self._get_json(topic_rest_path(topic) + "/stats"))

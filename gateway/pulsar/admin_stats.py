@@ -6,6 +6,7 @@ else (metrics, debugging).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,3 +118,34 @@ class BacklogAnalysis:
             return self.messages
         unscanned = max(0, backlog_entries - self.entries)
         return self.messages + round(unscanned * self.messages / self.entries)
+
+
+# An entry's position in a topic: (ledger id, entry id).
+Position = tuple[int, int]
+
+_RANGE = re.compile(r"\((-?\d+):(-?\d+)\.\.(-?\d+):(-?\d+)\]")
+
+
+@dataclass(frozen=True, slots=True)
+class CursorState:
+    """Which entries a subscription's cursor has acknowledged (the topic's internal stats):
+    everything up to ``mark_delete``, and the ranges acknowledged out of order after it."""
+
+    mark_delete: Position
+    # Half-open ranges (after, up to]: Pulsar writes them "(3:10..3:12]".
+    deleted: tuple[tuple[Position, Position], ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CursorState:
+        ledger, _, entry = str(data.get("markDeletePosition") or "-1:-1").partition(":")
+        ranges = _RANGE.findall(str(data.get("individuallyDeletedMessages") or ""))
+        return cls(
+            (int(ledger), int(entry)),
+            tuple(((int(a), int(b)), (int(c), int(d))) for a, b, c, d in ranges),
+        )
+
+    def acknowledged(self, position: Position) -> bool:
+        """Whether the entry at ``position`` is acknowledged on this cursor."""
+        if position <= self.mark_delete:
+            return True
+        return any(after < position <= upto for after, upto in self.deleted)

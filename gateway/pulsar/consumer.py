@@ -60,7 +60,7 @@ from gateway.pulsar.bridge import (
 )
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import BatchPosition, MessageId, batch_position
+from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
 from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
 from gateway.pulsar.priority_level import priority_levels
 
@@ -192,6 +192,15 @@ class ReceivedMessage:
         return int(self.native.message_id().batch_index()) >= 0
 
     @property
+    def chunked(self) -> bool:
+        """Whether it was stored in chunks (a message above the broker's maxMessageSize,
+        from a chunking producer). pulsar-client's negative acknowledgement of one sends back
+        only its last chunk (measured with pulsar-client 3.13 on Pulsar 4.0: the consumer
+        drops that chunk as incomplete and holds the others until it closes), so it is given
+        back like a message of a batch: by copy, or by closing its consumer."""
+        return is_chunked(self.id_bytes)
+
+    @property
     def batch_position(self) -> BatchPosition:
         """Its entry, index in the entry's batch and the batch's size."""
         return batch_position(self.id_bytes)
@@ -298,6 +307,10 @@ class TrioConsumer:
             None if options.priority_of is None else PriorityBuffer()
         )
         self._lock = threading.Lock()
+        # The message acknowledged last, until a count has seen the broker apply it: acks
+        # are sent in groups (~100 ms) and applied in order, so a count that waits for this
+        # one reflects every earlier ack too (backend/pulsar/acks_applied.py).
+        self.last_acknowledged: ReceivedMessage | None = None
         self._capacity = options.effective_buffer_size
         self._low_water = self._capacity // 2
         self._paused = False
@@ -498,6 +511,7 @@ class TrioConsumer:
         """
         self._check_open()
         message._acknowledge()
+        self.last_acknowledged = message
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Redeliver after ``negative_ack_redelivery_delay_ms`` (to any consumer if Shared)."""
@@ -553,8 +567,10 @@ class TrioConsumer:
             # A negative acknowledgement sends the whole entry back, and the other messages
             # of a batch may be delivered and unacknowledged: those stay, and go back (without
             # the ones acknowledged by then, where the broker tracks batch indexes) when the
-            # consumer closes, unless ``take_unreceived`` takes them first.
-            if message.in_batch:
+            # consumer closes, unless ``take_unreceived`` takes them first. So does a chunked
+            # message, which a negative acknowledgement would not bring back at all
+            # (``ReceivedMessage.chunked``).
+            if message.in_batch or message.chunked:
                 self._kept.append(item)
                 continue
             if given_back is not None:

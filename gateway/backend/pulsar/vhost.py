@@ -39,6 +39,7 @@ from gateway.backend.interface import (
     QueueStatus,
     QueueSubscription,
 )
+from gateway.backend.pulsar.acks_applied import acks_applied
 from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import BasicGetConsumers
@@ -226,15 +227,18 @@ class PulsarVirtualHost(CatalogVirtualHost):
 
     async def _message_count(self, view: VhostView, queue: str) -> int:
         """Messages ready in the queue, as AMQP counts them (not awaiting an ack): the
-        broker's count less the deliveries this replica's clients hold unsettled."""
+        broker's count less the deliveries this replica's clients hold unsettled, after the
+        broker applied the acks this replica's clients sent (acks_applied.py)."""
+        readers = list(self._consumers.get(queue, ()))
+        getter = self._basic_gets.by_queue.get(queue)
+        if getter is not None:
+            readers.append(getter)
+        await acks_applied(self._r.admin, [reader.consumer for reader in readers])
         total = await broker_ready_count(self._r, self._topics.read_by(view, queue), queue)
         # Messages a client holds unacknowledged are not ready; Pulsar's own unacked figure
         # would also take off what consumers merely prefetched. (Those of other replicas'
         # clients are not known here.)
-        held = sum(s.outstanding for s in self._consumers.get(queue, ()))
-        getter = self._basic_gets.by_queue.get(queue)
-        if getter is not None:
-            held += getter.outstanding
+        held = sum(reader.outstanding for reader in readers)
         return max(0, total - held)
 
     def footprint(self) -> dict[str, int]:

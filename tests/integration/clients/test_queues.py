@@ -460,3 +460,52 @@ def test_every_queue_is_bound_to_the_default_exchange(connection: pika.BlockingC
     assert got[exclusive] == [exclusive.encode()]
     for name in (plain, bound):
         channel.queue_delete(name)
+
+
+def _get(channel: BlockingChannel, queue: str, *, auto_ack: bool = False) -> Any:
+    got: list[Any] = []
+    wait_for(lambda: got.append(channel.basic_get(queue, auto_ack=auto_ack)[0]) or got[-1])
+    return got[-1]
+
+
+def _consume_one(
+    connection: pika.BlockingConnection, channel: BlockingChannel, queue: str, *, auto_ack: bool
+) -> Any:
+    got: list[Any] = []
+    tag = channel.basic_consume(queue, lambda ch, m, p, b: got.append(m), auto_ack=auto_ack)
+    wait_for(lambda: bool(got), connection, what="a delivery")
+    channel.basic_cancel(tag)
+    return got[0]
+
+
+def _settle_by(how: str, connection: pika.BlockingConnection, queue: str) -> None:
+    channel = connection.channel()
+    if how == "get-ack":
+        channel.basic_ack(_get(channel, queue).delivery_tag)
+    elif how == "get-auto-ack":
+        _get(channel, queue, auto_ack=True)
+    elif how == "consume-ack":
+        channel.basic_ack(_consume_one(connection, channel, queue, auto_ack=False).delivery_tag)
+    elif how == "consume-auto-ack":
+        _consume_one(connection, channel, queue, auto_ack=True)
+    elif how == "reject":  # dead-lettered to nowhere: dropped, as RabbitMQ does
+        channel.basic_reject(_get(channel, queue).delivery_tag, requeue=False)
+    channel.close()
+
+
+@pytest.mark.parametrize(
+    "how", ["get-ack", "get-auto-ack", "consume-ack", "consume-auto-ack", "reject"]
+)
+def test_counts_right_after_a_settle_reflect_it(running: Running, how: str) -> None:
+    # Issue 37: Declare-Ok still counted a message its own client had just settled, and
+    # delete if-empty answered 406 "not empty", for half a second. A client's own
+    # settlements are in every count it asks for afterwards (read-your-writes).
+    connection = running.connect()
+    channel = connection.channel()
+    name = unique(f"settled-{how}")
+    channel.queue_declare(name)
+    publish_confirmed(channel, name, 1)
+    _settle_by(how, connection, name)
+    assert channel.queue_declare(name, passive=True).method.message_count == 0
+    channel.queue_delete(name, if_empty=True)
+    connection.close()
