@@ -38,7 +38,7 @@ from gateway.pulsar.credentials import (
 )
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
-from gateway.pulsar.producer_cache import ProducerCache
+from gateway.pulsar.producer_cache import ProducerCache, broker_max_message_size
 from gateway.server.server import StartupError
 from gateway.server.settings import ProxyTrust, ServerSettings
 
@@ -57,6 +57,8 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
             heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
             max_message_size=config.amqpMaxMessageSize,
             mechanisms=config.amqpAuthenticationMechanisms,
+            product=config.amqpServerProduct,
+            version=config.amqpServerVersion,
             compiled=config.gatewayCompiledHotPath,
         ),
         close_timeout=config.connection_close_timeout,
@@ -183,7 +185,10 @@ async def open_gateway(
         async with trio.open_nursery() as nursery:
             batching = await batch_settlement(admin, config.amqpBatchingEnabled)
             producers = ProducerCache(
-                client, ProducerOptions(batching_enabled=batching.producers_batch)
+                client,
+                ProducerOptions(batching_enabled=batching.producers_batch),
+                # Larger messages go in chunks (producer_cache.py; docs/reliability.md).
+                max_message_size=await broker_max_message_size(admin),
             )
             await nursery.start(producers.run_sweeper)
             resources = PulsarResources(

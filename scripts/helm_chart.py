@@ -62,6 +62,9 @@ def _key_schema(spec: ConfigKey) -> dict[str, Any]:
         return {"type": "boolean"}
     if spec.kind is Kind.ALLOCATOR:
         return {"type": "string", "enum": list(ALLOCATORS)}
+    if spec.kind is Kind.RABBITMQ_VERSION:
+        # gateway/config/values.py's check: numbers only, as clients parse the version.
+        return {"type": "string", "pattern": "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$"}
     return {"type": "string", "pattern": ONE_LINE}
 
 

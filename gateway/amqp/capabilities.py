@@ -4,12 +4,12 @@ Clients read this table (NOTES, "What real clients check in Connection.Start"):
 
 * pika's ``confirm_delivery`` needs both ``publisher_confirms`` and ``basic.nack``; aiormq
   needs a ``capabilities`` table and opens confirm channels by default.
-* kombu/Celery (``qos_semantics_matches_spec``) look at ``version`` only when ``product`` is
-  exactly ``"RabbitMQ"``; with any other product they assume spec QoS semantics and Celery
-  sends ``basic.qos(global=False)``. ``product`` is configurable for deployments that want
-  Celery to behave exactly as against RabbitMQ 3.x (docs/protocol.md).
-* The Java client's version-gated code and tests read ``version``: we advertise the RabbitMQ
-  version whose behaviour we follow, and our own version under ``starlight_version``.
+* ``product`` is ``"RabbitMQ"`` unless configured otherwise (amqpServerProduct): kombu/Celery
+  (``qos_semantics_matches_spec``) look at ``version`` only for that product, and otherwise
+  assume the spec's Basic.Qos semantics; amqplib's tests assert it, amqp091-go's skip their
+  body for another product (docs/compatibility.md, "Product and version").
+* The Java client's version-gated code and tests read ``version`` (amqpServerVersion): a
+  RabbitMQ version, and our own version under ``starlight_version``.
 
 Advertised is exactly what the gateway implements (a client that sees a capability uses it):
 nothing false is listed, as RabbitMQ lists only what it has. ``consumer_priorities`` is

@@ -30,8 +30,10 @@ class ConnectionSettings:
     max_message_size: int = 104_857_600
     mechanisms: tuple[str, ...] = ("PLAIN",)
     locales: tuple[str, ...] = ("en_US",)
-    product: str = "Starlight for RabbitMQ"
-    # The RabbitMQ version whose behaviour we follow (clients gate features on it).
+    # amqpServerProduct: "RabbitMQ", what RabbitMQ's clients and their test suites look for
+    # (capabilities.py; docs/compatibility.md, "Product and version").
+    product: str = "RabbitMQ"
+    # amqpServerVersion: the RabbitMQ version clients compare against (they gate features on it).
     version: str = "3.13.7"
     gateway_version: str = gateway.__version__
     platform: str = ""  # "" = "Python <version>"

@@ -55,6 +55,7 @@ class Kind(enum.Enum):
     METRICS_URL = "http://<host>:<port> URL, or empty"
     TOPIC = "Pulsar topic name"
     ALLOCATOR = "auto, jemalloc or system"
+    RABBITMQ_VERSION = "RabbitMQ version (major.minor[.patch])"
 
 
 @dataclass(frozen=True, slots=True)

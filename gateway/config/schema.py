@@ -695,6 +695,31 @@ class GatewayConfig(DerivedValues):
             ours=True,
         )
     )
+    amqpServerProduct: str = field(
+        metadata=_key(
+            Kind.STRING,
+            "RabbitMQ",
+            """`product` in the server properties of Connection.Start. RabbitMQ's clients read
+            it: kombu/Celery look at `version` (and so choose RabbitMQ's per-channel meaning of
+            Basic.Qos global) only when it is `RabbitMQ`; amqplib's tests assert it and
+            amqp091-go's skip for any other product. The gateway's own version is sent as
+            `starlight_version` whatever this says.""",
+            _GW,
+            ours=True,
+        )
+    )
+    amqpServerVersion: str = field(
+        metadata=_key(
+            Kind.RABBITMQ_VERSION,
+            "3.13.7",
+            """`version` in the server properties of Connection.Start: the RabbitMQ version
+            clients compare against to choose behaviour (kombu's Basic.Qos semantics, the Java
+            client's version-gated code). Numbers only, `major.minor[.patch]`, as clients
+            parse it.""",
+            _GW,
+            ours=True,
+        )
+    )
     usageEventsEnabled: bool = field(
         metadata=_key(
             Kind.BOOL,

@@ -28,6 +28,8 @@ _INT_RE: Final = re.compile(r"[+-]?[0-9]+")
 _HOST_LABEL_RE: Final = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?")
 _PULSAR_NAME_RE: Final = re.compile(r"[a-zA-Z0-9_=:.-]+")
 _CIPHER_RE: Final = re.compile(r"[A-Za-z0-9_.+-]+")
+# Numbers only: kombu (version_string_as_tuple) and the Java client parse the version.
+_RABBITMQ_VERSION_RE: Final = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")
 
 _MECHANISMS: Final = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 
@@ -444,6 +446,15 @@ def _parse_allocator(spec: ConfigKey, text: str) -> str:
     return choice
 
 
+def _parse_rabbitmq_version(spec: ConfigKey, text: str) -> str:
+    if not _RABBITMQ_VERSION_RE.fullmatch(text):
+        raise InvalidValue(
+            "must be a RabbitMQ version such as 3.13.7 (numbers only: clients parse it)"
+            + _got(spec, text)
+        )
+    return text
+
+
 PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.STRING: _parse_string,
     Kind.HOST: _parse_host,
@@ -467,6 +478,7 @@ PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.METRICS_URL: _parse_metrics_url,
     Kind.TOPIC: _parse_topic,
     Kind.ALLOCATOR: _parse_allocator,
+    Kind.RABBITMQ_VERSION: _parse_rabbitmq_version,
 }
 
 

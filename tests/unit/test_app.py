@@ -21,7 +21,8 @@ def test_server_settings_carry_the_derived_values() -> None:
         "amqpHeartbeatTimeoutFactor=3\namqpMaxMessageSize=1048576\n"
         "amqpAuthenticationMechanisms=PLAIN,AMQPLAIN\n"
         "amqpConnectionCloseTimeout=1500\namqpHandshakeTimeoutMs=2500\n"
-        "amqpDebugBinaryDataLength=16\namqpProxyProtocolTrustedNetworks=10.0.0.0/8,unix\n",
+        "amqpDebugBinaryDataLength=16\namqpProxyProtocolTrustedNetworks=10.0.0.0/8,unix\n"
+        "amqpServerProduct=Starlight for RabbitMQ\namqpServerVersion=4.1.0\n",
         {},
         source="test.conf",
     )
@@ -44,6 +45,7 @@ def test_server_settings_carry_the_derived_values() -> None:
     assert connection.heartbeat_timeout_factor == 3
     assert connection.max_message_size == 1048576
     assert connection.mechanisms == ("PLAIN", "AMQPLAIN")
+    assert (connection.product, connection.version) == ("Starlight for RabbitMQ", "4.1.0")
     assert settings.close_timeout == 1.5  # milliseconds in the file, seconds in the shell
     assert settings.handshake_timeout == 2.5
     assert settings.debug_binary_length == 16

@@ -127,6 +127,8 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "zooKeeperSessionTimeoutMs": ("30000", 30000),
     "gatewayCompiledHotPath": ("true", True),
     "gatewayMemoryAllocator": ("auto", "auto"),
+    "amqpServerProduct": ("RabbitMQ", "RabbitMQ"),
+    "amqpServerVersion": ("3.13.7", "3.13.7"),
 }
 
 ALL_KEYS = {**REFERENCE_KEYS, **GATEWAY_KEYS}
@@ -695,6 +697,9 @@ def test_zookeeper_connection_strings(value: str, expected: str) -> None:
         ("advertisedAddress=bad_host!", ["invalid host name"]),
         ("advertisedAddress=[zz]", ["IPv6"]),
         ("brokerClientAuthenticationPlugin=com.example.MyAuth", ["'com.example.MyAuth'"]),
+        ("amqpServerVersion=4.0.0-beta.5", ["RabbitMQ version", "'4.0.0-beta.5'"]),
+        ("amqpServerVersion=4", ["numbers only"]),
+        ("amqpServerVersion=", ["such as 3.13.7"]),
     ],
 )
 def test_bad_values(line: str, fragments: list[str]) -> None:

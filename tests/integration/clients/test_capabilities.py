@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from contextlib import contextmanager
 
+import kombu
 import pika
 import pytest
 
+from gateway import __version__ as gateway_version
 from gateway.amqp.capabilities import SERVER_CAPABILITIES
+from gateway.app import server_settings
 from gateway.backend.memory import MemoryBackend
-from tests.support.clients import connect
+from gateway.config import config_from_text
+from gateway.server.address import Listener
+from tests.support.clients import amqp_url, connect
 from tests.support.gateway_thread import GatewayInThread
 
 IMPLEMENTED = {
@@ -38,3 +45,57 @@ def test_exactly_the_implemented_capabilities(connection: pika.BlockingConnectio
     advertised = connection._impl.server_capabilities
     assert advertised == dict.fromkeys(IMPLEMENTED, True)
     assert dict.fromkeys(IMPLEMENTED, True) == SERVER_CAPABILITIES
+
+
+# ------------------------------------------------------------ product and version (issue 34)
+
+REQUIRED_KEYS = (
+    "brokerServiceURL=pulsar://127.0.0.1:6650\n"
+    "brokerWebServiceURL=http://127.0.0.1:8080\n"
+    "configurationStoreServers=127.0.0.1:2181\n"
+)
+
+
+@contextmanager
+def configured_gateway(extra: str = "") -> Iterator[GatewayInThread]:
+    """A gateway whose connection settings come from a configuration file's keys."""
+    config = config_from_text(REQUIRED_KEYS + extra, {}, source="test.conf")
+    settings = dataclasses.replace(
+        server_settings(config), listeners=(Listener("amqp", "127.0.0.1", 0),)
+    )
+    with GatewayInThread(settings, backend=MemoryBackend()) as gateway:
+        yield gateway
+
+
+def test_product_and_version_are_rabbitmqs_by_default() -> None:
+    # amqplib's tests assert product "RabbitMQ", amqp091-go's skip for another product, and
+    # kombu reads version only when product is "RabbitMQ": then, as against RabbitMQ 3.3 and
+    # later, it reports that Basic.Qos's global flag is RabbitMQ's (per channel), and Celery
+    # sends global=true, which the gateway honours per channel.
+    with configured_gateway() as gateway:
+        connection = connect(gateway.port)
+        properties = connection._impl.server_properties
+        connection.close()
+        assert properties["product"] == "RabbitMQ"
+        assert properties["version"] == "3.13.7"
+        assert properties["starlight_version"] == gateway_version
+        with kombu.Connection(amqp_url(gateway.port), connect_timeout=5) as kombu_connection:
+            kombu_connection.connect()
+            assert kombu_connection.qos_semantics_matches_spec is False
+
+
+def test_product_and_version_are_configurable() -> None:
+    with configured_gateway(
+        "amqpServerProduct=Starlight for RabbitMQ\namqpServerVersion=4.1.0\n"
+    ) as gateway:
+        connection = connect(gateway.port)
+        properties = connection._impl.server_properties
+        connection.close()
+        assert (properties["product"], properties["version"]) == (
+            "Starlight for RabbitMQ",
+            "4.1.0",
+        )
+        with kombu.Connection(amqp_url(gateway.port), connect_timeout=5) as kombu_connection:
+            kombu_connection.connect()
+            # Not "RabbitMQ": kombu assumes the spec's Basic.Qos semantics.
+            assert kombu_connection.qos_semantics_matches_spec is True

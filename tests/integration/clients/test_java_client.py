@@ -108,7 +108,7 @@ def test_connection_factory_defaults(java: str, gateway: GatewayInThread) -> Non
     assert facts["frame_max"] == str(tuning.frame_max)
     assert facts["channel_max"] == str(min(2047, tuning.channel_max))
     assert facts["highest_channel_open"] == "true"
-    assert facts["product"] == "Starlight for RabbitMQ"
+    assert facts["product"] == tuning.product == "RabbitMQ"
     assert facts["version"] == tuning.version
     assert facts["capabilities"].split(",") == sorted(
         [

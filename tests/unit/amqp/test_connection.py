@@ -42,7 +42,7 @@ def test_handshake_transcript_as_pika_sends_it() -> None:
     assert start.mechanisms == "PLAIN"
     assert start.locales == "en_US"
     props = start.server_properties
-    assert props["product"] == "Starlight for RabbitMQ"
+    assert props["product"] == "RabbitMQ"
     assert props["version"] == "3.13.7"
     assert props["platform"].startswith("Python ")
     caps = props["capabilities"]
