@@ -56,7 +56,7 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
             heartbeat=config.heartbeat,
             heartbeat_timeout_factor=config.amqpHeartbeatTimeoutFactor,
             max_message_size=config.amqpMaxMessageSize,
-            mechanisms=config.amqpAuthenticationMechanisms,
+            mechanisms=config.offered_mechanisms,
             product=config.amqpServerProduct,
             version=config.amqpServerVersion,
             compiled=config.gatewayCompiledHotPath,

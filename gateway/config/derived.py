@@ -22,6 +22,7 @@ class DerivedValues:
     # The keys read below; declared here for the type checker, defined by the schema's fields
     # (mypy rejects a field whose type drifts from these).
     advertisedAddress: str
+    amqpAuthenticationMechanisms: tuple[str, ...]
     amqpBrokerClientAuthenticationParameters: str
     amqpConnectionCloseTimeout: int
     amqpHandshakeTimeoutMs: int
@@ -31,6 +32,7 @@ class DerivedValues:
     amqpNetworkBufferSize: int
     amqpNodeName: str
     amqpSessionCountLimit: int
+    authenticationEnabled: bool
     brokerClientAuthenticationParameters: str
     brokerClientAuthenticationPlugin: str
     brokerServiceURL: str
@@ -41,6 +43,24 @@ class DerivedValues:
     def channel_max(self) -> int:
         """``channel-max`` to offer in Connection.Tune (amqpSessionCountLimit)."""
         return self.amqpSessionCountLimit
+
+    @property
+    def offered_mechanisms(self) -> tuple[str, ...]:
+        """SASL mechanisms to offer in Connection.Start: amqpAuthenticationMechanisms, and
+        with authentication off AMQPLAIN right after PLAIN.
+
+        AMQPLAIN carries PLAIN's credentials in a field table, and RabbitMQ offers both by
+        default (``auth_mechanisms``); some clients log in with AMQPLAIN only (py-amqp prefers
+        it, it is php-amqplib's default). The key's default stays the reference's (PLAIN);
+        without authentication the credentials are not checked (the reference's gateway then
+        does not even look at the mechanism), so offering AMQPLAIN too only lets those clients
+        in. With authentication on, exactly the configured mechanisms are offered.
+        """
+        mechanisms = self.amqpAuthenticationMechanisms
+        if self.authenticationEnabled or "AMQPLAIN" in mechanisms or "PLAIN" not in mechanisms:
+            return mechanisms
+        at = mechanisms.index("PLAIN") + 1
+        return (*mechanisms[:at], "AMQPLAIN", *mechanisms[at:])
 
     @property
     def frame_max(self) -> int:

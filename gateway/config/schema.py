@@ -178,7 +178,8 @@ class GatewayConfig(DerivedValues):
             """SASL mechanisms offered to clients, comma-separated, from PLAIN, AMQPLAIN and
             EXTERNAL. PLAIN and AMQPLAIN take a JWT as the password (the username is ignored);
             EXTERNAL authenticates with the common name of the TLS client certificate and needs
-            an amqps listener.""",
+            an amqps listener. With authenticationEnabled=false, AMQPLAIN is offered too
+            wherever PLAIN is, as RabbitMQ offers both (no credentials are checked then).""",
             _AUTH,
         )
     )

@@ -44,10 +44,16 @@ def test_server_settings_carry_the_derived_values() -> None:
     )
     assert connection.heartbeat_timeout_factor == 3
     assert connection.max_message_size == 1048576
-    assert connection.mechanisms == ("PLAIN", "AMQPLAIN")
+    assert connection.mechanisms == ("PLAIN", "AMQPLAIN")  # config.offered_mechanisms
     assert (connection.product, connection.version) == ("Starlight for RabbitMQ", "4.1.0")
     assert settings.close_timeout == 1.5  # milliseconds in the file, seconds in the shell
     assert settings.handshake_timeout == 2.5
     assert settings.debug_binary_length == 16
     assert settings.tls is None  # no amqps listener
     assert settings.proxy_trust == ProxyTrust.parse(("10.0.0.0/8", "unix"))
+
+
+def test_connection_start_offers_amqplain_beside_plain_without_authentication() -> None:
+    settings = server_settings(config_from_text(REQUIRED, {}, source="test.conf"))
+    assert settings.connection.mechanisms == ("PLAIN", "AMQPLAIN")
+    assert settings.connection.channel_max == 256  # amqpSessionCountLimit: the reference's

@@ -899,6 +899,32 @@ def test_derived_values() -> None:
     assert config.zookeeper_session_timeout == 15.0
 
 
+@pytest.mark.parametrize(
+    ("keys", "offered"),
+    [
+        # Authentication off (the default): AMQPLAIN, PLAIN's credentials as a table, too.
+        ("", ("PLAIN", "AMQPLAIN")),
+        ("amqpAuthenticationMechanisms=AMQPLAIN,PLAIN\n", ("AMQPLAIN", "PLAIN")),
+        (
+            "amqpAuthenticationMechanisms=PLAIN,EXTERNAL\namqpListeners=amqps://h:5671\n"
+            + CERT
+            + "tlsTrustCertsFilePath=/ca.pem\n",
+            ("PLAIN", "AMQPLAIN", "EXTERNAL"),
+        ),
+        (
+            "amqpAuthenticationMechanisms=EXTERNAL\namqpListeners=amqps://h:5671\n"
+            + CERT
+            + "tlsTrustCertsFilePath=/ca.pem\n",
+            ("EXTERNAL",),
+        ),
+        # Authentication on: exactly what the key lists (the reference's default: PLAIN).
+        (f"authenticationEnabled=true\ntokenSecretKey={SECRET}\n", ("PLAIN",)),
+    ],
+)
+def test_offered_mechanisms(keys: str, offered: tuple[str, ...]) -> None:
+    assert load(keys).offered_mechanisms == offered
+
+
 def test_default_derived_values() -> None:
     config = load()
     assert config.heartbeat_timeout is None  # amqpHeartbeatDelay=0: no heartbeats offered

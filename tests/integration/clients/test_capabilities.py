@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import kombu
 import pika
 import pytest
+from pamqp import commands, frame
 
 from gateway import __version__ as gateway_version
 from gateway.amqp.capabilities import SERVER_CAPABILITIES
@@ -99,3 +101,35 @@ def test_product_and_version_are_configurable() -> None:
             kombu_connection.connect()
             # Not "RabbitMQ": kombu assumes the spec's Basic.Qos semantics.
             assert kombu_connection.qos_semantics_matches_spec is True
+
+
+# ------------------------------------------------------- SASL mechanisms and channel-max
+
+
+def test_amqplain_is_offered_beside_plain_without_authentication() -> None:
+    # RabbitMQ offers PLAIN and AMQPLAIN. Without authentication (the reference's default) any
+    # credentials are let in, so AMQPLAIN, PLAIN's credentials in a field table, is offered too:
+    # clients that log in with it (py-amqp prefers it, php-amqplib's default, amqp091-go's
+    # AMQPlainAuth) find it offered. channel-max stays the reference's amqpSessionCountLimit.
+    with configured_gateway() as gateway:
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            received = b""
+            while len(received) < 7 or len(received) < 8 + int.from_bytes(received[3:7], "big"):
+                chunk = sock.recv(65536)
+                assert chunk, "the gateway closed before Connection.Start"
+                received += chunk
+        _, _, start = frame.unmarshal(received)
+        assert isinstance(start, commands.Connection.Start)
+        assert start.mechanisms == "PLAIN AMQPLAIN"
+        with kombu.Connection(
+            amqp_url(gateway.port), login_method="AMQPLAIN", connect_timeout=5
+        ) as kombu_connection:
+            kombu_connection.connect()
+            assert kombu_connection.connection.server_properties["product"] == "RabbitMQ"
+            channel = kombu_connection.channel()
+            assert channel.channel_id == 1
+            channel.close()
+        connection = connect(gateway.port)
+        assert connection._impl.params.channel_max == 256  # amqpSessionCountLimit, reference
+        connection.close()
