@@ -683,6 +683,14 @@ class ServerConnection(ConnectionHandshake):
             self._last_recv + self._heartbeat * self.settings.heartbeat_timeout_factor,
         )
 
+    def not_reading(self, now: float) -> None:
+        """The shell has not read since it took the last bytes: a method of this connection
+        is waiting on Pulsar or ZooKeeper. What the peer sent meanwhile (its heartbeats
+        among it) is waiting in the socket, so its silence proves nothing yet: RabbitMQ's
+        reader keeps reading heartbeats while a channel waits. A dead peer is still found
+        once reading resumes."""
+        self._last_recv = max(self._last_recv, now)
+
     def handle_timer(self, now: float) -> list[ev.Event]:
         """Send a heartbeat when we have been quiet for half the interval (as RabbitMQ
         does, so that a client's "two missed heartbeats" never trips); declare the peer dead

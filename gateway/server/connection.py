@@ -91,6 +91,9 @@ class ClientConnection:
         self._written_out = False
         self._timer_rearmed = trio.Event()
         self._timer_deadline: float | None = None
+        # The reader is handling what it read (a method may be waiting on Pulsar or
+        # ZooKeeper) rather than reading: the heartbeat timer must not blame the client.
+        self._handling = False
         # Set once the vhost is open: its counters count this connection until it ends.
         self._counts: VhostCounters | None = None
         COUNTERS.connections_opened += 1
@@ -176,7 +179,11 @@ class ClientConnection:
                         data[: self._settings.debug_binary_length],
                     )
                 events = self.protocol.receive_data(data, trio.current_time())
-                await self._handle_events(events)
+                self._handling = True
+                try:
+                    await self._handle_events(events)
+                finally:
+                    self._handling = False
                 await self.flush()
                 self._rearm_timer()
                 if not data:
@@ -287,6 +294,8 @@ class ClientConnection:
                 await self._timer_rearmed.wait()
                 self._timer_rearmed = trio.Event()
             if scope.cancelled_caught:
+                if self._handling:  # the reader waits on a method: nothing was read since
+                    self.protocol.not_reading(trio.current_time())
                 await self._handle_events(self.protocol.handle_timer(trio.current_time()))
                 await self.flush()
                 if self.protocol.is_closed:

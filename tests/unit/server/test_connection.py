@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -12,7 +13,8 @@ import trio.testing
 from gateway.amqp.connection import ConnectionSettings
 from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.auth.authenticator import AcceptAnyone, AuthenticationFailed, PeerIdentity
-from gateway.backend.unsupported import UnsupportedBackend
+from gateway.backend.interface import QueueStatus
+from gateway.backend.unsupported import UnsupportedBackend, UnsupportedVirtualHost
 from gateway.server.connection import ClientConnection
 from gateway.server.settings import ServerSettings
 from tests.support.scripted_client import PROTOCOL_HEADER, ScriptedClient, commands, heartbeat
@@ -27,14 +29,14 @@ class RefuseEveryone:
 
 @asynccontextmanager
 async def served(
-    settings: ServerSettings | None = None, authenticator: object = None
+    settings: ServerSettings | None = None, authenticator: object = None, backend: object = None
 ) -> AsyncIterator[tuple[ScriptedClient, ClientConnection]]:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     connection = ClientConnection(
         server_stream,
         settings or ServerSettings(),
         authenticator or AcceptAnyone(),  # type: ignore[arg-type]
-        UnsupportedBackend(),
+        backend or UnsupportedBackend(),  # type: ignore[arg-type]
         PeerIdentity("test:1"),
     )
     async with trio.open_nursery() as nursery:
@@ -103,6 +105,48 @@ async def test_a_client_that_sends_heartbeats_stays_connected(
         for _ in range(10):
             await trio.sleep(5)
             await client.send(heartbeat.Heartbeat())
+        assert not connection.finished.is_set()
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="done", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+
+
+class SlowDeclares(UnsupportedVirtualHost):
+    """Queue.Declare waits 30 s (Pulsar or ZooKeeper slow after an outage)."""
+
+    async def declare_queue(self, command: Any, owner: Any) -> QueueStatus:
+        await trio.sleep(30)
+        return QueueStatus(command.queue, 0, 0, created=True)
+
+
+class SlowBackend:
+    async def open_vhost(self, vhost: str, user: str) -> SlowDeclares:
+        return SlowDeclares(vhost)
+
+
+async def test_a_client_waiting_on_a_slow_method_is_not_taken_for_dead(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Issue 37: while one channel's Queue.Declare waited, the gateway read nothing, and
+    # dropped pika after 2 x heartbeat for "missed heartbeats" it had never read.
+    settings = ServerSettings(connection=ConnectionSettings(heartbeat=10))
+    async with served(settings, backend=SlowBackend()) as (client, connection):
+        await client.handshake(heartbeat_interval=10)
+        await client.open_channel(1)
+        await client.send(commands.Queue.Declare(queue="q"), 1)
+        started = trio.current_time()
+
+        async def beat() -> None:
+            while True:
+                await trio.sleep(5)
+                await client.send(heartbeat.Heartbeat())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(beat)
+            await client.expect(commands.Queue.DeclareOk, 1)
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() - started == pytest.approx(30, abs=0.5)
         assert not connection.finished.is_set()
         await client.send(
             commands.Connection.Close(reply_code=200, reply_text="done", class_id=0, method_id=0)
