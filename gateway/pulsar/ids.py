@@ -92,6 +92,16 @@ def batch_position(serialized: bytes) -> BatchPosition:
     return BatchPosition((number(1), number(2), number(3, -1)), number(4, -1), number(6, 0))
 
 
+def is_chunked(serialized: bytes) -> bool:
+    """Whether pulsar-client's serialized message id is a chunked message's (PIP-37: a message
+    above the broker's maxMessageSize, stored as several entries): such an id carries its first
+    chunk's id (``first_chunk_message_id``, field 7 of ``MessageIdData``) besides its last's."""
+    try:
+        return 7 in fields(serialized)
+    except ValueError as error:
+        raise ValueError(f"not a serialized message id: {error}") from None
+
+
 # The same sentinels as pulsar-client's MessageId.earliest / MessageId.latest.
 EARLIEST = MessageId(-1, -1, -1, -1)
 LATEST = MessageId(_MAX_LONG, _MAX_LONG, -1, -1)

@@ -92,9 +92,13 @@ class ProducerOptions:
     batching_max_allowed_size_in_bytes: int = 128 * 1024
     # In-flight limit (trio side and C++ side).
     max_pending_messages: int = 1000
+    # pulsar-client's own limit, if not the same: it counts each chunk of a chunked message
+    # (ProducerImpl::sendAsync takes a slot per chunk) where ours counts messages; 0 is none.
+    native_max_pending_messages: int | None = None
     send_timeout_ms: int = 30_000
     compression: Compression = "none"
-    # For messages above the broker's maxMessageSize (5 MB by default); needs batching off.
+    # For messages above the broker's maxMessageSize (5 MB by default); needs batching off
+    # (producer_cache.py gives such messages a producer of their own).
     chunking_enabled: bool = False
     producer_name: str | None = None
     # Send groups through the compiled module when it is built (compiled.py); False always
@@ -106,6 +110,8 @@ class ProducerOptions:
             raise ValueError("max_pending_messages must be >= 1")
         if self.batching_enabled and self.chunking_enabled:
             raise ValueError("batching and chunking cannot both be enabled")
+        if self.native_max_pending_messages is not None and self.native_max_pending_messages < 0:
+            raise ValueError("native_max_pending_messages must be >= 0")
 
 
 def _native_config(options: ProducerOptions) -> Any:
@@ -113,7 +119,10 @@ def _native_config(options: ProducerOptions) -> Any:
 
     conf = _pulsar.ProducerConfiguration()
     conf.send_timeout_millis(options.send_timeout_ms)
-    conf.max_pending_messages(options.max_pending_messages)
+    native_pending = options.native_max_pending_messages
+    conf.max_pending_messages(
+        options.max_pending_messages if native_pending is None else native_pending
+    )
     conf.block_if_queue_full(False)  # never block the trio thread inside send_async
     conf.batching_enabled(options.batching_enabled)
     conf.batching_max_messages(options.batching_max_messages)

@@ -17,6 +17,7 @@ from gateway.backend.interface import Delivery, Owner, QueueSubscription
 from gateway.backend.replies import ReplyConsumer
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.transaction import Transaction
+from gateway.server.write_watch import WriteWatch
 
 
 class SessionLink(Protocol):
@@ -60,6 +61,8 @@ class SessionChannel:
     prefetch: Prefetch = field(default_factory=Prefetch)
     consumers: dict[str, Consumer] = field(default_factory=dict)
     confirms: ConfirmQueue | None = None
+    # Without confirms: the watch that closes the channel when a write fails (write_watch.py).
+    writes: WriteWatch | None = None
     confirm_scope: trio.CancelScope | None = None
     tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"

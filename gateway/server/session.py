@@ -28,6 +28,7 @@ from gateway.backend.interface import (
     Delivery,
     Message,
     PublishOutcome,
+    Stored,
     SubscriptionEnded,
     VirtualHost,
 )
@@ -41,11 +42,13 @@ from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
+from gateway.pulsar.errors import to_amqp_error
 from gateway.server.channel_state import Consumer, SessionChannel, SessionLink, Unacked
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.direct_replies import DirectReplies
 from gateway.server.stall_watch import StallWatch
 from gateway.server.transaction import Transaction
+from gateway.server.write_watch import WriteWatch
 
 log = logging.getLogger("gateway.session")
 
@@ -271,6 +274,10 @@ class AMQPSession:
                 if state.confirms is not None:
                     self._counts.received_confirm += 1
                     state.confirms.add(outcome.stored)
+                else:
+                    writes = state.writes or self._watch_writes(state)
+                    if outcome.stored is not writes.last:  # a group's next message: seen
+                        writes.add(outcome.stored)
                 return None
         return self._publish_rest(state, event, message)
 
@@ -286,6 +293,27 @@ class AMQPSession:
         if state.confirms is not None:
             self._counts.received_confirm += 1
             state.confirms.add(outcome.stored)
+        else:
+            (state.writes or self._watch_writes(state)).add(outcome.stored)
+
+    def _watch_writes(self, state: SessionChannel) -> WriteWatch:
+        """The channel's watch of its writes without confirms (write_watch.py): a failed one
+        closes the channel (or the connection, for a hard error), unless it closed already."""
+        link = self._link
+
+        def fail(error: BaseException) -> None:
+            if self._channels.get(state.number) is not state:
+                return  # closed meanwhile (its number may be a new channel's by now)
+            amqp = error if isinstance(error, AMQPError) else to_amqp_error(error, "publishing")
+            with contextlib.suppress(RuntimeError):  # the connection is ending anyway
+                link.nursery.start_soon(link.fail, state.number, amqp)
+
+        def spawn(wait: Callable[[Stored], Awaitable[None]], stored: Stored) -> None:
+            with contextlib.suppress(RuntimeError):
+                link.nursery.start_soon(wait, stored)
+
+        state.writes = WriteWatch(fail, spawn)
+        return state.writes
 
     def _received(self, state: SessionChannel, event: ev.PublishReceived) -> Message | None:
         """Count and check a publish; its message, or None when a transaction holds it."""

@@ -13,6 +13,17 @@ queue reads) and marked requeued, and once Pulsar has stored the copy the origin
 acknowledged. The copy comes back with ``redelivered=true``, after what is already waiting in
 that topic: as with Pulsar's negative acknowledgement, a requeued message does not keep its
 place (RabbitMQ puts it back where it was when it can).
+
+A chunked message (one above the broker's maxMessageSize, stored as several entries by the
+publishing replica's chunking producer: producer_cache.py) cannot go back by a negative
+acknowledgement either: that brings back only its last chunk, which the consumer drops as
+incomplete (``ReceivedMessage.chunked``). Closing its consumer gives it back whole, so it stays
+unacknowledged for up to ``CHUNKED_RETURN_GRACE``: a consumer that closes meanwhile (its channel
+closing, a cancelled consumer whose last delivery it was) gives it back; one that stays gets
+it copied as above. Not a copy at once: Pulsar 4.0 may begin to dispatch the copy's chunks to
+the consumer that is about to close, and a Shared subscription whose chunked message was cut
+that way stalls (Pulsar's ``SharedConsumerAssignor`` keeps sending the rest to the closed
+consumer; docs/reliability.md, "Large messages").
 """
 
 from __future__ import annotations
@@ -53,6 +64,12 @@ Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
 # The longest a new consumer of a priority queue waits to have read them before its first
 # delivery (another consumer may take some meanwhile: the count is a moment's).
 FILL_WAIT = 1.0
+# How long a requeued chunked message waits for its consumer to close (and give it back whole)
+# before it is copied instead (module docstring): a channel's close or a cancelled consumer's
+# last settlement closes it within milliseconds.
+CHUNKED_RETURN_GRACE = 1.0
+# Starts a task in the background (the vhost's nursery).
+Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 
 
 def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
@@ -144,6 +161,16 @@ class PulsarDelivery:
         if requeue and self._received.in_batch:
             await self._requeue_copy()
             return
+        if requeue and self._received.chunked:
+            spawn = self._subscription.spawn
+            if spawn is None:
+                await self._requeue_copy()
+                return
+            # Settled now (a retired consumer closes once its last delivery is), still
+            # known as delivered (its return comes back redelivered): module docstring.
+            self._settle(requeued=True)
+            spawn(self._return_chunked)
+            return
         self._settle(requeued=requeue)
         if not requeue:
             await self.drop("rejected")
@@ -178,8 +205,31 @@ class PulsarDelivery:
         back when the consumer closes, not marked redelivered."""
         self._settle(requeued=False)
 
+    async def _return_chunked(self) -> None:
+        """A chunked message rejected with requeue, in the background: given back by its
+        consumer's close if that comes within ``CHUNKED_RETURN_GRACE``, else copied."""
+        subscription = self._subscription
+        with trio.move_on_after(CHUNKED_RETURN_GRACE):
+            await subscription.close_done.wait()
+            return  # closed: Pulsar gives it back, whole
+        received = self._received
+        try:
+            await subscription.requeue_copy(
+                subscription.queue, self.message, enqueued_at(received, received.properties), True
+            )
+        except Exception as error:
+            log.warning(
+                "requeueing a chunked message of '%s' by copy failed (%s); it comes back when "
+                "its consumer closes",
+                subscription.queue,
+                error,
+            )
+        else:
+            self._acknowledge()
+
     async def _requeue_copy(self) -> None:
-        """Requeue one message of a batch: a copy goes in, then the original goes out.
+        """Requeue one message of a batch (or a chunked one): a copy goes in, then the
+        original goes out.
 
         Counted as settled only once the original is acknowledged: a retired consumer closes
         when its last delivery is settled, and closing before that acknowledgement would
@@ -228,8 +278,12 @@ class PulsarQueueSubscription:
         returned: Returned | None = None,
         fill: Fill | None = None,
         priority: int = 0,
+        spawn: Spawn | None = None,
     ) -> None:
+        """``spawn``: starts background work (a requeued chunked message's return); without
+        it such a message is copied back at once."""
         self.queue = queue
+        self.spawn = spawn
         self.priority = priority  # its consumer priority (x-priority)
         self._returned = returned
         # When this consumer last gave a message back (trio time), if it did.
@@ -423,6 +477,11 @@ class PulsarQueueSubscription:
         if not self.left:
             self.left = True
             self._on_closed(self)
+
+    @property
+    def close_done(self) -> trio.Event:
+        """Set once closed: every message it held is back with Pulsar."""
+        return self._close_done
 
     async def close(self) -> None:
         if self.closed:

@@ -435,6 +435,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             returned=self.records.returned,
             fill=None if ordering is None else to_read(self._r),
             priority=priority,
+            spawn=self._r.nursery.start_soon,
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:

@@ -290,6 +290,10 @@ class FakeMessageId:
     def batch_index(self) -> int:
         return self.index
 
+    def serialize(self) -> bytes:
+        # As pulsar-client serializes an id (ledger 1, entry 2): not a chunked message's.
+        return bytes.fromhex("08011002")
+
 
 @dataclass(frozen=True)
 class FakeMessage:

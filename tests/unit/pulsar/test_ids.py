@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.pulsar.ids import EARLIEST, LATEST, BatchPosition, MessageId, batch_position
+from gateway.pulsar.ids import (
+    EARLIEST,
+    LATEST,
+    BatchPosition,
+    MessageId,
+    batch_position,
+    is_chunked,
+)
 
 
 def test_message_id_ordering_and_round_trips() -> None:
@@ -63,3 +70,17 @@ def test_batch_position_reads_what_pulsar_client_serializes(
 def test_batch_position_refuses_what_is_not_a_message_id(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a serialized message id"):
         batch_position(data)
+
+
+def test_a_chunked_messages_id_is_told_apart() -> None:
+    # pulsar-client 3.13 serialized these received from Pulsar 4.0: a message of two chunks
+    # (entries 60:0 and 60:1; its id names the last, with the first in field 7) and the
+    # plain message after it.
+    chunked = bytes.fromhex("083c10013a04083c1000")
+    assert is_chunked(chunked)
+    assert batch_position(chunked) == BatchPosition((60, 1, -1), -1, 0)  # its last chunk
+    assert not is_chunked(bytes.fromhex("083c1002"))
+    assert not is_chunked(bytes.fromhex("088d04100020013003"))  # of a batch
+    assert not is_chunked(bytes(MessageId(1, 2).to_native().serialize()))
+    with pytest.raises(ValueError, match="not a serialized message id"):
+        is_chunked(b"\x08")
