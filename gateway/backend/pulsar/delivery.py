@@ -158,7 +158,9 @@ class PulsarDelivery:
             # position), marked redelivered (it stays in ``redeliveries``).
             self._settle(requeued=True)
             return
-        if requeue and self._received.in_batch:
+        if requeue and (
+            self._received.in_batch or self._subscription.held_through_a_purge(self._received)
+        ):
             await self._requeue_copy()
             return
         if requeue and self._received.chunked:
@@ -315,6 +317,19 @@ class PulsarQueueSubscription:
         # first delivery it reads the queue's backlog, up to its window.
         self.prioritized = consumer.options.priority_of is not None
         self._fill = fill
+        # Per topic: its last entry when the queue was purged on this replica (purge_queue).
+        self.purged_at: dict[str, tuple[int, int]] = {}
+
+    def held_through_a_purge(self, received: ReceivedMessage) -> bool:
+        """Whether ``received`` was read before a purge of its queue here. RabbitMQ's purge
+        leaves unacknowledged messages to their holders, and a requeue brings them back;
+        Pulsar's skip-all moved the subscription's cursor past them, so a negative
+        acknowledgement would bring nothing back: such a message is requeued by copy."""
+        at = self.purged_at.get(received.topic)
+        if at is None:
+            return False
+        message_id = received.message_id
+        return (message_id.ledger_id, message_id.entry_id) <= at
 
     async def filled(self) -> None:
         """Once, before the first delivery of a priority queue's consumer: wait until it has

@@ -328,11 +328,17 @@ class PulsarVirtualHost(CatalogVirtualHost):
             raise refuse_purge(resource("queue", name, self.name))
         view = self._view
         count = await self._message_count(view, name)
+        holders = list(self._consumers.get(name, ()))
+        getter = self._basic_gets.by_queue.get(name)
+        if getter is not None:
+            holders.append(getter)  # retired below; its clients may still hold messages
         await self._basic_gets.close(name)
         admin = self._r.admin
         for topic in self._topics.read_by(view, name):
             last = await amqp_errors(admin.last_message_id(topic), f"purging '{name}'")
-            self._admission.purged[(name, topic)] = position_of(last)
+            purged = self._admission.purged[(name, topic)] = position_of(last)
+            for holder in holders:
+                holder.purged_at[topic] = purged
             await amqp_errors(admin.skip_all(topic, subscription_for(name)), f"purging '{name}'")
         return count
 

@@ -509,3 +509,27 @@ def test_counts_right_after_a_settle_reflect_it(running: Running, how: str) -> N
     assert channel.queue_declare(name, passive=True).method.message_count == 0
     channel.queue_delete(name, if_empty=True)
     connection.close()
+
+
+@pytest.mark.parametrize("how", ["get", "consume"])
+def test_a_purge_leaves_unacknowledged_deliveries_to_come_back(running: Running, how: str) -> None:
+    # RabbitMQ's purge removes ready messages only; what a client holds unacknowledged comes
+    # back when it is requeued (the Java client's QueueLifecycle/Purge test: basicGet after
+    # the purge and the holder's close found nothing here).
+    connection = running.connect()
+    channel = connection.channel()
+    name = unique(f"purged-{how}")
+    channel.queue_declare(name)
+    publish_confirmed(channel, name, 3)
+    holder = connection.channel()
+    if how == "get":
+        held = [_get(holder, name), _get(holder, name)]
+    else:
+        holder.basic_qos(prefetch_count=2)
+        held = []
+        holder.basic_consume(name, lambda ch, m, p, b: held.append(m))
+        wait_for(lambda: len(held) == 2, connection, what="two deliveries")
+    assert channel.queue_purge(name).method.message_count == 1
+    holder.close()  # its two unacknowledged messages go back to the queue
+    assert sorted(get_bodies(channel, name, 2)) == [b"m0", b"m1"]
+    connection.close()
