@@ -42,7 +42,7 @@ from gateway.backend.interface import (
 from gateway.backend.pulsar.acks_applied import acks_applied
 from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
-from gateway.backend.pulsar.basic_get import BasicGetConsumers
+from gateway.backend.pulsar.basic_get import GET_READ_AHEAD, BasicGetConsumers
 from gateway.backend.pulsar.binding_changes import BindingChanges
 from gateway.backend.pulsar.dead_lettering import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
@@ -105,7 +105,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._drains = Drains(self._topics.prefix)
         self._basic_gets = BasicGetConsumers(
             lambda task: self._r.nursery.start_soon(task),
-            lambda queue: self._subscription(queue, exclusive=False, read_ahead=1),
+            lambda queue: self._subscription(queue, exclusive=False, read_ahead=GET_READ_AHEAD),
             lambda queue: self._message_count(self._view, queue),
         )
         self._subscriptions = QueueSubscriptions(
