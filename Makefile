@@ -24,15 +24,18 @@ $(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*) $(wildcard gateway/amq
 	$(PYTHON) -c 'import sys; from gateway.amqp.compiled import main; sys.exit(main())'
 	touch $(COMPILED)
 
-# The stack script is stdlib-only, so it needs no virtualenv.
+# The stack script is stdlib-only, so it needs no virtualenv. PROFILE=secured or
+# PROFILE=cluster (2 brokers, 2 bookies, ZooKeeper as JVMs of their own) picks another
+# profile; see docs/local-stack.md.
+PROFILE ?= default
 stack-up:
-	python3 scripts/stack.py up
+	python3 scripts/stack.py up --profile $(PROFILE)
 
 stack-down:
-	python3 scripts/stack.py down
+	python3 scripts/stack.py down --profile $(PROFILE)
 
 stack-status:
-	python3 scripts/stack.py status
+	python3 scripts/stack.py status --profile $(PROFILE)
 
 # The secured profile: a second, independent Pulsar (TLS only, token + TLS authentication,
 # authorization) on its own ports; see docs/local-stack.md. The default stack is not touched.
@@ -54,7 +57,7 @@ lint: install
 	$(VENV)/bin/ruff check gateway tests scripts bench
 	$(VENV)/bin/ruff format --check gateway tests scripts bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict scripts/stack.py scripts/pulsar_proxy.py
+	$(VENV)/bin/mypy --strict scripts/stack.py scripts/stack_cluster.py scripts/pulsar_proxy.py
 	$(VENV)/bin/mypy --strict scripts/helm_chart.py
 
 # The whole suite. The test session starts the local stack if it is not up and stops what it

@@ -5,6 +5,7 @@
     python3 scripts/stack.py status         # exit 0 if up, 3 if down
     python3 scripts/stack.py down           # stop exactly what `up` started
     python3 scripts/stack.py up --profile secured   # a second, independent Pulsar: TLS + tokens
+    python3 scripts/stack.py up --profile cluster   # 2 brokers, 2 bookies, ZooKeeper: 5 JVMs
 
 Pulsar (pinned in scripts/pulsar/pom.xml) comes from Maven Central through the local Maven
 repository (~/.m2); it runs as ``org.apache.pulsar.PulsarStandaloneStarter`` in ZooKeeper mode, on
@@ -230,6 +231,9 @@ SECURED = Profile(
     ),
 )
 PROFILES = {profile.name: profile for profile in (DEFAULT, SECURED)}
+# The multi-broker profile (ZooKeeper, bookies and brokers as JVMs of their own) lives in
+# scripts/stack_cluster.py; `--profile cluster` hands the command to it.
+CLUSTER_PROFILE = "cluster"
 
 
 @dataclass(frozen=True)
@@ -1142,7 +1146,10 @@ def status(profile: Profile = DEFAULT, as_json: bool = False) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
-    profile_help = "which stack: default (6650/8080/2181) or secured (TLS + tokens, 6661/8453/2191)"
+    profile_help = (
+        "which stack: default (6650/8080/2181), secured (TLS + tokens, 6661/8453/2191) or "
+        "cluster (2 brokers 6670,6671/8070,8071, 2 bookies, ZooKeeper 2201: stack_cluster.py)"
+    )
     up_parser = commands.add_parser("up", help="start the stack (if needed) and wait until healthy")
     up_parser.add_argument(
         "--fresh", action="store_true", help="stop it if running and wipe its data first"
@@ -1154,11 +1161,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     for sub in (up_parser, down_parser, status_parser):
         sub.add_argument(
-            "--profile", choices=sorted(PROFILES), default="default", help=profile_help
+            "--profile",
+            choices=sorted([*PROFILES, CLUSTER_PROFILE]),
+            default="default",
+            help=profile_help,
         )
     args = parser.parse_args(argv)
-    profile = PROFILES[args.profile]
     try:
+        if args.profile == CLUSTER_PROFILE:
+            # Five JVMs rather than one: its own module (scripts/ is on sys.path when this
+            # file runs as a script). It imports `stack`: this very module, not a second copy
+            # whose StackError the clause below would not catch.
+            sys.modules.setdefault("stack", sys.modules[__name__])
+            import stack_cluster
+
+            return stack_cluster.run(
+                args.command,
+                fresh=getattr(args, "fresh", False),
+                as_json=getattr(args, "json", False),
+            )
+        profile = PROFILES[args.profile]
         if args.command == "up":
             ensure_up(fresh=args.fresh, profile=profile)
             return 0
