@@ -247,7 +247,8 @@ class GatewayConfig(DerivedValues):
             Kind.WEB_URL,
             "",
             """Pulsar admin REST URL of the brokers: `http://host:8080` or
-            `https://host:8443`.""",
+            `https://host:8443`, several hosts comma-separated (`http://b1:8080,b2:8080`: one
+            serves until it fails, then the next).""",
             _BC,
             required=True,
         )

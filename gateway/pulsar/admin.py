@@ -11,6 +11,13 @@ timeouts and 5xx; a 4xx is an answer and becomes an :class:`~gateway.pulsar.erro
 Redirects (307 from a broker that does not own the topic's bundle) are followed by hand: httpx
 drops the ``Authorization`` header when a redirect changes host, and Pulsar redirects to
 another broker's address.
+
+Several brokers. A web service URL may name several hosts, ``http://b1:8080,b2:8080`` (Pulsar's
+own admin clients take that form, and so does ``brokerWebServiceURL``). Requests go to one of
+them until it fails: a connection refused (nothing was sent) moves the same attempt on to the
+next broker at once, whatever the method; a timeout or a connection lost moves the next
+attempt (a retry, for idempotent requests) there. Any broker answers for any topic: one that
+does not own the topic redirects to the one that does.
 """
 
 from __future__ import annotations
@@ -43,6 +50,16 @@ _MAX_REDIRECTS = 5
 # Pulsar lists the partitions of partitioned topics among the namespace's topics; a
 # non-partitioned topic can never end like this (the broker refuses such names with 412).
 _PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
+
+
+def web_service_urls(web_url: str) -> list[str]:
+    """Each broker's base URL in a web service URL: ``http://b1:8080,b2:8080/prefix`` gives
+    ``http://b1:8080/prefix`` and ``http://b2:8080/prefix``; a single host gives itself."""
+    scheme, separator, rest = web_url.partition("://")
+    hosts, slash, path = rest.partition("/")
+    suffix = (slash + path).rstrip("/")
+    found = [f"{scheme}://{host.strip()}{suffix}" for host in hosts.split(",") if host.strip()]
+    return found if separator and found else [web_url.rstrip("/")]
 
 
 def _ssl_verify(tls: TLSOption) -> ssl.SSLContext | bool:
@@ -121,8 +138,10 @@ class PulsarAdmin:
         headers = {"Accept": "application/json"}
         if auth_token:
             headers["Authorization"] = f"Bearer {auth_token}"
+        # Requests go to base_urls[_current] until it fails (module docstring).
+        self.base_urls = web_service_urls(web_url)
+        self._current = 0
         self._http = httpx.AsyncClient(
-            base_url=web_url.rstrip("/"),
             headers=headers,
             verify=_ssl_verify(tls),
             timeout=httpx.Timeout(self.policy.timeout),
@@ -147,10 +166,37 @@ class PulsarAdmin:
     # -----------------------------------------------------------------------------------------
     # Transport: one request with retries, timeouts and redirects
 
+    @property
+    def base_url(self) -> str:
+        """The broker requests go to now."""
+        return self.base_urls[self._current]
+
+    def _fail_over(self) -> None:
+        """The next attempt goes to the next broker (after a timeout or a lost connection)."""
+        self._current = (self._current + 1) % len(self.base_urls)
+
     async def _send_once(
         self, method: str, path: str, params: Mapping[str, str] | None, body: Any
     ) -> httpx.Response:
-        url: str | httpx.URL = path
+        """One attempt, on the current broker, or on the next ones while each refuses the
+        connection: nothing was sent, so even a request that is not idempotent may go on."""
+        count = len(self.base_urls)
+        for offset in range(count):
+            index = (self._current + offset) % count
+            try:
+                response = await self._send_to(self.base_urls[index] + path, method, params, body)
+            except httpx.ConnectError:
+                if offset == count - 1:
+                    raise
+                continue
+            self._current = index
+            return response
+        raise AssertionError("unreachable")
+
+    async def _send_to(
+        self, url: str | httpx.URL, method: str, params: Mapping[str, str] | None, body: Any
+    ) -> httpx.Response:
+        """Send to ``url`` and follow redirects to the broker that owns the topic."""
         for _ in range(_MAX_REDIRECTS + 1):
             request = self._http.build_request(method, url, params=params, json=body)
             response = await self._http.send(request)
@@ -184,6 +230,7 @@ class PulsarAdmin:
                     response = await self._send_once(method, path, params, body)
                 if scope.cancelled_caught:
                     reason = f"no answer within {policy.timeout:g} s"
+                    self._fail_over()
                 elif response.status_code < 400:
                     return response
                 else:
@@ -192,6 +239,7 @@ class PulsarAdmin:
             except httpx.TransportError as exc:
                 failure = exc
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self._fail_over()
             # A certificate that failed verification fails the same way on every attempt.
             retry = failure is None or tls_verification_failure(failure) is None
             if retry and policy.should_retry(idempotent=idempotent, attempt=attempt, status=status):

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.admin import PulsarAdmin, web_service_urls
 from gateway.pulsar.errors import AdminError, Conflict, NotFound, PreconditionFailed, Unavailable
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.retry import RetryPolicy
@@ -163,6 +163,78 @@ async def test_redirect_to_another_broker_keeps_the_token() -> None:
     assert [r.url.host for r in seen] == ["broker-a", "broker-b"]
     assert all(r.headers["Authorization"] == "Bearer secret" for r in seen)
     assert seen[1].url.query == b"a=1"
+
+
+def several_brokers(handler: Handler) -> PulsarAdmin:
+    """An admin client given two brokers, as ``brokerWebServiceURL`` may name them."""
+    return PulsarAdmin(
+        "http://broker-a:8080,broker-b:8080",
+        policy=POLICY,
+        transport=httpx.MockTransport(handler),
+    )
+
+
+def test_web_service_urls_name_each_broker() -> None:
+    assert web_service_urls("http://b1:8080,b2:8081") == ["http://b1:8080", "http://b2:8081"]
+    assert web_service_urls("https://b1, b2:8443/pulsar/") == [
+        "https://b1/pulsar",
+        "https://b2:8443/pulsar",
+    ]
+    assert web_service_urls("http://[::1]:8080,b2:8080") == ["http://[::1]:8080", "http://b2:8080"]
+    assert web_service_urls("http://127.0.0.1:8080/") == ["http://127.0.0.1:8080"]
+
+
+async def test_a_broker_refusing_connections_hands_the_request_to_the_next() -> None:
+    # A killed broker of a multi-broker cluster: its port refuses connections. The gateway
+    # named both brokers; it must go on with the other one (issue 32 item 5: before, the URL
+    # was handed to httpx whole, which refused it as an invalid port, and the gateway could
+    # not start at all).
+    seen: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url.host))
+        if request.url.host == "broker-a":
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(204)
+
+    async with several_brokers(handler) as admin:
+        # Not idempotent, yet safe to send elsewhere: nothing reached broker-a.
+        await admin.request("POST", "/admin/v2/x", idempotent=False)
+        assert seen == ["broker-a", "broker-b"]
+        # Later requests go straight to the broker that answered.
+        await admin.request("GET", "/admin/v2/clusters")
+        assert admin.base_url == "http://broker-b:8080"
+    assert seen == ["broker-a", "broker-b", "broker-b"]
+
+
+async def test_a_hanging_broker_sends_the_retry_to_the_next(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A frozen broker (SIGSTOP, a partition) accepts connections and never answers: the
+    # attempt times out and the retry goes to the other broker.
+    seen: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url.host))
+        if request.url.host == "broker-a":
+            await trio.sleep_forever()
+        return httpx.Response(200, json=["public/default"])
+
+    async with several_brokers(handler) as admin:
+        start = trio.current_time()
+        assert await admin.list_namespaces("public") == ["public/default"]
+        elapsed = trio.current_time() - start
+    assert seen == ["broker-a", "broker-b"]
+    assert elapsed == pytest.approx(1.0 + 0.1)  # one attempt's timeout, one backoff
+
+
+async def test_every_broker_refusing_is_unavailable(autojump_clock: trio.abc.Clock) -> None:
+    script = Script(httpx.ConnectError("connection refused"))
+    async with several_brokers(script) as admin:
+        with pytest.raises(Unavailable):
+            await admin.tenant_exists("public")
+    # Each attempt tried both brokers.
+    assert len(script.requests) == 2 * POLICY.attempts
 
 
 async def test_reason_falls_back_for_html_and_text() -> None:
