@@ -294,6 +294,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.auth.permissions_cli import run_permissions_command
 
         return run_permissions_command(arguments[1:])
+    if arguments[:1] == ["vhosts"]:
+        # `starlight-rabbitmq vhosts add|delete|list`: the Pulsar namespaces vhosts map to.
+        from gateway.vhosts_cli import run_vhosts_command
+
+        return run_vhosts_command(arguments[1:])
     if arguments[:1] == ["rollup"]:
         # `starlight-rabbitmq rollup`: the Spark job (extra [rollup]; docs/rollup.md).
         from gateway.rollup.cli import run_rollup_command
@@ -357,7 +362,7 @@ def _startup_error(error: BaseException) -> StartupError | ConfigError | None:
 
 
 # Subcommands that end the ordinary way (the rollup's Spark JVM is stopped by atexit handlers).
-_FINALIZED_SUBCOMMANDS = ("permissions", "rollup")
+_FINALIZED_SUBCOMMANDS = ("permissions", "rollup", "vhosts")
 
 
 def run() -> NoReturn:

@@ -1,0 +1,221 @@
+"""``starlight-rabbitmq vhosts add|delete|list``: vhosts as ``rabbitmqctl add_vhost``,
+``delete_vhost`` and ``list_vhosts`` manage them, on the Pulsar namespaces they map to::
+
+    starlight-rabbitmq vhosts add    -c gateway.conf orders
+    starlight-rabbitmq vhosts delete -c gateway.conf orders [--force]
+    starlight-rabbitmq vhosts list   -c gateway.conf
+
+The configuration file gives Pulsar's admin API (``brokerWebServiceURL`` and the broker-client
+credentials), ZooKeeper (``configurationStoreServers``) and the vhost mapping. The work is
+``gateway/backend/vhost_admin.py``'s, the same the management API's ``/api/vhosts`` does.
+Errors are one line on stderr; exit codes: 0 done, 1 Pulsar or ZooKeeper unreachable or
+refusing, 2 a wrong command line, configuration or vhost name, 3 refused (no such vhost, or it
+has queues and ``--force`` was not given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Final, TextIO
+
+import trio
+
+from gateway.app import broker_access
+from gateway.backend.vhost_admin import (
+    VhostAdmin,
+    VhostError,
+    VhostInUse,
+    VhostInvalid,
+    VhostNotFound,
+)
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.metadata.permissions import DEFAULT_PREFIX, ZooKeeperPermissionStore
+from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.zookeeper import ZooKeeperMetadataStore
+from gateway.model.vhost import VhostMapper
+from gateway.pulsar.admin import PulsarAdmin
+from gateway.pulsar.credentials import (
+    TRUST_STORE_KEY,
+    CredentialsError,
+    admin_client,
+    load_credentials,
+    trust_store_as_pem_file,
+)
+
+__all__ = ["run_vhosts_command"]
+
+PROG: Final = "starlight-rabbitmq vhosts"
+EXIT_OK: Final = 0
+EXIT_UNAVAILABLE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_REFUSED: Final = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Manage vhosts (the Pulsar tenant/namespace each maps to), as rabbitmqctl "
+        "add_vhost / delete_vhost / list_vhosts do.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="the gateway's configuration file (Pulsar's admin API and credentials, "
+        "configurationStoreServers, the vhost mapping); STARLIGHT_<key> environment variables "
+        "override it",
+    )
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="give up when ZooKeeper does not answer within this time (default: 30)",
+    )
+    common.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{add,delete,list}")
+    adder = actions.add_parser(
+        "add", parents=[common], help="create a vhost: its Pulsar tenant (if missing) and namespace"
+    )
+    adder.add_argument("vhost", help="the vhost: /, name or tenant/namespace")
+    deleter = actions.add_parser(
+        "delete", parents=[common], help="delete a vhost: its namespace, topics and metadata"
+    )
+    deleter.add_argument("vhost")
+    deleter.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even when it has queues (their messages are lost)",
+    )
+    lister = actions.add_parser("list", parents=[common], help="show the vhosts")
+    lister.set_defaults(vhost=None)
+    return parser
+
+
+@contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """kazoo logs each failed connection attempt and httpx each request: the command says
+    what went wrong once, in one line."""
+    loggers = [logging.getLogger(name) for name in ("kazoo", "httpx", "httpcore")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _admin_for(config: GatewayConfig, files: ExitStack) -> PulsarAdmin:
+    """The admin client the gateway itself would use (app.py's broker-client keys)."""
+    access = broker_access(config)
+    try:
+        if config.brokerClientTlsEnabledWithKeyStore:
+            pem = files.enter_context(
+                trust_store_as_pem_file(
+                    config.brokerClientTlsTrustStore, config.brokerClientTlsTrustStorePassword
+                )
+            )
+            access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
+        return admin_client(access, load_credentials(access))
+    except CredentialsError as error:
+        raise ConfigError(str(error)) from None
+
+
+async def _execute(
+    args: argparse.Namespace, config: GatewayConfig, prefix: str, out: TextIO, err: TextIO
+) -> None:
+    mapper = VhostMapper(
+        config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
+    )
+    with ExitStack() as files:
+        admin = _admin_for(config, files)
+        store = ZooKeeperMetadataStore(
+            config.configurationStoreServers,
+            prefix=prefix,
+            session_timeout=config.zookeeper_session_timeout,
+            connect_timeout=args.timeout,
+            request_timeout=args.timeout,
+        )
+        permissions = ZooKeeperPermissionStore(
+            config.configurationStoreServers,
+            prefix=prefix,
+            session_timeout=config.zookeeper_session_timeout,
+            connect_timeout=args.timeout,
+            request_timeout=args.timeout,
+        )
+        vhosts = VhostAdmin(admin, store, mapper, permissions)
+        try:
+            # A bad name is said before anything is asked of Pulsar.
+            namespace = None if args.vhost is None else vhosts.namespace_of(args.vhost)
+            if args.action == "add":
+                if not args.quiet:
+                    print(f'Adding vhost "{args.vhost}" ({namespace}) ...', file=out)
+                if not await vhosts.add(args.vhost):
+                    print(f"{PROG}: note: vhost {args.vhost!r} exists already", file=err)
+            elif args.action == "delete":
+                if not args.quiet:
+                    print(f'Deleting vhost "{args.vhost}" ({namespace}) ...', file=out)
+                await vhosts.delete(args.vhost, force=args.force)
+            else:
+                if not args.quiet:
+                    print("name\tnamespace", file=out)
+                for info in await vhosts.list():
+                    print(f"{info.name}\t{info.namespace}", file=out)
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+                await permissions.aclose()
+                await admin.aclose()
+
+
+def run_vhosts_command(
+    argv: Sequence[str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run ``starlight-rabbitmq vhosts <argv>``; returns the exit code. ``prefix`` is the
+    metadata prefix in ZooKeeper (tests use one of their own)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exit_:  # argparse has printed the usage and the error
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    try:
+        config = load_config(args.config)
+        VhostMapper(
+            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
+        )
+    except (ConfigError, ValueError) as error:
+        print(f"{PROG}: configuration error: {error}", file=err)
+        return EXIT_USAGE
+    try:
+        with _quiet_libraries():
+            trio.run(_execute, args, config, prefix, out, err)
+    except ConfigError as error:
+        print(f"{PROG}: configuration error: {error}", file=err)
+        return EXIT_USAGE
+    except VhostInvalid as error:
+        print(f"{PROG}: {error}", file=err)
+        return EXIT_USAGE
+    except (VhostNotFound, VhostInUse) as error:
+        print(f"{PROG}: {error}", file=err)
+        return EXIT_REFUSED
+    except (VhostError, MetadataUnavailable) as error:
+        print(f"{PROG}: {error}", file=err)
+        return EXIT_UNAVAILABLE
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(run_vhosts_command(sys.argv[1:]))
