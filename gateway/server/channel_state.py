@@ -43,6 +43,9 @@ class Consumer:
     subscription: QueueSubscription
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     unacked: int = 0
+    # Its queue ended while this connection's Queue.Delete of it was under way: its
+    # Basic.Cancel waits for that delete's outcome (session.py ``_queue_delete``).
+    ended: bool = False
 
 
 @dataclass(eq=False)

@@ -88,6 +88,9 @@ class AMQPSession:
         self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
         self._channels: dict[int, SessionChannel] = {}
         self._replies = DirectReplies(vhost, link, self._counts)
+        # Queues this connection is deleting (Queue.Delete under way, how many at once): the
+        # Basic.Cancel of its own consumers of them waits for Delete-Ok (_queue_delete).
+        self._deleting: dict[str, int] = {}
 
     # ------------------------------------------------------------------ event entry points
 
@@ -244,15 +247,54 @@ class AMQPSession:
 
     async def _queue_delete(self, state: SessionChannel, command: cmd.QueueDelete) -> None:
         command = self._named(state, command)
-        count = await self._vhost.delete_queue(command, self._link.owner)
-        # This connection's consumers of the queue get their Basic.Cancel before Delete-Ok,
-        # not whenever their deliver loops notice: a client that closes its channel right after
-        # Delete-Ok (pika) fails on a Basic.Cancel that arrives while it closes.
-        for channel in list(self._channels.values()):
-            for consumer in [c for c in channel.consumers.values() if c.queue == command.queue]:
-                consumer.scope.cancel()
-                await self._consumer_ended(channel, consumer)
+        name = command.queue
+        # This connection's consumers of the queue get their Basic.Cancel right after
+        # Delete-Ok, in the same write, whenever their deliver loops notice the deletion: as
+        # RabbitMQ, whose queue process answers the delete before its exit reaches the
+        # consumer's channel (checked on rabbitmq-server 3.10: Delete-Ok, then Cancel). A
+        # Cancel sent as soon as a loop noticed went out before the rest of the deletion's
+        # Pulsar work, and a client that closes its connection on the Cancel (amqplib's
+        # "cancelled consumer" test) never read the Delete-Ok it still waited for; one sent a
+        # while after Delete-Ok arrives while a client (pika) closes that channel.
+        self._deleting[name] = self._deleting.get(name, 0) + 1
+        try:
+            count = await self._vhost.delete_queue(command, self._link.owner)
+        except BaseException:
+            self._deleting_done(name)
+            # Not deleted: a consumer whose loop ended meanwhile is told now, as always.
+            with trio.CancelScope(shield=True):
+                await self._cancel_ended(name)
+            raise
+        self._deleting_done(name)
         self._protocol.send_reply(state.number, command, cmd.QueueDeleteOk(count))
+        ending = [
+            (channel, consumer)
+            for channel in list(self._channels.values())
+            for consumer in list(channel.consumers.values())
+            if consumer.queue == name
+        ]
+        # Queued with nothing awaited since Delete-Ok, so both go out in one write.
+        for channel, consumer in ending:
+            consumer.scope.cancel()
+            self._consumer_cancelled(channel, consumer)
+        for channel, consumer in ending:
+            await self._forget_consumer(channel, consumer)
+        await self._link.flush()
+
+    def _deleting_done(self, name: str) -> None:
+        left = self._deleting[name] - 1
+        if left:
+            self._deleting[name] = left
+        else:
+            del self._deleting[name]
+
+    async def _cancel_ended(self, name: str) -> None:
+        """Basic.Cancel for this connection's consumers of ``name`` whose deliver loops saw
+        the queue end while a Queue.Delete of it was under way, and that failed."""
+        for channel in list(self._channels.values()):
+            for consumer in list(channel.consumers.values()):
+                if consumer.queue == name and consumer.ended:
+                    await self._consumer_ended(channel, consumer)
 
     # ------------------------------------------------------------------ publishing
 
@@ -599,15 +641,23 @@ class AMQPSession:
             raise
 
     async def _consumer_ended(self, state: SessionChannel, consumer: Consumer) -> None:
-        """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does."""
-        if state.consumers.pop(consumer.tag, None) is None:
+        """The queue went away: tell the client (Basic.Cancel), as RabbitMQ does; after
+        Delete-Ok when this connection is deleting it (``_queue_delete`` does it then)."""
+        if consumer.queue in self._deleting:
+            consumer.ended = True
             return
+        if self._consumer_cancelled(state, consumer):
+            await self._forget_consumer(state, consumer)
+            await self._link.flush()
+
+    def _consumer_cancelled(self, state: SessionChannel, consumer: Consumer) -> bool:
+        """Basic.Cancel queued for a consumer still registered on the channel (now removed);
+        False if it was not (cancelled already)."""
+        if state.consumers.pop(consumer.tag, None) is None:
+            return False
         self._counts.consumers -= 1
-        # Queued at once, before anything this task awaits: a Delete-Ok the session sends
-        # meanwhile must not overtake it (see _queue_delete).
         self._protocol.send_consumer_cancel(state.number, consumer.tag)
-        await self._forget_consumer(state, consumer)
-        await self._link.flush()
+        return True
 
     async def _basic_cancel(self, state: SessionChannel, command: cmd.BasicCancel) -> None:
         if state.reply is not None and state.reply.tag == command.consumer_tag:

@@ -22,6 +22,7 @@ from pamqp import body, header
 from pika.adapters.blocking_connection import BlockingChannel
 
 from gateway.backend.memory import MemoryBackend
+from tests.support.clients import unique
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
 from tests.support.scripted_client import ScriptedClient, commands
@@ -253,6 +254,36 @@ def test_deleting_a_consumed_queue_cancels_its_consumers(gateway: GatewayInThrea
     assert cancelled, "the consumer should have received Basic.Cancel"
     admin.close()
     consumer_connection.close()
+
+
+def test_delete_ok_comes_before_the_cancel_of_its_own_consumer(gateway: GatewayInThread) -> None:
+    """RabbitMQ's order (rabbitmq-server 3.10, probed): Queue.Delete-Ok, then Basic.Cancel of
+    the deleting channel's own consumer. amqplib's suite closes the connection on the Cancel
+    and failed here, its Delete-Ok not read yet when the Cancel came first (issue 34)."""
+
+    async def scenario() -> None:
+        stream = await trio.open_tcp_stream("127.0.0.1", gateway.port)
+        client = ScriptedClient(stream)
+        await client.handshake(
+            capabilities={"consumer_cancel_notify": True, "authentication_failure_close": True}
+        )
+        await client.open_channel(1)
+        queue = unique("deleted-under-its-consumer")
+        await client.send(commands.Queue.Declare(queue=queue), 1)
+        await client.expect(commands.Queue.DeclareOk, 1)
+        await client.send(commands.Basic.Consume(queue=queue, consumer_tag="c"), 1)
+        await client.expect(commands.Basic.ConsumeOk, 1)
+        await client.send(commands.Queue.Delete(queue=queue), 1)
+        await client.expect(commands.Queue.DeleteOk, 1)
+        cancel = await client.expect(commands.Basic.Cancel, 1)
+        assert cancel.consumer_tag == "c"
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+        await stream.aclose()
+
+    trio.run(scenario)
 
 
 def test_qos_prefetch_size_is_not_implemented(channel: BlockingChannel) -> None:
