@@ -166,6 +166,24 @@ async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: 
                 readiness = await load_every_vhost(runtime)
                 monitoring.metadata_loaded()
                 log.info("%s", readiness.summary())
+                if config.managementListener is not None:
+                    # RabbitMQ's management API (docs/management.md), on a loaded view.
+                    from gateway.management.service import run_management
+
+                    await background.start(
+                        partial(
+                            run_management,
+                            config,
+                            runtime,
+                            server,
+                            authenticator,
+                            node=worker_node(
+                                config.node_name, None if link is None else link.index
+                            ),
+                            readiness=monitoring.readiness,
+                            reuse_port=link is not None,
+                        )
+                    )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(server.serve)
                     monitoring.listening()

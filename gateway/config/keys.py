@@ -53,6 +53,7 @@ class Kind(enum.Enum):
     AUTH_PLUGIN = "authentication plugin"
     SECONDS_LIST = "comma-separated seconds"
     METRICS_URL = "http://<host>:<port> URL, or empty"
+    MANAGEMENT_URL = "http:// or https://<host>:<port> URL, or empty"
     TOPIC = "Pulsar topic name"
     ALLOCATOR = "auto, jemalloc or system"
     RABBITMQ_VERSION = "RabbitMQ version (major.minor[.patch])"
@@ -145,15 +146,18 @@ ALLOCATORS: Final = ("auto", "jemalloc", "system")
 
 @dataclass(frozen=True, slots=True)
 class MetricsListener:
-    """``metricsListener``: where /metrics, /healthz and /readyz are served."""
+    """``metricsListener``: where /metrics, /healthz and /readyz are served (and
+    ``managementListener``: where the management API is)."""
 
     host: str  # without IPv6 brackets
     port: int  # 0: a free port
+    # "https" only for managementListener (the AMQP listeners' certificate).
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     def __str__(self) -> str:
         return self.url

@@ -187,6 +187,14 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
                 f"listener {listener.url} needs a certificate: set tlsCertificateFilePath and "
                 "tlsKeyFilePath, or tlsEnabledWithKeyStore=true and tlsKeyStore",
             )
+    management = c.managementListener
+    https = management is not None and management.scheme == "https"
+    if https and not (has_pem_cert or c.tlsEnabledWithKeyStore):
+        raise fail(
+            "managementListener",
+            f"{c.managementListener} needs a certificate: set tlsCertificateFilePath and "
+            "tlsKeyFilePath, or tlsEnabledWithKeyStore=true and tlsKeyStore",
+        )
     server_trust = bool(c.tlsTrustCertsFilePath or (c.tlsEnabledWithKeyStore and c.tlsTrustStore))
     if "EXTERNAL" in c.amqpAuthenticationMechanisms:
         if not c.tls_listeners:

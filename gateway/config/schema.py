@@ -676,6 +676,32 @@ class GatewayConfig(DerivedValues):
             ours=True,
         )
     )
+    managementListener: MetricsListener | None = field(
+        metadata=_key(
+            Kind.MANAGEMENT_URL,
+            "",
+            """The HTTP listener of RabbitMQ's management API (`/api/...`: queues, exchanges,
+            bindings, vhosts, permissions, connections of the whole fleet, definitions; see
+            docs/management.md), as `http://<host>:<port>` or `https://<host>:<port>` (TLS
+            with the AMQP listeners' certificate, tlsCertificateFilePath); 15672 is
+            RabbitMQ's port. Empty (the default) disables it. Users log in with HTTP basic
+            credentials checked like an AMQP PLAIN login.""",
+            _GW,
+            ours=True,
+        )
+    )
+    managementMonitoringRoles: tuple[str, ...] = field(
+        metadata=_key(
+            Kind.STRING_LIST,
+            "",
+            """Principals with RabbitMQ's `monitoring` user tag in the management API
+            (comma-separated): they see every vhost, connection and node but change nothing
+            outside their permissions. `superUserRoles` are `administrator`; every other user
+            is `administrator` when authorizationEnabled is false, `management` otherwise.""",
+            _GW,
+            ours=True,
+        )
+    )
     amqpClusterName: str = field(
         metadata=_key(
             Kind.STRING,

@@ -426,6 +426,27 @@ def _parse_metrics_url(spec: ConfigKey, text: str) -> MetricsListener | None:
     return MetricsListener(host, port)
 
 
+def _parse_management_url(spec: ConfigKey, text: str) -> MetricsListener | None:
+    if not text:
+        return None
+    what = quoted(text)
+    match = _URL_RE.fullmatch(text)
+    scheme = match["scheme"].lower() if match else ""
+    if not match or scheme not in ("http", "https"):
+        raise InvalidValue(
+            f"{what} is not of the form http://<host>:<port> or https://<host>:<port> "
+            "(or empty to disable)"
+        )
+    hostport = match["rest"].rstrip("/")
+    if any(c in hostport for c in "/?#@"):
+        raise InvalidValue(f"{what} must be only {scheme}://<host>:<port> (no path, user or query)")
+    if hostport.endswith(":0"):
+        host, _ = _split_host_port(hostport[:-2], what, 15672)
+        return MetricsListener(host, 0, scheme)
+    host, port = _split_host_port(hostport, what, 15672)
+    return MetricsListener(host, port, scheme)
+
+
 _TOPIC_RE: Final = re.compile(r"persistent://([^/\s]+)/([^/\s]+)/([^/\s]+)")
 
 
@@ -476,6 +497,7 @@ PARSERS: Final[dict[Kind, Callable[[ConfigKey, str], Any]]] = {
     Kind.AUTH_PLUGIN: _parse_auth_plugin,
     Kind.SECONDS_LIST: _parse_seconds_list,
     Kind.METRICS_URL: _parse_metrics_url,
+    Kind.MANAGEMENT_URL: _parse_management_url,
     Kind.TOPIC: _parse_topic,
     Kind.ALLOCATOR: _parse_allocator,
     Kind.RABBITMQ_VERSION: _parse_rabbitmq_version,

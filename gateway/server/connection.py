@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import ssl
+import time
 from typing import cast
 
 import trio
@@ -73,6 +74,11 @@ class ClientConnection:
         self.user: str | None = None
         self.vhost: str | None = None
         self.opened = False
+        # What the management API shows of the connection (gateway/server/connection_info.py).
+        self.connected_at_ms = int(time.time() * 1000)
+        self.mechanism = ""
+        self.local_address = _local_address(stream)
+        self.tls = isinstance(stream, trio.SSLStream)
         # Why the connection ended, for the close log line; the first reason recorded wins.
         self.close_reason: str | None = None
         self.finished = trio.Event()
@@ -431,6 +437,7 @@ class ClientConnection:
 
     async def _login(self, event: ev.LoginRequested) -> None:
         COUNTERS.auth_attempts += 1
+        self.mechanism = event.mechanism
         try:
             self.user = await self._authenticator.authenticate(
                 event.mechanism, event.response, self.peer
@@ -476,6 +483,20 @@ class ClientConnection:
             self.user,
             self.close_reason or "unknown",
         )
+
+
+def _local_address(stream: trio.abc.Stream) -> tuple[str, int] | None:
+    """(host, port) of our end of the socket under ``stream`` (TLS or not); None for a Unix
+    socket or a stream without one (tests' memory streams)."""
+    inner = getattr(stream, "transport_stream", stream)
+    sock = getattr(inner, "socket", None)
+    try:
+        name = sock.getsockname() if sock is not None else None
+    except OSError:
+        return None
+    if isinstance(name, tuple) and len(name) >= 2:
+        return str(name[0]), int(name[1])
+    return None
 
 
 def _host_of(address: str) -> str:

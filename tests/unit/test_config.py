@@ -116,6 +116,8 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "amqpHandshakeTimeoutMs": ("10000", 10000),
     "amqpProxyProtocolTrustedNetworks": ("", ()),
     "metricsListener": ("http://0.0.0.0:15692", MetricsListener("0.0.0.0", 15692)),
+    "managementListener": ("", None),
+    "managementMonitoringRoles": ("", ()),
     "amqpClusterName": ("starlight-rabbitmq", "starlight-rabbitmq"),
     "amqpNodeName": ("", ""),
     "usageEventsEnabled": ("true", True),
@@ -226,6 +228,7 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.SECONDS_LIST: tuple[int, ...],
     Kind.NETWORKS: tuple[str, ...],
     Kind.METRICS_URL: MetricsListener | None,
+    Kind.MANAGEMENT_URL: MetricsListener | None,
 }
 
 
@@ -1215,6 +1218,40 @@ def test_bad_metrics_listener_names_the_key(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load(f"metricsListener={text}\n")
     assert "metricsListener" in assert_clean(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", None),
+        ("http://127.0.0.1:15672", MetricsListener("127.0.0.1", 15672)),
+        ("http://0.0.0.0", MetricsListener("0.0.0.0", 15672)),
+        ("http://[::1]:0/", MetricsListener("::1", 0)),
+    ],
+)
+def test_management_listener(text: str, expected: MetricsListener | None) -> None:
+    assert load(f"managementListener={text}\n").managementListener == expected
+
+
+def test_an_https_management_listener_needs_a_certificate(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load("managementListener=https://0.0.0.0:15671\n")
+    assert "managementListener: https://0.0.0.0:15671 needs a certificate" in assert_clean(
+        caught.value
+    )
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    config = load(
+        f"managementListener=https://0.0.0.0:15671\ntlsCertificateFilePath={cert}\n"
+        f"tlsKeyFilePath={key}\n"
+    )
+    assert config.managementListener == MetricsListener("0.0.0.0", 15671, "https")
+
+
+@pytest.mark.parametrize("text", ["amqp://0.0.0.0:1", "0.0.0.0:15672", "http://h:1/api"])
+def test_bad_management_listener_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(f"managementListener={text}\n")
+    assert "managementListener" in assert_clean(caught.value)
 
 
 def test_http_server_port_is_gone() -> None:

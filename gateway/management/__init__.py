@@ -1,0 +1,1 @@
+"""RabbitMQ's management HTTP API (``rabbitmq_management``) on the gateway: docs/management.md."""

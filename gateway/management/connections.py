@@ -1,0 +1,177 @@
+"""``/api/connections``, ``/api/channels`` and ``/api/consumers``, fleet-wide.
+
+Any replica lists every replica's connections: its own from memory (current to the moment),
+the others' from their records in ZooKeeper (metadata/connections.py: written within a second
+of a change). ``DELETE /api/connections/{name}`` closes a connection wherever it is: at once
+when it is this replica's, through a close request the owner watches otherwise; the client
+gets Connection.Close 320 ``CONNECTION_FORCED - <X-Reason>`` as from RabbitMQ.
+
+Who sees what is RabbitMQ's: administrators and monitoring users every connection,
+management users their own; only administrators close other users' connections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.management.context import Call
+from gateway.management.errors import ApiError, Response, json_response, not_authorised, not_found
+from gateway.management.listing import arrange
+from gateway.metadata.store import MetadataUnavailable
+
+__all__ = [
+    "close_connection",
+    "connection_channels",
+    "get_connection",
+    "list_channels",
+    "list_connections",
+    "list_consumers",
+]
+
+#: RabbitMQ's reason when DELETE /api/connections/{name} has no X-Reason header.
+DEFAULT_REASON = "Closed via management plugin"
+
+
+class _Held:
+    """A connection and where it lives."""
+
+    def __init__(self, replica: str, connection: str, info: Mapping[str, Any], local: bool):
+        self.replica = replica
+        self.connection = connection
+        self.info = info
+        self.local = local
+
+    def shown(self) -> dict[str, Any]:
+        return {key: value for key, value in self.info.items() if not key.startswith("_")}
+
+
+async def _all(call: Call) -> list[_Held]:
+    context = call.context
+    held = [
+        _Held(context.replica, connection, info, True)
+        for connection, info in context.local.records().items()
+    ]
+    if context.directory is not None:
+        try:
+            remote = await context.directory.connections()
+        except MetadataUnavailable as error:
+            raise ApiError(503, "service_unavailable", str(error)) from None
+        held.extend(
+            _Held(entry.replica, entry.connection, entry.info, False)
+            for entry in remote
+            if entry.replica != context.replica
+        )
+    if call.user.is_monitor:
+        return held
+    return [entry for entry in held if entry.info.get("user") == call.user.name]
+
+
+async def _visible(call: Call) -> list[_Held]:
+    found = await _all(call)
+    if "vhost" in call.params:
+        namespace = await call.namespace(call.params["vhost"])
+        names = {call.vhost_name(namespace)}
+        mapper = call.context.vhosts.mapper
+        found = [
+            entry
+            for entry in found
+            if _same_vhost(mapper, str(entry.info.get("vhost", "")), namespace, names)
+        ]
+    return found
+
+
+def _same_vhost(mapper: Any, vhost: str, namespace: Any, names: set[str]) -> bool:
+    if vhost in names:
+        return True
+    try:
+        return bool(mapper.namespace_for(vhost) == namespace)
+    except Exception:
+        return False
+
+
+async def list_connections(call: Call) -> Response:
+    items = [entry.shown() for entry in await _visible(call)]
+    return json_response(200, arrange(items, call.query, ["name"]))
+
+
+async def _named(call: Call) -> _Held:
+    name = call.params["name"]
+    for entry in await _all(call):
+        if entry.info.get("name") == name:
+            return entry
+    raise not_found()
+
+
+async def get_connection(call: Call) -> Response:
+    return json_response(200, (await _named(call)).shown())
+
+
+async def close_connection(call: Call) -> Response:
+    entry = await _named(call)
+    if not call.user.is_admin and entry.info.get("user") != call.user.name:
+        raise not_authorised("User not authorised to access object")
+    reason = call.request.headers.get("x-reason") or DEFAULT_REASON
+    context = call.context
+    if entry.local:
+        await context.local.close(entry.connection, reason)
+        return Response(204, content_type=None)
+    assert context.directory is not None  # a remote entry came from it
+    try:
+        done = await context.directory.request_close(
+            entry.replica, entry.connection, reason, call.user.name
+        )
+    except MetadataUnavailable as error:
+        raise ApiError(503, "service_unavailable", str(error)) from None
+    if not done and any(
+        other.connection == entry.connection and other.replica == entry.replica
+        for other in await _all(call)
+    ):
+        raise ApiError(
+            503,
+            "service_unavailable",
+            f"replica {entry.replica} did not act on the close request in time",
+        )
+    return Response(204, content_type=None)
+
+
+def channel_json(connection: Mapping[str, Any], number: int) -> dict[str, Any]:
+    """RabbitMQ's ``/api/channels`` entry for channel ``number`` of ``connection``."""
+    return {
+        "name": f"{connection.get('name')} ({number})",
+        "number": number,
+        "node": connection.get("node"),
+        "user": connection.get("user"),
+        "user_who_performed_action": connection.get("user"),
+        "vhost": connection.get("vhost"),
+        "state": "running",
+        "connection_details": {
+            "name": connection.get("name"),
+            "peer_host": connection.get("peer_host"),
+            "peer_port": connection.get("peer_port"),
+        },
+    }
+
+
+def _channels(entries: list[_Held]) -> list[dict[str, Any]]:
+    return [
+        channel_json(entry.info, int(number))
+        for entry in entries
+        for number in entry.info.get("_channel_numbers", ())
+    ]
+
+
+async def list_channels(call: Call) -> Response:
+    return json_response(200, arrange(_channels(await _visible(call)), call.query, ["name"]))
+
+
+async def connection_channels(call: Call) -> Response:
+    return json_response(200, arrange(_channels([await _named(call)]), call.query, ["name"]))
+
+
+async def list_consumers(call: Call) -> Response:
+    """Consumers are counted per queue (``/api/queues``' ``consumers``), not described one by
+    one across the fleet: the list is empty (docs/management.md)."""
+    if "vhost" in call.params:
+        await call.namespace(call.params["vhost"])
+    return json_response(200, [])

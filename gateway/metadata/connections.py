@@ -1,0 +1,390 @@
+"""Every replica's AMQP connections, and closing one from any replica: what the management
+API's ``/api/connections`` and ``/api/nodes`` need fleet-wide (docs/management.md).
+
+Layout, next to the entity metadata (docs/metadata.md)::
+
+    <prefix>/replicas/<replica>                     EPHEMERAL {"v":1,"node":...,"info":{...}}
+    <prefix>/connections/<replica>/<connection>     EPHEMERAL {"v":1,"info":{...}}
+    <prefix>/connection-closes/<replica>/<connection>
+                                                    EPHEMERAL (of the asker's session)
+                                                    {"v":1,"reason":"...","user":"..."}
+
+- A replica writes its own records only: ``run`` compares what its connections say now with
+  what it last wrote, every ``interval`` seconds, and creates, replaces or deletes records in
+  one transaction per batch. Records are ephemeral: they go with the replica's session, so a
+  dead replica's connections vanish from every listing once its session times out.
+- **Closing a connection of another replica**: the asker creates a request node under the
+  owner's ``connection-closes`` folder and waits (a watch) until it is gone. The owner watches
+  that folder, closes the connection (Connection.Close 320 and the reason, as
+  ``rabbitmqctl close_connection`` and ``DELETE /api/connections/{name}``), then deletes the
+  request. The request is ephemeral of the *asker's* session, so an asker that dies leaves
+  nothing behind; a request for a connection that is already gone is deleted as done. A folder
+  whose replica has no node any more and that is empty is removed by whoever lists it.
+- ``info`` is opaque here: the management API's JSON of the connection (``/api/connections``'
+  shape), made by the replica that holds the connection.
+
+The directory stands on its own ZooKeeper session (``KazooSession``, as the permission store),
+so its ephemeral nodes are not tied to the metadata store's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.protocol.states import EventType
+
+from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.paths import decode_name, encode_name
+from gateway.metadata.store import MetadataUnavailable
+
+log = logging.getLogger("gateway.connections")
+
+__all__ = ["ConnectionDirectory", "RemoteConnection", "ReplicaEntry"]
+
+DEFAULT_PREFIX = "/starlight-rabbitmq"
+#: Record writes per ZooKeeper transaction (a record is ~1 KB: far below the 1 MB limit).
+BATCH = 100
+#: How long an asker waits for the owning replica to act on a close request.
+CLOSE_TIMEOUT = 10.0
+
+#: What a replica does with a close request: close the connection (False: it had none).
+Closer = Callable[[str, str], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteConnection:
+    replica: str
+    connection: str
+    info: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEntry:
+    replica: str
+    info: Mapping[str, Any]
+
+
+def _json(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+class ConnectionDirectory:
+    def __init__(
+        self,
+        hosts: str,
+        replica: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        session_timeout: float = 30.0,
+        connect_timeout: float = 15.0,
+        request_timeout: float = 10.0,
+    ) -> None:
+        self.replica = replica
+        self._replicas = f"{prefix}/replicas"
+        self._connections = f"{prefix}/connections"
+        self._closes = f"{prefix}/connection-closes"
+        self._session = KazooSession(
+            hosts,
+            owner="connection directory",
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            on_reconnected=self._on_reconnected,
+        )
+        # What this replica's records hold in ZooKeeper now (connection id -> data).
+        self._written: dict[str, bytes] = {}
+        self._replica_data = b""
+        self._replica_written = False
+        self._wakeup = trio.Event()
+
+    @property
+    def _client(self) -> Any:
+        return self._session.client
+
+    async def connect(self) -> None:
+        await self._session.connect()
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
+
+    async def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        await self._session.connect()
+        return await self._session.call_in_thread(fn, what, *args)
+
+    # ------------------------------------------------------------------ this replica
+
+    async def run(
+        self,
+        local: Callable[[], Mapping[str, Mapping[str, Any]]],
+        closer: Closer,
+        replica_info: Mapping[str, Any],
+        *,
+        interval: float = 1.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep this replica's records equal to ``local()`` (connection id -> info) and act
+        on close requests with ``closer(connection id, reason)``, until cancelled."""
+        self._replica_data = _json({"v": 1, "info": dict(replica_info)})
+        await self._call("create the connection folders", self._prepare)
+        task_status.started()
+        try:
+            while True:
+                with trio.move_on_after(interval):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                if not self._session.connected:
+                    continue
+                try:
+                    await self._round(local, closer)
+                except MetadataUnavailable as error:
+                    log.warning("connection directory: %s; trying again", error)
+        finally:
+            # A stopping replica takes its records away at once rather than when its
+            # session times out (its connections are closing anyway).
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(5),
+                contextlib.suppress(MetadataUnavailable),
+            ):
+                await self._call("remove this replica's records", self._leave)
+
+    def _prepare(self) -> None:
+        for path in (self._replicas, self._mine(self._connections), self._mine(self._closes)):
+            self._client.ensure_path(path)
+
+    def _mine(self, folder: str) -> str:
+        return f"{folder}/{encode_name(self.replica)}"
+
+    async def _round(
+        self, local: Callable[[], Mapping[str, Mapping[str, Any]]], closer: Closer
+    ) -> None:
+        wanted = {
+            connection: _json({"v": 1, "info": dict(info)}) for connection, info in local().items()
+        }
+        await self._call("write this replica's connections", self._sync, wanted)
+        for connection, reason in await self._call("read close requests", self._requests):
+            closed = False
+            try:
+                closed = await closer(connection, reason)
+            finally:
+                await self._call("remove a close request", self._done, connection)
+            log.info(
+                "connection %s: close requested through the management API: %s",
+                connection,
+                "closed" if closed else "already gone",
+            )
+
+    def _sync(self, wanted: dict[str, bytes]) -> None:  # a worker thread
+        client = self._client
+        if not self._replica_written:
+            path = f"{self._replicas}/{encode_name(self.replica)}"
+            try:
+                client.create(path, self._replica_data, ephemeral=True)
+            except NodeExistsError:
+                client.set(path, self._replica_data)
+            self._replica_written = True
+        folder = self._mine(self._connections)
+        ops: list[tuple[str, str, bytes]] = []
+        for connection, data in wanted.items():
+            before = self._written.get(connection)
+            if before != data:
+                ops.append(("create" if before is None else "set", connection, data))
+        ops.extend(("delete", c, b"") for c in self._written.keys() - wanted.keys())
+        for start in range(0, len(ops), BATCH):
+            batch = ops[start : start + BATCH]
+            transaction = client.transaction()
+            for kind, connection, data in batch:
+                path = f"{folder}/{encode_name(connection)}"
+                if kind == "create":
+                    transaction.create(path, data, ephemeral=True)
+                elif kind == "set":
+                    transaction.set_data(path, data)
+                else:
+                    transaction.delete(path)
+            if any(isinstance(result, Exception) for result in transaction.commit()):
+                for kind, connection, data in batch:  # one at a time, whatever is there
+                    self._write_one(f"{folder}/{encode_name(connection)}", kind, data)
+            for kind, connection, data in batch:
+                if kind == "delete":
+                    self._written.pop(connection, None)
+                else:
+                    self._written[connection] = data
+
+    def _write_one(self, path: str, kind: str, data: bytes) -> None:
+        client = self._client
+        try:
+            if kind == "delete":
+                client.delete(path)
+            else:
+                try:
+                    client.create(path, data, ephemeral=True)
+                except NodeExistsError:
+                    client.set(path, data)
+        except NoNodeError:
+            pass  # deleting what is not there
+
+    def _requests(self) -> list[tuple[str, str]]:  # a worker thread
+        folder = self._mine(self._closes)
+        found: list[tuple[str, str]] = []
+        try:
+            children = self._client.get_children(folder, watch=self._on_request)
+        except NoNodeError:
+            self._client.ensure_path(folder)
+            return found
+        for child in children:
+            try:
+                data, _ = self._client.get(f"{folder}/{child}")
+                connection = decode_name(child)
+                reason = str(json.loads(data).get("reason", ""))
+            except NoNodeError:
+                continue  # its asker gave up meanwhile
+            except ValueError:
+                log.warning("connection directory: ignoring %s/%s: not a request", folder, child)
+                continue
+            found.append((connection, reason))
+        return found
+
+    def _done(self, connection: str) -> None:  # a worker thread
+        with contextlib.suppress(NoNodeError):
+            self._client.delete(f"{self._mine(self._closes)}/{encode_name(connection)}")
+
+    def _leave(self) -> None:  # a worker thread
+        for connection in list(self._written):
+            self._write_one(
+                f"{self._mine(self._connections)}/{encode_name(connection)}", "delete", b""
+            )
+        self._written.clear()
+        for path in (
+            f"{self._replicas}/{encode_name(self.replica)}",
+            self._mine(self._connections),
+            self._mine(self._closes),
+        ):
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                self._client.delete(path)
+
+    def _on_request(self, event: Any) -> None:  # kazoo's watch thread
+        if event.type != EventType.NONE:
+            self._session.notify(self._wake)
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def _on_reconnected(self, new_session: bool) -> None:
+        if new_session:
+            # The ephemeral records went with the old session: write them all again.
+            self._written.clear()
+            self._replica_written = False
+        self._wake()  # and the close-request watch is set again by the next listing
+
+    # ------------------------------------------------------------------ the fleet
+
+    async def replicas(self) -> list[ReplicaEntry]:
+        """Every live replica that runs a directory (this one included)."""
+        return [
+            ReplicaEntry(replica, info)
+            for replica, info in await self._call("list the replicas", self._read_replicas)
+        ]
+
+    def _read_replicas(self) -> list[tuple[str, Mapping[str, Any]]]:
+        found = []
+        for child in _children(self._client, self._replicas):
+            data = _data(self._client, f"{self._replicas}/{child}")
+            if data is not None:
+                found.append((decode_name(child), data.get("info", {})))
+        return found
+
+    async def connections(self) -> list[RemoteConnection]:
+        """Every replica's connections as their records say (this one's included, as last
+        written)."""
+        return [
+            RemoteConnection(replica, connection, info)
+            for replica, connection, info in await self._call(
+                "list the connections", self._read_connections
+            )
+        ]
+
+    def _read_connections(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        client = self._client
+        live = set(_children(client, self._replicas))
+        found = []
+        for folder in _children(client, self._connections):
+            children = _children(client, f"{self._connections}/{folder}")
+            if folder not in live and not children:
+                _remove_stale(client, f"{self._connections}/{folder}")
+                _remove_stale(client, f"{self._closes}/{folder}")
+                continue
+            for child in children:
+                data = _data(client, f"{self._connections}/{folder}/{child}")
+                if data is not None:
+                    found.append((decode_name(folder), decode_name(child), data.get("info", {})))
+        return found
+
+    async def request_close(self, replica: str, connection: str, reason: str, user: str) -> bool:
+        """Ask ``replica`` to close ``connection``; True once it acted on the request, False
+        when the replica is gone or did not act within ``CLOSE_TIMEOUT`` (the request is
+        withdrawn then)."""
+        path = f"{self._closes}/{encode_name(replica)}/{encode_name(connection)}"
+        data = _json({"v": 1, "reason": reason, "user": user})
+
+        def ask() -> bool:  # a worker thread
+            try:
+                self._client.create(path, data, ephemeral=True)
+            except NoNodeError:
+                return False  # the replica's folder is gone: so is the replica
+            except NodeExistsError:
+                pass  # asked already (by someone else): the same answer will do
+            return True
+
+        if not await self._call("ask for a connection close", ask):
+            return False
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            while True:
+                fired = trio.Event()
+
+                def watch(event: Any, fired: trio.Event = fired) -> None:  # watch thread
+                    self._session.notify(fired.set)
+
+                pending = await self._call(
+                    "wait for a close request",
+                    lambda watch=watch: self._client.exists(path, watch=watch),
+                )
+                if pending is None:
+                    return True  # the owner deleted it: done
+                await fired.wait()
+        await self._call("withdraw a close request", _remove_stale, self._client, path)
+        return False
+
+
+def _children(client: Any, path: str) -> list[str]:
+    try:
+        return list(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _data(client: Any, path: str) -> dict[str, Any] | None:
+    try:
+        raw, _ = client.get(path)
+        data = json.loads(raw)
+    except NoNodeError:
+        return None
+    except ValueError:
+        log.warning("connection directory: ignoring %s: not JSON", path)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _exists(client: Any, path: str) -> bool:
+    return client.exists(path) is not None
+
+
+def _remove_stale(client: Any, path: str) -> None:
+    with contextlib.suppress(NoNodeError, NotEmptyError):
+        client.delete(path)
