@@ -25,6 +25,7 @@ from gateway.management.http import Request
 from gateway.management.users import User, Users
 from gateway.metadata.connections import ConnectionDirectory
 from gateway.metadata.store import MetadataStore, MetadataUnavailable
+from gateway.model.entities import check_queue_declare
 from gateway.model.vhost import Namespace
 from gateway.pulsar.admin import PulsarAdmin
 
@@ -155,3 +156,11 @@ async def amqp(operation: Awaitable[Any]) -> Any:
         raise from_amqp(error) from None
     except MetadataUnavailable as error:
         raise ApiError(503, "service_unavailable", str(error)) from None
+
+
+def check_name(queue: str) -> None:
+    """Queue.Declare's name rule (``amq.`` is reserved: 403, "Access refused." over HTTP)."""
+    try:
+        check_queue_declare(queue, passive=False)
+    except AMQPError as error:
+        raise from_amqp(error) from None

@@ -19,7 +19,7 @@ from typing import Any
 from gateway.amqp import commands as cmd
 from gateway.backend.vhost_admin import VhostError, VhostInvalid
 from gateway.management.bindings import binding_json
-from gateway.management.context import Call, amqp
+from gateway.management.context import Call, amqp, check_name
 from gateway.management.errors import ApiError, Response, bad_request, json_response
 from gateway.management.exchanges import exchange_json
 from gateway.management.fields import arguments, boolean, string
@@ -157,6 +157,7 @@ async def import_(call: Call) -> Response:
         )
     for item in _list(document, "queues"):
         handle = await _vhost(call, vhost_of(item))
+        check_name(string(item, "name"))
         command = cmd.QueueDeclare(
             queue=string(item, "name"),
             durable=boolean(item, "durable", True),

@@ -20,7 +20,7 @@ from gateway.amqp.properties import decode_properties
 from gateway.backend.interface import Delivery
 from gateway.backend.pulsar.queue_info import QueueCounter, QueueCounts
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
-from gateway.management.context import Call, amqp
+from gateway.management.context import Call, amqp, check_name
 from gateway.management.errors import Response, bad_request, json_response, not_found
 from gateway.management.fields import arguments, boolean, integer, string
 from gateway.management.listing import arrange, select_columns
@@ -159,6 +159,7 @@ async def put_queue(call: Call) -> Response:
         raise bad_request(f"queue name too long: {name!r}")
     if boolean(body, "exclusive", False):
         raise bad_request("exclusive queues belong to an AMQP connection; declare them on one")
+    check_name(name)
     command = cmd.QueueDeclare(
         queue=name,
         durable=boolean(body, "durable", False),

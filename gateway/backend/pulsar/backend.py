@@ -23,7 +23,7 @@ class PulsarBackend:
         namespace = self._mapper.namespace_for(vhost)  # 530 for a name Pulsar cannot have
         key = str(namespace)
         opened = self._vhosts.get(key)
-        if opened is not None:
+        if opened is not None and not opened.deleted:
             return opened
         try:
             exists = await self._resources.admin.namespace_exists(
@@ -43,7 +43,7 @@ class PulsarBackend:
         await self._resources.store.open(key)
         # Another connection may have opened it while we waited.
         opened = self._vhosts.get(key)
-        if opened is None:
+        if opened is None or opened.deleted:
             opened = self._vhosts[key] = PulsarVirtualHost(vhost, namespace, self._resources)
             opened.records.start(self._resources.nursery)
             self._resources.nursery.start_soon(opened.follow)

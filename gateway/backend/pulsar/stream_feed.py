@@ -117,6 +117,8 @@ class StreamFeeder:
                 with trio.move_on_after(SUBSCRIPTION_POLL if self._deferred else recheck):
                     try:
                         await self._store.changed(self._namespace, view.version)
+                    except KeyError:
+                        return  # the namespace was deleted (vhost_admin.py)
                     except MetadataUnavailable:
                         await trio.sleep(recheck)
 

@@ -90,6 +90,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self.name = name
         self.namespace = namespace
         self._r = resources
+        # Set once the vhost's metadata was deleted: the backend opens it afresh next time.
+        self.deleted = False
         self.catalog = Catalog(name, str(namespace), resources.store, REFUSED_ARGUMENTS)
         self.replies = ReplyForwarding(
             resources, f"non-persistent://{namespace.tenant}/{namespace.namespace}/"
@@ -508,7 +510,13 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._drains.refresh(self._view)
         keys = self._view.topic_keys
         while True:
-            view = await self._r.store.changed(self.catalog.namespace, version)
+            try:
+                view = await self._r.store.changed(self.catalog.namespace, version)
+            except KeyError:
+                # The vhost was deleted (vhost_admin.py): its metadata is gone on every
+                # replica, so are its queues, and their consumers end as for a deleted queue.
+                await self._deleted()
+                return
             version = view.version
             self._drains.refresh(view)
             if view.topic_keys is not keys:
@@ -520,6 +528,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 log.warning(
                     "following metadata changes in vhost %s failed", self.name, exc_info=True
                 )
+
+    async def _deleted(self) -> None:
+        self.deleted = True
+        log.info("vhost %s: its metadata was deleted; its consumers are cancelled", self.name)
+        for subscriptions in list(self._consumers.values()):
+            for subscription in list(subscriptions):
+                await subscription.end()
+        for queue in list(self._basic_gets.by_queue):
+            await self._basic_gets.close(queue)
 
     async def _reconcile(self, view: VhostView) -> None:
         await self.streams.reconcile(view)
