@@ -97,13 +97,15 @@ async def connected() -> AsyncIterator[tuple[ScriptedClient, ScriptedBackend]]:
     connection = ClientConnection(
         server_stream, ServerSettings(), AcceptAnyone(), backend, PeerIdentity("test:1")
     )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(connection.run)
-        client = ScriptedClient(client_stream)
-        await client.handshake()
-        await client.open_channel(1)
-        yield client, backend
-        nursery.cancel_scope.cancel()
+    # A deadline for each test (on the autojump clock: a Close that never comes fails fast).
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(connection.run)
+            client = ScriptedClient(client_stream)
+            await client.handshake()
+            await client.open_channel(1)
+            yield client, backend
+            nursery.cancel_scope.cancel()
 
 
 async def publish(client: ScriptedClient, channel: int = 1) -> None:
