@@ -65,7 +65,7 @@ lint: install
 # (pytest-timeout, pyproject.toml); the outer limit only catches a process so stuck that no
 # Python code runs, so that CI reports it long before its own limit.
 TEST_TIME_LIMIT ?= 3000
-test: install lint test-tools shim k8s-tools java-client
+test: install lint test-tools shim k8s-tools java-client client-suites
 	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(VENV)/bin/pytest
 
 # The real servers the suite starts on loopback besides Pulsar (Debian's packages).
@@ -93,6 +93,14 @@ java-client:
 		-f tests/java_client/pom.xml compile dependency:build-classpath \
 		-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=runtime
 	touch tests/java_client/target/classpath.txt  # built now (Maven keeps an unchanged file)
+
+# RabbitMQ's client libraries' own test suites (tests/integration/clients/test_client_suites.py):
+# amqp091-go from the Go module proxy (compiled once into Go's build cache) and amqplib from
+# npm, pinned, cached in ~/.cache/starlight-rabbitmq/client-suites (~2 min the first time on a
+# fresh machine, ~2 s afterwards). Go and Node come with the machine image.
+.PHONY: client-suites
+client-suites: install
+	$(PYTHON) -m tests.support.client_suites
 
 # helm, the helm-unittest plugin, etcd and kube-apiserver for the Helm chart's tests, built from
 # the Go module proxy into ~/.cache/starlight-tools (~15 min the first time, instant afterwards).
