@@ -103,21 +103,23 @@ async def node(call: Call) -> Response:
 
 
 async def _nodes(call: Call) -> list[dict[str, Any]]:
+    """One entry per live replica (its directory's replica node); replicas should have
+    names of their own (amqpNodeName), but two of the same name are still two entries."""
     context = call.context
-    own = replica_info(call)
-    found = {own["name"]: own}
+    found = [replica_info(call)]
     if context.directory is not None:
         try:
             replicas = await context.directory.replicas()
         except MetadataUnavailable as error:
             raise ApiError(503, "service_unavailable", str(error)) from None
         for replica in replicas:
+            if replica.replica == context.replica:
+                continue
             info = dict(replica.info)
             name = str(info.get("name", replica.replica))
-            if name not in found:
-                started = int(info.get("started_ms", 0) or 0)
-                found[name] = {**_node_entry(name, started, running=True), **info}
-    return sorted(found.values(), key=lambda entry: str(entry["name"]))
+            started = int(info.get("started_ms", 0) or 0)
+            found.append({**_node_entry(name, started, running=True), **info})
+    return sorted(found, key=lambda entry: str(entry["name"]))
 
 
 async def overview(call: Call) -> Response:

@@ -9,6 +9,7 @@ runs until the gateway stops.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -130,7 +131,12 @@ async def run_management(
                     directory.run,
                     local.records,
                     local.close,
-                    {"name": node, "started_ms": started_ms, "management": listener.url},
+                    {
+                        "name": node,
+                        "started_ms": started_ms,
+                        "os_pid": str(os.getpid()),
+                        "management": listener.url,
+                    },
                 )
                 try:
                     port = await nursery.start(http.serve)

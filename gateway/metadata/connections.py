@@ -155,9 +155,20 @@ class ConnectionDirectory:
             ):
                 await self._call("remove this replica's records", self._leave)
 
-    def _prepare(self) -> None:
-        for path in (self._replicas, self._mine(self._connections), self._mine(self._closes)):
+    def _prepare(self) -> None:  # a worker thread
+        # The replica's node first: a lister removes a folder whose replica has no node.
+        self._client.ensure_path(self._replicas)
+        self._write_replica()
+        for path in (self._mine(self._connections), self._mine(self._closes)):
             self._client.ensure_path(path)
+
+    def _write_replica(self) -> None:  # a worker thread
+        path = f"{self._replicas}/{encode_name(self.replica)}"
+        try:
+            self._client.create(path, self._replica_data, ephemeral=True)
+        except NodeExistsError:
+            self._client.set(path, self._replica_data)
+        self._replica_written = True
 
     def _mine(self, folder: str) -> str:
         return f"{folder}/{encode_name(self.replica)}"
@@ -183,14 +194,13 @@ class ConnectionDirectory:
 
     def _sync(self, wanted: dict[str, bytes]) -> None:  # a worker thread
         client = self._client
-        if not self._replica_written:
-            path = f"{self._replicas}/{encode_name(self.replica)}"
-            try:
-                client.create(path, self._replica_data, ephemeral=True)
-            except NodeExistsError:
-                client.set(path, self._replica_data)
-            self._replica_written = True
         folder = self._mine(self._connections)
+        if not self._replica_written:
+            # A new session: the old one's records and replica node are gone, and so may be
+            # its folders (removed as stale meanwhile).
+            self._write_replica()
+            client.ensure_path(folder)
+            client.ensure_path(self._mine(self._closes))
         ops: list[tuple[str, str, bytes]] = []
         for connection, data in wanted.items():
             before = self._written.get(connection)
@@ -209,6 +219,7 @@ class ConnectionDirectory:
                 else:
                     transaction.delete(path)
             if any(isinstance(result, Exception) for result in transaction.commit()):
+                client.ensure_path(folder)
                 for kind, connection, data in batch:  # one at a time, whatever is there
                     self._write_one(f"{folder}/{encode_name(connection)}", kind, data)
             for kind, connection, data in batch:
@@ -228,7 +239,8 @@ class ConnectionDirectory:
                 except NodeExistsError:
                     client.set(path, data)
         except NoNodeError:
-            pass  # deleting what is not there
+            if kind != "delete":
+                raise  # the folder is gone again: the next round writes everything anew
 
     def _requests(self) -> list[tuple[str, str]]:  # a worker thread
         folder = self._mine(self._closes)
