@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite runs for real (Prometheus, HAProxy, PostgreSQL,
-# and jemalloc, the gateway's memory allocator where the system has it), only those missing:
+# jemalloc, the gateway's memory allocator where the system has it, and rabbitmq-server for
+# its /usr/bin/rabbitmqadmin, which the management API's tests drive), only those missing:
 # a machine that has them all runs nothing and needs no network.
 # Usage: scripts/debian_packages.sh [PACKAGE ...]   (default: the suite's list below)
 set -euo pipefail
 packages=("$@")
 if [ ${#packages[@]} -eq 0 ]; then
-  packages=(prometheus haproxy postgresql libjemalloc2)
+  packages=(prometheus haproxy postgresql libjemalloc2 rabbitmq-server)
 fi
 missing=()
 for package in "${packages[@]}"; do
