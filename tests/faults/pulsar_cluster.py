@@ -3,7 +3,7 @@
 The cluster is scripts/stack_cluster.py's (the local stack's ``cluster`` profile: one
 ZooKeeper, two bookies, two brokers, each a JVM) on free ports, its state in the test's
 temporary folder, so that stopping or killing any of its servers touches nothing else. The
-helpers ask the brokers who owns a topic, move a namespace's bundles from one broker to the
+helpers ask the brokers who owns a topic, move a topic's bundle from one broker to the
 other, and read a topic's producers and consumers from the broker that owns it."""
 
 from __future__ import annotations
@@ -118,23 +118,25 @@ class OwnCluster:
             name for name in self.brokers if url.endswith(f":{self.cluster.server(name).port}")
         )
 
-    def move_bundles(self, namespace: str, source: str, destination: str) -> list[str]:
-        """Unload every bundle of ``namespace`` that ``source`` owns, naming ``destination``
-        as where it goes (the load manager alone may well choose ``source`` again)."""
-        with self.admin(source) as admin:
-            owned = admin.get(
-                f"/admin/v2/brokers/{self.cluster_name}/{self.broker_id(source)}/ownedNamespaces"
-            )
-            owned.raise_for_status()
-            bundles = [
-                name.rsplit("/", 1)[1] for name in owned.json() if name.startswith(namespace + "/")
-            ]
-            for bundle in bundles:
-                admin.put(
-                    f"/admin/v2/namespaces/{namespace}/{bundle}/unload",
-                    params={"destinationBroker": self.broker_id(destination)},
-                ).raise_for_status()
-        return bundles
+    def move_topic(self, topic: str, destination: str) -> str:
+        """Unload the bundle ``topic`` belongs to, naming ``destination`` as where it goes
+        (unloaded without one, the load manager may well choose the same broker again);
+        the bundle's range."""
+        path = topic.replace("://", "/", 1)
+        with self.admin() as admin:
+            found = admin.get(f"/lookup/v2/topic/{path}/bundle")
+            found.raise_for_status()
+            bundle = found.text.strip()
+        namespace = "/".join(topic.split("://", 1)[1].split("/")[:2])
+        # Asked of the owner; should ownership have changed meanwhile, its 307 says where.
+        with httpx.Client(
+            base_url=self.web_url(self.owner(topic)), timeout=30, follow_redirects=True
+        ) as admin:
+            admin.put(
+                f"/admin/v2/namespaces/{namespace}/{bundle}/unload",
+                params={"destinationBroker": self.broker_id(destination)},
+            ).raise_for_status()
+        return bundle
 
     def topics(self, namespace: str) -> list[str]:
         with self.admin() as admin:
