@@ -29,6 +29,7 @@ Standard library only, like stack.py (whose helpers it uses).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -459,6 +460,20 @@ def _brokers_health_problem(cluster: Cluster) -> str | None:
 # --- start and stop ---------------------------------------------------------------------------
 
 
+def _classpath() -> list[str]:
+    """The default profile's cached classpath, read without its lock when complete (the file
+    is replaced atomically): a default stack starting meanwhile holds that lock through its
+    whole start. Otherwise ``stack.classpath()``, which may run Maven, under the lock."""
+    key = hashlib.sha256(stack.POM.read_bytes()).hexdigest()[:16]
+    cached = stack.stack_dir() / f"classpath-{key}.txt"
+    with contextlib.suppress(OSError):
+        entries = stack._read_classpath(cached)
+        if entries and all(Path(entry).exists() for entry in entries):
+            stack._check_classpath(entries, cached)
+            return entries
+    return stack.classpath()
+
+
 def _port_taken(port: int) -> OSError | None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # As the JVMs' server sockets: TIME_WAIT leftovers do not count as taken.
@@ -660,7 +675,7 @@ def ensure_up(cluster: Cluster = CLUSTER, fresh: bool = False) -> bool:
             return False
         for server in dead:
             _check_ports_free(server)
-        classpath = stack.classpath()
+        classpath = _classpath()
         commands = _write_configs(state, cluster, classpath)
         launched: dict[str, subprocess.Popen[bytes]] = {}
 
