@@ -1169,9 +1169,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.profile == CLUSTER_PROFILE:
-            # Five JVMs rather than one: its own module (scripts/ is on sys.path when this
-            # file runs as a script). It imports `stack`: this very module, not a second copy
-            # whose StackError the clause below would not catch.
+            # Five JVMs rather than one: its own module, beside this file. It imports
+            # `stack`: this very module, not a second copy whose StackError the clause below
+            # would not catch.
+            if str(SCRIPTS_DIR) not in sys.path:
+                sys.path.insert(0, str(SCRIPTS_DIR))
             sys.modules.setdefault("stack", sys.modules[__name__])
             import stack_cluster
 
