@@ -18,10 +18,13 @@ from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscript
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
-# Messages per topic the Basic.Get consumer reads ahead. With one, each Get took the message
-# read ahead and the next waited for pulsar-client's refill (a flow permit, the broker's
-# dispatch: ~2 ms); with a few, a burst of Gets finds the next one already here.
-GET_READ_AHEAD = 5
+# Messages per topic the Basic.Get consumer reads ahead. Each Get takes the one read ahead and
+# the next waits for pulsar-client's refill (a flow permit, the broker's dispatch: ~2 ms of a
+# Get's latency). Reading ahead 5 halved that, but a retired getter whose client still holds
+# a message stays connected with free permits, and Pulsar dispatched the messages it handed
+# back to it again, out of reach of the queue's new consumer (the Java client's settlement
+# scenario "get, then consume with prefetch 1" stalled): one it is.
+GET_READ_AHEAD = 1
 # How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
 GET_WAIT = 0.25
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
@@ -111,6 +114,21 @@ class BasicGetConsumers:
         self.left_after_get.pop(queue, None)
         if getter is not None:
             getter.retire(self._start_soon)
+
+    async def end(self, queue: str) -> None:
+        """The queue was deleted: its Basic.Get consumer closes now, before the queue's
+        subscriptions are removed. Retired instead (``close``), it stayed attached while its
+        close ran in the background; the removal's forced disconnect then made pulsar-client
+        subscribe it again, creating the subscription anew, and a queue declared again under
+        the name shared it: its read-ahead took the new queue's first message and gave it
+        back on closing, after the second had been got (Basic.Get returned "2" before "1",
+        amqp091-go's TestRabbitMQQueueNackMultipleRequeue, issue 34). Its deliveries still
+        unsettled can no longer be settled, as a deleted queue's consumers' cannot."""
+        getter = self.by_queue.pop(queue, None)
+        self.used.pop(queue, None)
+        self.left_after_get.pop(queue, None)
+        if getter is not None:
+            await getter.end()
 
     async def _sweep(self) -> None:
         try:
