@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import trio
 
 from gateway.pulsar.admin import PulsarAdmin
-from gateway.pulsar.consumer import TrioConsumer
+from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
 from gateway.pulsar.errors import AdminError
 
 __all__ = ["ACK_WAIT", "acks_applied"]
@@ -33,31 +33,30 @@ ACK_POLL = 0.02
 
 async def acks_applied(admin: PulsarAdmin, consumers: Iterable[TrioConsumer]) -> None:
     """Until the broker has applied every ack that ``consumers`` sent so far (or
-    ``ACK_WAIT`` passed)."""
+    ``ACK_WAIT`` passed: then those acks are not waited for again, so that an ack that never
+    arrives, its consumer reconnected meanwhile, costs one count one wait, not every count)."""
+    pending = [(c, m) for c in consumers if (m := c.last_acknowledged) is not None]
     with trio.move_on_after(ACK_WAIT):
-        for consumer in consumers:
-            await _applied(admin, consumer)
+        for consumer, message in pending:
+            await _applied(admin, consumer.subscription, message)
+    for consumer, message in pending:
+        if consumer.last_acknowledged is message:  # nothing acknowledged since
+            consumer.last_acknowledged = None
 
 
-async def _applied(admin: PulsarAdmin, consumer: TrioConsumer) -> None:
-    message = consumer.last_acknowledged
-    if message is None:
-        return
+async def _applied(admin: PulsarAdmin, subscription: str, message: ReceivedMessage) -> None:
     if message.in_batch:
         # A batch's entry is acknowledged only when all of it is: the count of its other
         # messages is Pulsar's to give, whatever this one's ack did.
-        consumer.last_acknowledged = None
         return
     message_id = message.message_id
     position = (message_id.ledger_id, message_id.entry_id)
     while True:
         try:
-            cursor = await admin.cursor_state(message.topic, consumer.subscription)
+            cursor = await admin.cursor_state(message.topic, subscription)
         except AdminError as error:  # the count that follows meets it and says why
-            log.debug("cursor of %s on %s: %s", consumer.subscription, message.topic, error)
+            log.debug("cursor of %s on %s: %s", subscription, message.topic, error)
             return
         if cursor is None or cursor.acknowledged(position):
-            break
+            return
         await trio.sleep(ACK_POLL)  # polling the broker's cursor until it has the ack
-    if consumer.last_acknowledged is message:  # nothing acknowledged since
-        consumer.last_acknowledged = None
