@@ -142,7 +142,9 @@ async def _read_request(
         if event is h11.NEED_DATA:
             if head is not None and connection.they_are_waiting_for_100_continue:
                 await stream.send_all(
-                    connection.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    connection.send(
+                        h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+                    )
                 )
             connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
             continue
