@@ -5,7 +5,7 @@ STAMP   := $(VENV)/.installed-stamp
 COMPILED := $(VENV)/.compiled-stamp
 CONFIG  ?= conf/gateway.conf
 
-.PHONY: install run test unit integration lint bench stack-up stack-down stack-status clean
+.PHONY: install run test unit integration lint bench stack-up stack-down stack-status clean dist
 
 install: $(STAMP) $(COMPILED)
 
@@ -23,6 +23,13 @@ $(COMPILED): $(STAMP) $(wildcard gateway/pulsar/native/*) $(wildcard gateway/amq
 	$(PYTHON) -m gateway.pulsar.compiled
 	$(PYTHON) -c 'import sys; from gateway.amqp.compiled import main; sys.exit(main())'
 	touch $(COMPILED)
+
+# The wheel and the sdist in dist/ (starlight_rabbitmq-<version>-py3-none-any.whl and .tar.gz):
+# `python -m build` makes the sdist, then the wheel from that sdist, so a file missing from
+# the sdist is missing from the wheel too and shows up in tests/integration/test_wheel.py.
+# Its isolated build environment takes setuptools from PyPI (pip's cache), nothing from here.
+dist: $(STAMP)
+	$(PYTHON) -m build --outdir dist .
 
 # The stack script is stdlib-only, so it needs no virtualenv. PROFILE=secured or
 # PROFILE=cluster (2 brokers, 2 bookies, ZooKeeper as JVMs of their own) picks another
@@ -133,4 +140,4 @@ fuzz: install
 	$(PYTHON) bench/fuzz_core.py --inputs $(FUZZ_INPUTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis dist build
