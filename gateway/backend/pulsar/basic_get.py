@@ -55,6 +55,9 @@ class BasicGetConsumers:
         self.used: dict[str, float] = {}
         #: Per queue: (messages left at the last Basic.Get, when the broker last counted them).
         self.left_after_get: dict[str, tuple[int, float]] = {}
+        #: Per queue, its getters taken out of ``by_queue`` and not closed yet (retired ones
+        #: waiting for their deliveries to be settled, or closing): ``end`` closes them too.
+        self.leaving: dict[str, set[PulsarQueueSubscription]] = {}
         self._sweeping = False
 
     async def get(
@@ -113,22 +116,39 @@ class BasicGetConsumers:
         self.used.pop(queue, None)
         self.left_after_get.pop(queue, None)
         if getter is not None:
+            self._leaving(queue, getter)
             getter.retire(self._start_soon)
 
     async def end(self, queue: str) -> None:
-        """The queue was deleted: its Basic.Get consumer closes now, before the queue's
-        subscriptions are removed. Retired instead (``close``), it stayed attached while its
-        close ran in the background; the removal's forced disconnect then made pulsar-client
-        subscribe it again, creating the subscription anew, and a queue declared again under
-        the name shared it: its read-ahead took the new queue's first message and gave it
-        back on closing, after the second had been got (Basic.Get returned "2" before "1",
-        amqp091-go's TestRabbitMQQueueNackMultipleRequeue, issue 34). Its deliveries still
+        """The queue was deleted: its Basic.Get consumers, the current one and those retired
+        or closing, are closed before this returns, so before the queue's subscriptions are
+        removed. A retired getter still open then (waiting for a client to settle what it got,
+        or its close running in the background) was disconnected by the removal, and
+        pulsar-client subscribed it again, creating the subscription anew: a queue declared
+        again under the name shared it, and its read-ahead held the new queue's first message
+        until it closed, after the second had been got (Basic.Get returned "2" before "1":
+        amqp091-go's TestRabbitMQQueueNackMultipleRequeue, issue 34). Their deliveries still
         unsettled can no longer be settled, as a deleted queue's consumers' cannot."""
         getter = self.by_queue.pop(queue, None)
         self.used.pop(queue, None)
         self.left_after_get.pop(queue, None)
         if getter is not None:
-            await getter.end()
+            self._leaving(queue, getter)
+        for leaving in list(self.leaving.get(queue, ())):
+            await leaving.end()  # one closing already: until it is closed
+
+    def _leaving(self, queue: str, getter: PulsarQueueSubscription) -> None:
+        """Keep ``getter`` in ``leaving`` until it is closed."""
+        held = self.leaving.setdefault(queue, set())
+        held.add(getter)
+
+        async def forget() -> None:
+            await getter.close_done.wait()
+            held.discard(getter)
+            if not held and self.leaving.get(queue) is held:
+                del self.leaving[queue]
+
+        self._start_soon(forget)
 
     async def _sweep(self) -> None:
         try:

@@ -308,7 +308,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._drains.refresh(self._view)
         for subscription in list(self._consumers.pop(name, ())):
             await subscription.end()
-        await self._basic_gets.close(name)
+        await self._basic_gets.end(name)
         self._admission.forget(name)
         if stream_of(view, name) is not None:
             await self.streams.drop(name)
@@ -535,8 +535,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
         for subscriptions in list(self._consumers.values()):
             for subscription in list(subscriptions):
                 await subscription.end()
-        for queue in list(self._basic_gets.by_queue):
-            await self._basic_gets.close(queue)
+        for queue in {*self._basic_gets.by_queue, *self._basic_gets.leaving}:
+            await self._basic_gets.end(queue)
 
     async def _reconcile(self, view: VhostView) -> None:
         await self.streams.reconcile(view)
@@ -553,9 +553,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 await self._retopic(subscription, wanted)
         for queue, getter in list(self._basic_gets.by_queue.items()):
             if queue not in view.queues:
-                await self._basic_gets.close(queue)
+                await self._basic_gets.end(queue)  # deleted: closed now (BasicGetConsumers.end)
             else:
                 await self._retopic(getter, self._topics.read_by(view, queue))
+        for queue in [q for q in self._basic_gets.leaving if q not in view.queues]:
+            await self._basic_gets.end(queue)
 
     @staticmethod
     async def _retopic(subscription: PulsarQueueSubscription, wanted: set[str]) -> None:
