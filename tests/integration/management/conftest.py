@@ -30,10 +30,11 @@ AUTH = ("guest", "guest")
 class Managed:
     """A gateway process and its management API's base URL."""
 
-    def __init__(self, process: GatewayProcess, management_port: int) -> None:
+    def __init__(self, process: GatewayProcess, management_port: int, scheme: str = "http") -> None:
         self.process = process
         self.port = process.port  # AMQP
-        self.url = f"http://127.0.0.1:{management_port}"
+        host = "localhost" if scheme == "https" else "127.0.0.1"  # the test certificate's name
+        self.url = f"{scheme}://{host}:{management_port}"
 
     def client(self, auth: tuple[str, str] | None = AUTH) -> httpx.Client:
         return httpx.Client(base_url=self.url, auth=auth, timeout=30)
@@ -47,14 +48,14 @@ class ManagedFleet:
     def namespace(self) -> str:
         return self.fleet.namespace
 
-    def start(self, name: str, extra: str = "") -> Managed:
+    def start(self, name: str, extra: str = "", *, scheme: str = "http") -> Managed:
         port = free_port()
         process = self.fleet.start(
-            name, extra=f"managementListener=http://127.0.0.1:{port}\n" + extra
+            name, extra=f"managementListener={scheme}://127.0.0.1:{port}\n" + extra
         )
         process.wait_ready()
         process.wait_for(r"gateway\.management: management API on")
-        return Managed(process, port)
+        return Managed(process, port, scheme)
 
 
 @contextlib.contextmanager
