@@ -117,12 +117,6 @@ GO_TIMING_BOUND = frozenset(
         "TestQuickPublishConsumeBigBody",
     }
 )
-# An open gateway bug the suite found, given the same one rerun until it is fixed: a Basic.Get
-# right after two publishes to a queue declared a moment before (here after a queue of that
-# name was deleted) can return the second message first, redelivered=false (pika, re-declaring
-# one exclusive queue per connection: 3 of 60; this test in the suite: 1 of ~7 runs).
-GO_OPEN_BUGS = frozenset({"TestRabbitMQQueueNackMultipleRequeue"})
-GO_RERUN_ONCE = GO_TIMING_BOUND | GO_OPEN_BUGS
 
 # RabbitMQ's channel-max, where the reference's default is 256 (module docstring).
 RABBITMQ_LIKE = "amqpSessionCountLimit=2047\n"
@@ -163,7 +157,7 @@ def verdict(
     rerun: SuiteRun | None = None,
 ) -> None:
     """Every test outside ``excluded`` passed (a skip is not a pass: it checked nothing),
-    those of GO_RERUN_ONCE at least on their second run (``rerun``), and the
+    those of GO_TIMING_BOUND at least on their second run (``rerun``), and the
     suite had the tests its pinned version has."""
     ran = len(run.outcomes) + len([t for t in excluded if t not in run.outcomes])
     again = ""
@@ -186,7 +180,7 @@ def verdict(
 
 
 class PassedOnRerun(UserWarning):
-    """A test of GO_RERUN_ONCE failed once and passed when run again."""
+    """A test of GO_TIMING_BOUND failed once and passed when run again."""
 
 
 @pytest.mark.timeout(2 * GO_TIMEOUT + 180)
@@ -196,7 +190,7 @@ def test_amqp091_go_suite(pulsar_stack: Any, tmp_path: Path) -> None:
         host, port = address(gateway, "127.0.0.1")
         url = f"amqp://guest:guest@{host}:{port}/"
         run = run_go(suite, url, skip=GO_EXCLUDED, timeout=GO_TIMEOUT, log=tmp_path / "go.log")
-        late = [t for t in run.with_status("failed") if t in GO_RERUN_ONCE]
+        late = [t for t in run.with_status("failed") if t in GO_TIMING_BOUND]
         rerun = None
         if late:
             log = tmp_path / "go-rerun.log"
