@@ -48,10 +48,11 @@ fi
 # The build context holds only what the image needs, not the checkout's .venv or caches.
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
-cp "$repo/pyproject.toml" "$repo/README.md" "$context/"
-cp -r "$repo/gateway" "$context/gateway"
-find "$context/gateway" -name __pycache__ -prune -exec rm -rf {} +
-mkdir "$context/nar"
+# The gateway goes in as `make dist`'s wheel (the package tests/integration/test_wheel.py
+# installs and runs), not as a source tree to build a second time inside the image.
+make -C "$repo" --no-print-directory dist
+mkdir "$context/dist" "$context/nar"
+cp "$repo/dist/starlight_rabbitmq-$version-py3-none-any.whl" "$context/dist/"
 if [ -n "$ca_bundle" ]; then
   cp "$ca_bundle" "$context/build-ca.pem"
 else
