@@ -67,6 +67,14 @@ class PublishRoutes:
         (if it has a topic per key); True when that found a queue to route to."""
         if (exchange.name, key) in self.prepared_keys:
             return False
+        if exchange.name == DEFAULT_EXCHANGE and not key:
+            # No queue is named "" (Queue.Declare names one declared without a name): the
+            # default exchange's empty key routes nowhere, as on RabbitMQ, and needs no topic.
+            # Registered, the leader's key sweep took it for a deleted queue named "" and
+            # logged a failure removing that queue's subscription (amqplib's suite publishes
+            # so).
+            self.prepared_keys.add((exchange.name, key))
+            return False
         if exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange):
             return await self._prepare_key(exchange, key)
         return False

@@ -97,3 +97,22 @@ async def test_a_producer_that_cannot_be_made_is_left_to_the_publish(error: Exce
         routes = routes_with(resources, subscribed)
         assert await routes.prepare(Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT), "q")
     assert subscribed == [(TOPIC, "q")]
+
+
+async def test_the_default_exchanges_empty_key_is_not_registered() -> None:
+    """No queue is named "": nothing to subscribe, no topic, no key for the leader to sweep."""
+    registered: list[tuple[str, str]] = []
+
+    class RecordingStore(Store):
+        async def register_topic_key(self, namespace: str, exchange: str, key: str) -> None:
+            registered.append((exchange, key))
+
+    subscribed: list[tuple[str, str]] = []
+    async with trio.open_nursery() as nursery:
+        resources = Resources(Producers(), nursery, RecordingStore())
+        routes = routes_with(resources, subscribed)
+        assert await routes.prepare(Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT), "") is False
+        assert await routes.prepare(Exchange(DEFAULT_EXCHANGE, ExchangeType.DIRECT), "q")
+    assert registered == [(DEFAULT_EXCHANGE, "q")]
+    assert subscribed == [(TOPIC, "q")]
+    assert resources.producers.topics == [TOPIC]
