@@ -3,8 +3,7 @@ management API listens where they look for RabbitMQ's: ``localhost:15672``, ``gu
 (``internal/utils``). Each finds its connection in ``GET /api/connections/`` by the
 ``connection_name`` client property, drops it with ``DELETE /api/connections/{name}``, and
 checks that the client recovers (reconnects, redeclares its topology, resumes publishing and
-consuming). The rest of the suite runs in tests/integration/clients/test_client_suites.py,
-which leaves these out for want of a management API on its gateway."""
+consuming). The rest of the suite runs in tests/integration/clients/test_client_suites.py."""
 
 from __future__ import annotations
 
@@ -15,13 +14,35 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clients.test_client_suites import GO_EXCLUDED, MANAGEMENT_API
 from tests.integration.management.conftest import ManagedFleet, managed_fleet
 from tests.support.client_suites import SuiteUnavailable, prepare_go, run_go
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-RECOVERY_TESTS = sorted(name for name, why in GO_EXCLUDED.items() if why == MANAGEMENT_API)
+# Every test of amqp091-go v1.14.0 (client_suites.py's pin) that calls internal/utils'
+# DropConnection: its recovery_test.go.
+RECOVERY_TESTS = sorted(
+    f"TestConnectionRecovery{name}"
+    for name in (
+        "Publish",
+        "Consume",
+        "ChannelIDReservation",
+        "LifeCycleNotifyStateChange",
+        "CancelInterrupt",
+        "ExclusiveQueue",
+        "DeletedQueueSkip",
+        "TopologyOnlyTransient",
+        "MultiChannelTopology",
+        "TopologyAllEnabled",
+        "TopologyDisabled",
+        "ExhaustionDoesNotPanic",
+        "AutoDeleteTopologyForgotten",
+        "AutoDeleteExchangeCascade",
+        "SkipAndContinue",
+        "SkipAndContinueNoInfiniteLoop",
+        "ConsumerNotForgottenAfterFailedResubscribe",
+    )
+)
 # RabbitMQ's port, hard-wired in the suite.
 PORT = 15672
 # ~110 s on this machine kind (each test waits for its client to notice and reconnect).
