@@ -19,7 +19,7 @@ OPTIONAL_APIS = (
 #: Values that turn every optional object and branch of the templates on at once.
 EVERYTHING_ON_VALUES = (
     "--set",
-    "autoscaling.enabled=true,autoscaling.connections.enabled=true",
+    "autoscaling.enabled=true,autoscaling.connections.enabled=true,resources.requests.cpu=500m",
     "--set",
     "metrics.serviceMonitor.enabled=true,dashboards.enabled=true,networkPolicy.enabled=true",
     "--set",

@@ -76,6 +76,7 @@ def test_defaults_render_the_fleet_with_a_disruption_budget(helm: Helm) -> None:
     assert sorted(kinds) == [
         "ConfigMap",
         "Deployment",
+        "Pod",  # the `helm test` hook (test_chart_hooks.py)
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
