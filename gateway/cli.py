@@ -341,6 +341,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"starlight-rabbitmq: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    open_remote = config.open_remote_listeners  # only when amqpAllowUnauthenticatedRemote
+    if open_remote and args.worker_index is None:  # once, not once per worker
+        log.warning(
+            "AUTHENTICATION IS OFF on %s, which other machines can reach: anyone connects "
+            "with any user name and password (amqpAllowUnauthenticatedRemote=true; set "
+            "authenticationEnabled=true to require credentials, docs/security.md)",
+            ", ".join(listener.url for listener in open_remote),
+        )
     tune_collector()
     try:
         if args.worker_index is not None:

@@ -108,6 +108,14 @@ class DerivedValues:
         return tuple(listener for listener in self.amqpListeners if listener.tls)
 
     @property
+    def open_remote_listeners(self) -> tuple[Listener, ...]:
+        """The AMQP listeners other machines reach while any credentials are accepted
+        (authenticationEnabled=false): what amqpAllowUnauthenticatedRemote must allow."""
+        if self.authenticationEnabled:
+            return ()
+        return tuple(listener for listener in self.amqpListeners if not listener.local)
+
+    @property
     def broker_tls(self) -> bool:
         """Whether the connection to Pulsar uses TLS (the flag, or a pulsar+ssl:// URL)."""
         return self.tlsEnabledWithBroker or self.brokerServiceURL.startswith("pulsar+ssl:")

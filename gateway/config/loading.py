@@ -229,6 +229,17 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
         raise fail("tokenAudienceClaim", "is set but tokenAudience is empty")
     if c.authorizationEnabled and not c.authenticationEnabled:
         raise fail("authorizationEnabled", "is true but authenticationEnabled is false")
+    open_remote = c.open_remote_listeners
+    if open_remote and not c.amqpAllowUnauthenticatedRemote:
+        # The reference's default lets any credentials in; RabbitMQ's lets its default user
+        # in from loopback only (its docs, "Access Control": loopback_users). So an open
+        # gateway that other machines reach is a decision to write down, not a default.
+        raise fail(
+            "amqpListeners",
+            f"{open_remote[0].url} is reachable from other machines and authenticationEnabled "
+            "is false, which lets anyone in with any credentials: set authenticationEnabled="
+            "true, listen on 127.0.0.1 only, or set amqpAllowUnauthenticatedRemote=true",
+        )
 
     if c.tlsEnabledWithBroker:
         if not c.brokerServiceURL.startswith("pulsar+ssl://"):

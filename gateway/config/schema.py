@@ -167,7 +167,8 @@ class GatewayConfig(DerivedValues):
             Kind.BOOL,
             "false",
             """Whether AMQP clients must authenticate. When false, any credentials are
-            accepted.""",
+            accepted, so the gateway then refuses to start with an AMQP listener on an address
+            other than loopback unless amqpAllowUnauthenticatedRemote=true.""",
             _AUTH,
         )
     )
@@ -639,6 +640,19 @@ class GatewayConfig(DerivedValues):
             """Check that an authenticated role may use the vhost it opens; roles in
             superUserRoles may use every vhost. Requires authenticationEnabled. (The reference
             has no authorization: every authenticated user may use every vhost.)""",
+            _GW,
+            ours=True,
+        )
+    )
+    amqpAllowUnauthenticatedRemote: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "false",
+            """Let the gateway start with authenticationEnabled=false and an AMQP listener on
+            an address other than loopback (`127.0.0.0/8`, `::1`, `localhost`; an amqp+unix
+            socket counts as local), so that anyone who reaches it connects with any
+            credentials: it then logs a warning at start. Without it such a start is refused,
+            as RabbitMQ lets its default user in from loopback only.""",
             _GW,
             ours=True,
         )

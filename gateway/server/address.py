@@ -6,6 +6,7 @@ dependencies (``gateway/auth`` imports the configuration's errors).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,6 +30,21 @@ class Listener:
     @property
     def unix(self) -> bool:
         return self.scheme == UNIX_SCHEME
+
+    @property
+    def local(self) -> bool:
+        """Whether only this machine reaches it: a Unix socket, or a loopback address
+        (``127.0.0.0/8``, ``::1``, or ``localhost``). Any other host name counts as remote:
+        nothing is resolved to decide (a name may resolve differently at bind time)."""
+        if self.unix or self.host.lower() == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(self.host.partition("%")[0])  # drop an IPv6 zone
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_loopback
 
     @property
     def url(self) -> str:

@@ -160,6 +160,34 @@ def test_unreachable_pulsar_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_an_open_gateway_other_machines_reach_is_refused(tmp_path: Path) -> None:
+    # Authentication off (the reference's default) on a wildcard address: anyone could log in
+    # with any credentials, which RabbitMQ allows from loopback only (issue 37 item 5).
+    config = write_config(tmp_path)
+    config.write_text(config.read_text().replace("amqp://127.0.0.1:", "amqp://0.0.0.0:"))
+    result = run(["-c", str(config)])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    for key in ("amqpListeners", "authenticationEnabled", "amqpAllowUnauthenticatedRemote"):
+        assert key in line
+
+
+def test_an_open_gateway_that_is_allowed_says_so_loudly(tmp_path: Path) -> None:
+    # Stopped before it binds anything: its Pulsar admin API is not there (a clear error).
+    config = write_config(tmp_path, "amqpAllowUnauthenticatedRemote=true\n")
+    config.write_text(
+        config.read_text()
+        .replace("amqp://127.0.0.1:", "amqp://0.0.0.0:")
+        .replace("http://127.0.0.1:8080", f"http://127.0.0.1:{free_port()}")
+    )
+    result = run(["-c", str(config)])
+    assert result.returncode == 1
+    assert "WARNING" in result.stderr
+    assert "AUTHENTICATION IS OFF on amqp://0.0.0.0:" in result.stderr
+    assert "cannot reach the Pulsar admin API" in result.stderr
+
+
 def test_stop_on_stdin_close_stops_when_the_parent_goes(
     tmp_path: Path, pulsar_stack: object
 ) -> None:

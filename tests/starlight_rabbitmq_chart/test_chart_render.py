@@ -92,7 +92,10 @@ def test_defaults_render_the_fleet_with_a_disruption_budget(helm: Helm) -> None:
     "example", [None, *example_files()], ids=lambda p: p.name if p else "defaults"
 )
 def test_rendered_gateway_conf_is_accepted_by_the_gateway(helm: Helm, example: Path | None) -> None:
-    rendered = helm.template(*(["-f", str(example)] if example else []))
+    # The defaults authenticate AMQP clients (docs/helm.md, "Authentication"): the gateway then
+    # needs the JWT key, which a real release gives under `jwt`.
+    key = ["--set", "jwt.existingSecret=jwt,jwt.secretKeyKey=secret.key"]
+    rendered = helm.template(*(["-f", str(example)] if example else key))
     if not any(doc["kind"] == "Deployment" for doc in documents(rendered)):
         return  # mode pulsarProxy: no gateway pods, no gateway.conf (checked below)
     conf = gateway_conf(rendered)
@@ -107,6 +110,7 @@ def test_rendered_gateway_conf_is_accepted_by_the_gateway(helm: Helm, example: P
         environ["STARLIGHT_brokerClientAuthenticationParameters"] = "token:eyJhbGciOi"
     config = config_from_text(conf, environ, source="gateway.conf")
     assert config.amqpListeners[0].url == "amqp://0.0.0.0:5672"
+    assert config.authenticationEnabled
     assert config.advertisedAddress == "10.0.0.7"
     assert config.amqpNodeName == "s4r-starlight-rabbitmq-7d9f-x2x5q"
     assert config.amqpClusterName == "s4r-starlight-rabbitmq"

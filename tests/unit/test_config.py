@@ -110,6 +110,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "rollupPostgresTable": ("vhost_throughput", "vhost_throughput"),
     "rollupSubscription": ("starlight-rollup", "starlight-rollup"),
     "authorizationEnabled": ("false", False),
+    "amqpAllowUnauthenticatedRemote": ("false", False),
     "amqpLazySubscriptions": ("true", True),
     "amqpPriorityQueueReadAhead": ("100", 100),
     "superUserRoles": ("", ()),
@@ -144,6 +145,8 @@ BASE = (
 BASE_LINES = BASE.count("\n")
 
 CERT = "tlsCertificateFilePath=/etc/gw/cert.pem\ntlsKeyFilePath=/etc/gw/key.pem\n"
+# For the tests of listeners on other addresses than loopback, with authentication off.
+OPEN = "amqpAllowUnauthenticatedRemote=true\n"
 SECRET = "data:;base64,c2VjcmV0LWtleS1ieXRlcw=="
 
 
@@ -455,7 +458,7 @@ def test_environ_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_environment_overrides_the_file() -> None:
     config = load(
-        "amqpSessionCountLimit=100\namqpBatchingEnabled=true\n",
+        "amqpSessionCountLimit=100\namqpBatchingEnabled=true\n" + OPEN,
         {
             "STARLIGHT_amqpSessionCountLimit": " 12 ",
             "STARLIGHT_amqpBatchingEnabled": "FALSE",
@@ -576,12 +579,12 @@ def test_file_values(line: str, name: str, expected: object) -> None:
     ],
 )  # fmt: skip
 def test_listeners(value: str, expected: list[tuple[str, str, int]]) -> None:
-    listeners = load(f"amqpListeners={value}\n").amqpListeners
+    listeners = load(f"amqpListeners={value}\n" + OPEN).amqpListeners
     assert [(x.scheme, x.host, x.port) for x in listeners] == expected
 
 
 def test_amqps_listener_with_pem_files() -> None:
-    config = load("amqpListeners=amqp://h:5672,amqps://h\n" + CERT)
+    config = load("amqpListeners=amqp://h:5672,amqps://h\n" + CERT + OPEN)
     assert config.amqpListeners[1] == Listener("amqps", "h", 5671)
     assert config.tls_listeners == (Listener("amqps", "h", 5671),)
     assert config.amqpListeners[1].tls and not config.amqpListeners[0].tls
@@ -589,7 +592,9 @@ def test_amqps_listener_with_pem_files() -> None:
 
 
 def test_amqps_listener_with_key_store() -> None:
-    config = load("amqpListeners=amqps://h:5671\ntlsEnabledWithKeyStore=true\ntlsKeyStore=/k.p12\n")
+    config = load(
+        "amqpListeners=amqps://h:5671\ntlsEnabledWithKeyStore=true\ntlsKeyStore=/k.p12\n" + OPEN
+    )
     assert config.tlsEnabledWithKeyStore and config.tlsKeyStore == "/k.p12"
 
 
@@ -867,7 +872,7 @@ def test_consistent_secure_configuration_loads() -> None:
 def test_external_with_key_store_trust() -> None:
     config = load(
         "amqpListeners=amqps://h:5671\namqpAuthenticationMechanisms=EXTERNAL\n"
-        "tlsEnabledWithKeyStore=true\ntlsKeyStore=/k.p12\ntlsTrustStore=/t.p12\n"
+        "tlsEnabledWithKeyStore=true\ntlsKeyStore=/k.p12\ntlsTrustStore=/t.p12\n" + OPEN
     )
     assert config.amqpAuthenticationMechanisms == ("EXTERNAL",)
 
@@ -911,13 +916,15 @@ def test_derived_values() -> None:
         (
             "amqpAuthenticationMechanisms=PLAIN,EXTERNAL\namqpListeners=amqps://h:5671\n"
             + CERT
-            + "tlsTrustCertsFilePath=/ca.pem\n",
+            + "tlsTrustCertsFilePath=/ca.pem\n"
+            + OPEN,
             ("PLAIN", "AMQPLAIN", "EXTERNAL"),
         ),
         (
             "amqpAuthenticationMechanisms=EXTERNAL\namqpListeners=amqps://h:5671\n"
             + CERT
-            + "tlsTrustCertsFilePath=/ca.pem\n",
+            + "tlsTrustCertsFilePath=/ca.pem\n"
+            + OPEN,
             ("EXTERNAL",),
         ),
         # Authentication on: exactly what the key lists (the reference's default: PLAIN).
@@ -960,7 +967,7 @@ def test_broker_client_auth_kind(plugin: str, kind: str) -> None:
 def test_advertised_host() -> None:
     assert load().advertised_host == "127.0.0.1"
     assert load("advertisedAddress=gw.example.com\n").advertised_host == "gw.example.com"
-    wildcard = load("amqpListeners=amqp://0.0.0.0:5672\n")
+    wildcard = load("amqpListeners=amqp://0.0.0.0:5672\n" + OPEN)
     assert wildcard.advertised_host not in ("", "0.0.0.0")
 
 
@@ -1270,3 +1277,63 @@ def test_node_name_defaults_to_the_host_name() -> None:
 
     assert load().node_name == f"rabbit@{socket.gethostname()}"
     assert load("amqpNodeName=rabbit@gw-3\n").node_name == "rabbit@gw-3"
+
+
+# ---- an open gateway only on loopback, unless said so (issue 37 item 5) ------------------
+
+
+@pytest.mark.parametrize(
+    "listeners",
+    [
+        "amqp://127.0.0.1:5672",
+        "amqp://127.0.0.2:5672",
+        "amqp://localhost:5672",
+        "amqp://LOCALHOST:5672",
+        "amqp://[::1]:5672",
+        "amqp://[::ffff:127.0.0.1]:5672",
+        "amqp+unix:///run/starlight/amqp.sock",
+    ],
+)
+def test_authentication_off_on_loopback_starts(listeners: str) -> None:
+    config = load(f"amqpListeners={listeners}\n")
+    assert config.open_remote_listeners == ()
+
+
+@pytest.mark.parametrize(
+    ("listeners", "reachable"),
+    [
+        ("amqp://0.0.0.0:5672", "amqp://0.0.0.0:5672"),
+        ("amqp://[::]:5672", "amqp://[::]:5672"),
+        ("amqp://127.0.0.1:5672,amqps://10.1.2.3:5671", "amqps://10.1.2.3:5671"),
+        # A name is not resolved to decide: only localhost counts as loopback.
+        ("amqp://gateway.example.com:5672", "amqp://gateway.example.com:5672"),
+    ],
+)
+def test_authentication_off_elsewhere_is_refused_unless_allowed(
+    listeners: str, reachable: str
+) -> None:
+    tls = CERT if "amqps" in listeners else ""
+    with pytest.raises(ConfigError) as refused:
+        load(f"amqpListeners={listeners}\n" + tls)
+    message = assert_clean(refused.value)
+    assert message == (
+        f"test.conf:{BASE_LINES + 1}: amqpListeners: {reachable} is reachable from other "
+        "machines and authenticationEnabled is false, which lets anyone in with any "
+        "credentials: set authenticationEnabled=true, listen on 127.0.0.1 only, or set "
+        "amqpAllowUnauthenticatedRemote=true"
+    )
+    allowed = load(f"amqpListeners={listeners}\n" + tls + OPEN)
+    assert reachable in [listener.url for listener in allowed.open_remote_listeners]
+    authenticated = load(
+        f"amqpListeners={listeners}\n"
+        + tls
+        + f"authenticationEnabled=true\ntokenSecretKey={SECRET}\n"
+    )
+    assert authenticated.open_remote_listeners == ()
+
+
+def test_the_environment_may_open_a_gateway_too() -> None:
+    environ = {"STARLIGHT_amqpListeners": "amqp://0.0.0.0:5672"}
+    with pytest.raises(ConfigError, match=r"^environment variable STARLIGHT_amqpListeners: "):
+        load("", environ)
+    assert load("", {**environ, "STARLIGHT_amqpAllowUnauthenticatedRemote": "true"})

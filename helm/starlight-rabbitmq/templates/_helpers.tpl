@@ -91,6 +91,9 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- if and (or .Values.jwt.secretKeyKey .Values.jwt.publicKeyKey) (not .Values.jwt.existingSecret) }}
 {{- fail "jwt.secretKeyKey / jwt.publicKeyKey need jwt.existingSecret: the Secret that holds the key" }}
 {{- end }}
+{{- if and (include "starlight-rabbitmq.fleet" .) (hasKey .Values.config "authenticationEnabled") (not .Values.config.authenticationEnabled) (not .Values.config.amqpAllowUnauthenticatedRemote) }}
+{{- fail "config.authenticationEnabled=false lets anyone in with any credentials on the chart's listeners (0.0.0.0), which the gateway refuses: set config.amqpAllowUnauthenticatedRemote=true too to run it open on purpose, or keep authentication on (jwt.*; docs/helm.md, \"Authentication\")" }}
+{{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable (null the other)" }}
 {{- end }}
@@ -114,6 +117,13 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- end }}
 {{- end }}
 {{- $_ := set $conf "amqpListeners" (join "," $listeners) -}}
+{{- /* Listening on every interface: authenticated unless config says otherwise (the reference's
+default, off, lets any credentials in, which the gateway allows on loopback only). Set only when
+config has no say: sprig's merge would replace config's false by this true (false counts as
+unset there). */ -}}
+{{- if not (hasKey .Values.config "authenticationEnabled") }}
+{{- $_ := set $conf "authenticationEnabled" true -}}
+{{- end }}
 {{- $_ := set $conf "metricsListener" (printf "http://0.0.0.0:%d" (int .Values.metrics.port)) -}}
 {{- $_ := set $conf "amqpClusterName" (include "starlight-rabbitmq.fullname" .) -}}
 {{- if .Values.proxyProtocol.enabled }}

@@ -1,6 +1,8 @@
 package io.starlight.rabbitmq.proxy;
 
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.UnknownHostException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -11,9 +13,30 @@ import java.util.regex.Pattern;
 public record AmqpListener(String scheme, String host, int port) {
   private static final Pattern URL =
       Pattern.compile("(?i)(amqps?)://(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+)(?::([0-9]{1,5}))?/?");
+  /** An IP address written out (IPv4 dotted, or IPv6 with its colons): no name to resolve. */
+  private static final Pattern LITERAL = Pattern.compile("[0-9]{1,3}(\\.[0-9]{1,3}){3}|.*:.*");
 
   public boolean tls() {
     return scheme.equals("amqps");
+  }
+
+  /**
+   * Whether only this machine reaches it: a loopback address (127.0.0.0/8, ::1) or localhost. Any
+   * other name counts as remote: nothing is resolved to decide (the gateway decides the same way,
+   * gateway/server/address.py).
+   */
+  public boolean local() {
+    if (host.equalsIgnoreCase("localhost")) {
+      return true;
+    }
+    if (!LITERAL.matcher(host).matches()) {
+      return false;
+    }
+    try {
+      return InetAddress.getByName(host).isLoopbackAddress(); // a literal: no lookup
+    } catch (UnknownHostException e) {
+      return false;
+    }
   }
 
   public InetSocketAddress address() {

@@ -113,6 +113,15 @@ public final class GatewayConfigTranslator {
       out.remove("brokerClientAuthenticationPlugin");
     }
     if (shim.mode() == ShimSettings.Mode.RELAY) {
+      // The gateway sees only the relay's socket: the proxy's listeners are checked here.
+      List<AmqpListener> open = openRemoteListeners(out, shim.listeners());
+      if (!open.isEmpty() && !isTrue(out.get("amqpAllowUnauthenticatedRemote"))) {
+        throw new ShimConfigException(
+            "amqpListeners: " + open.get(0).url() + " is reachable from other machines and "
+                + "authenticationEnabled is false, which lets anyone in with any credentials: set "
+                + "authenticationEnabled=true, listen on 127.0.0.1 only, or set "
+                + "amqpAllowUnauthenticatedRemote=true");
+      }
       // The proxy's own TLS listener settings (often a JKS key store, which the gateway cannot
       // read) mean nothing to a gateway that serves only the relay's plaintext Unix socket.
       LISTENER_TLS_KEYS.forEach(out::remove);
@@ -121,6 +130,23 @@ public final class GatewayConfigTranslator {
       out.put("amqpProxyProtocolTrustedNetworks", "unix");
     }
     return out;
+  }
+
+  /**
+   * The listeners other machines reach while any credentials are accepted (authenticationEnabled
+   * is false): what amqpAllowUnauthenticatedRemote must allow, as the gateway rules for its own
+   * listeners (gateway/config/loading.py); RabbitMQ lets its default user in from loopback only.
+   */
+  public static List<AmqpListener> openRemoteListeners(
+      Map<String, String> gateway, List<AmqpListener> listeners) {
+    if (isTrue(gateway.get("authenticationEnabled"))) {
+      return List.of();
+    }
+    return listeners.stream().filter(listener -> !listener.local()).toList();
+  }
+
+  private static boolean isTrue(String value) {
+    return value != null && value.trim().equalsIgnoreCase("true");
   }
 
   /** The file the gateway reads ({@code -c}): one key=value per line. */

@@ -88,6 +88,17 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
     socket = workDirectory.resolve("amqp.sock");
     Map<String, String> config =
         GatewayConfigTranslator.translate(proxy, settings, GatewayConfigTranslator.gatewayKeys(), socket);
+    if (settings.mode() == ShimSettings.Mode.RELAY) {
+      // Allowed (translate refuses otherwise): said loudly, as the gateway says it of its own.
+      List<AmqpListener> open = GatewayConfigTranslator.openRemoteListeners(config, settings.listeners());
+      if (!open.isEmpty()) {
+        LOG.warn(
+            "AUTHENTICATION IS OFF on {}, which other machines can reach: anyone connects with any "
+                + "user name and password (amqpAllowUnauthenticatedRemote=true; set "
+                + "authenticationEnabled=true to require credentials)",
+            open.stream().map(AmqpListener::url).toList());
+      }
+    }
     configFile = workDirectory.resolve("gateway.conf");
     try {
       Files.deleteIfExists(configFile);

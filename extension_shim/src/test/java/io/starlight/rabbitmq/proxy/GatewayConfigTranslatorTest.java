@@ -194,6 +194,34 @@ class GatewayConfigTranslatorTest {
   }
 
   @Test
+  void relayModeRefusesAnOpenGatewayOtherMachinesReachUnlessAllowed() throws Exception {
+    String open = QUICK_START.replace("amqp://127.0.0.1:5672", "amqp://0.0.0.0:5672");
+    ShimConfigException refused = assertThrows(ShimConfigException.class, () -> translate(open));
+    assertEquals(
+        "amqpListeners: amqp://0.0.0.0:5672 is reachable from other machines and authenticationEnabled "
+            + "is false, which lets anyone in with any credentials: set authenticationEnabled=true, listen "
+            + "on 127.0.0.1 only, or set amqpAllowUnauthenticatedRemote=true",
+        refused.getMessage());
+    Map<String, String> allowed = translate(open + "amqpAllowUnauthenticatedRemote=true\n");
+    assertEquals("true", allowed.get("amqpAllowUnauthenticatedRemote"));
+    assertEquals(
+        List.of(AmqpListener.parse("amqp://0.0.0.0:5672")),
+        GatewayConfigTranslator.openRemoteListeners(allowed, ShimSettings.from(conf(open)).listeners()));
+    Map<String, String> authenticated =
+        translate(open + "authenticationEnabled=true\ntokenSecretKey=data:;base64,eA==\n");
+    assertTrue(
+        GatewayConfigTranslator.openRemoteListeners(authenticated, ShimSettings.from(conf(open)).listeners())
+            .isEmpty());
+    for (String local : List.of("amqp://127.0.0.2:5672", "amqp://localhost:5672", "amqp://[::1]:5672")) {
+      translate(QUICK_START.replace("amqp://127.0.0.1:5672", local));
+    }
+    assertTrue(AmqpListener.parse("amqp://[::ffff:127.0.0.1]:5672").local());
+    // A name is not resolved to decide: only localhost counts as loopback.
+    assertFalse(AmqpListener.parse("amqp://gateway.example.com:5672").local());
+    assertFalse(AmqpListener.parse("amqp://[::]:5672").local());
+  }
+
+  @Test
   void ipv6Listeners() throws Exception {
     assertEquals(new AmqpListener("amqp", "::1", 5672), AmqpListener.parse("amqp://[::1]"));
     assertEquals("amqp://[::1]:5672", AmqpListener.parse("amqp://[::1]").url());
