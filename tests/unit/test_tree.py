@@ -21,6 +21,7 @@ NOT_ONE_MODULE = {
     "test_extension_shim.py": "the Java proxy extension (extension_shim/) against the Python side",
     "amqp/test_fuzz.py": "Hypothesis fuzzing across every decoder of gateway/amqp at once",
     "observability/test_dashboards_generated.py": "dashboards/*.json against scripts/dashboards.py",
+    "test_stack_cluster.py": "scripts/stack_cluster.py, the local stack's multi-broker profile",
 }
 
 
