@@ -55,8 +55,10 @@ GO_TESTS = 217  # 216 tests and 1 example with output (`go test -list`, -tags in
 AMQPLIB_TESTS = 319
 
 MANAGEMENT_API = (
-    "drops the client's connection through RabbitMQ's management HTTP API (port 15672, "
-    "internal/utils.DropConnection) to make the client recover: issue 33"
+    "drops the client's connection through RabbitMQ's management HTTP API (localhost:15672, "
+    "internal/utils.DropConnection) to make the client recover: run instead, against the "
+    "gateway's management API on that fixed port, by "
+    "tests/integration/management/test_amqp091_recovery.py (issue 33)"
 )
 GO_EXCLUDED: dict[str, str] = {
     "TestConnection_Close_WhenMemoryAlarmIsActive": (
