@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 
+from gateway.config.keys import MetricsListener
 from gateway.config.values import AUTH_PLUGINS, WILDCARD_HOSTS
 from gateway.server.address import Listener
 
@@ -108,12 +109,16 @@ class DerivedValues:
         return tuple(listener for listener in self.amqpListeners if listener.tls)
 
     @property
-    def open_remote_listeners(self) -> tuple[Listener, ...]:
-        """The AMQP listeners other machines reach while any credentials are accepted
-        (authenticationEnabled=false): what amqpAllowUnauthenticatedRemote must allow."""
+    def open_remote_listeners(self) -> tuple[Listener | MetricsListener, ...]:
+        """The AMQP listeners, and the management API's, that other machines reach while any
+        credentials are accepted (authenticationEnabled=false): what
+        amqpAllowUnauthenticatedRemote must allow (the management API then makes anyone an
+        administrator)."""
         if self.authenticationEnabled:
             return ()
-        return tuple(listener for listener in self.amqpListeners if not listener.local)
+        management = self.managementListener
+        listeners = (*self.amqpListeners, *(() if management is None else (management,)))
+        return tuple(listener for listener in listeners if not listener.local)
 
     @property
     def broker_tls(self) -> bool:

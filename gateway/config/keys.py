@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import enum
+import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
@@ -158,6 +159,20 @@ class MetricsListener:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def local(self) -> bool:
+        """Whether only this machine reaches it (a loopback address, or ``localhost``), as
+        for AMQP listeners (gateway/server/address.py ``Listener.local``)."""
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(self.host.partition("%")[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_loopback
 
     def __str__(self) -> str:
         return self.url

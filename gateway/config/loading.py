@@ -235,7 +235,7 @@ def _check_cross_key(config: GatewayConfig, sources: Mapping[str, str]) -> None:
         # in from loopback only (its docs, "Access Control": loopback_users). So an open
         # gateway that other machines reach is a decision to write down, not a default.
         raise fail(
-            "amqpListeners",
+            "amqpListeners" if open_remote[0] in c.amqpListeners else "managementListener",
             f"{open_remote[0].url} is reachable from other machines and authenticationEnabled "
             "is false, which lets anyone in with any credentials: set authenticationEnabled="
             "true, listen on 127.0.0.1 only, or set amqpAllowUnauthenticatedRemote=true",

@@ -1232,7 +1232,7 @@ def test_bad_metrics_listener_names_the_key(text: str) -> None:
     [
         ("", None),
         ("http://127.0.0.1:15672", MetricsListener("127.0.0.1", 15672)),
-        ("http://0.0.0.0", MetricsListener("0.0.0.0", 15672)),
+        ("http://127.0.0.2", MetricsListener("127.0.0.2", 15672)),
         ("http://[::1]:0/", MetricsListener("::1", 0)),
     ],
 )
@@ -1242,16 +1242,16 @@ def test_management_listener(text: str, expected: MetricsListener | None) -> Non
 
 def test_an_https_management_listener_needs_a_certificate(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
-        load("managementListener=https://0.0.0.0:15671\n")
-    assert "managementListener: https://0.0.0.0:15671 needs a certificate" in assert_clean(
+        load("managementListener=https://127.0.0.1:15671\n")
+    assert "managementListener: https://127.0.0.1:15671 needs a certificate" in assert_clean(
         caught.value
     )
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     config = load(
-        f"managementListener=https://0.0.0.0:15671\ntlsCertificateFilePath={cert}\n"
+        f"managementListener=https://127.0.0.1:15671\ntlsCertificateFilePath={cert}\n"
         f"tlsKeyFilePath={key}\n"
     )
-    assert config.managementListener == MetricsListener("0.0.0.0", 15671, "https")
+    assert config.managementListener == MetricsListener("127.0.0.1", 15671, "https")
 
 
 @pytest.mark.parametrize("text", ["amqp://0.0.0.0:1", "0.0.0.0:15672", "http://h:1/api"])
@@ -1330,6 +1330,17 @@ def test_authentication_off_elsewhere_is_refused_unless_allowed(
         + f"authenticationEnabled=true\ntokenSecretKey={SECRET}\n"
     )
     assert authenticated.open_remote_listeners == ()
+
+
+def test_a_management_api_open_to_other_machines_is_refused_unless_allowed() -> None:
+    # With authentication off the management API makes anyone an administrator.
+    assert load("managementListener=http://127.0.0.1:15672\n").open_remote_listeners == ()
+    with pytest.raises(ConfigError) as refused:
+        load("managementListener=http://0.0.0.0:15672\n")
+    message = assert_clean(refused.value)
+    assert "managementListener: http://0.0.0.0:15672 is reachable from other machines" in message
+    allowed = load("managementListener=http://0.0.0.0:15672\n" + OPEN)
+    assert [listener.url for listener in allowed.open_remote_listeners] == ["http://0.0.0.0:15672"]
 
 
 def test_the_environment_may_open_a_gateway_too() -> None:
