@@ -37,6 +37,7 @@ class DerivedValues:
     brokerClientAuthenticationParameters: str
     brokerClientAuthenticationPlugin: str
     brokerServiceURL: str
+    managementListener: MetricsListener | None
     tlsEnabledWithBroker: bool
     zooKeeperSessionTimeoutMs: int
 
