@@ -225,17 +225,24 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return QueueStatus(queue, await self.streams.count(queue) + feeding, 0)
         # Consumers on every replica (registered in the metadata store while they run).
         consumers = view.consumers.get(queue, 0)
-        return QueueStatus(queue, await self._message_count(view, queue), consumers)
+        count = await self._message_count(view, queue, after_own_acks=True)
+        return QueueStatus(queue, count, consumers)
 
-    async def _message_count(self, view: VhostView, queue: str) -> int:
+    async def _message_count(
+        self, view: VhostView, queue: str, *, after_own_acks: bool = False
+    ) -> int:
         """Messages ready in the queue, as AMQP counts them (not awaiting an ack): the
-        broker's count less the deliveries this replica's clients hold unsettled, after the
-        broker applied the acks this replica's clients sent (acks_applied.py)."""
+        broker's count less the deliveries this replica's clients hold unsettled.
+        ``after_own_acks``: once the broker applied the acks this replica's clients sent
+        (acks_applied.py), for the counts a client reads back (Declare-Ok, delete if-empty,
+        purge); not for Get-Ok's count or a length limit's, which would wait up to an ack
+        group (~100 ms) on every Get or publish that recounts."""
         readers = list(self._consumers.get(queue, ()))
         getter = self._basic_gets.by_queue.get(queue)
         if getter is not None:
             readers.append(getter)
-        await acks_applied(self._r.admin, [reader.consumer for reader in readers])
+        if after_own_acks:
+            await acks_applied(self._r.admin, [reader.consumer for reader in readers])
         total = await broker_ready_count(self._r, self._topics.read_by(view, queue), queue)
         # Messages a client holds unacknowledged are not ready; Pulsar's own unacked figure
         # would also take off what consumers merely prefetched. (Those of other replicas'
@@ -278,7 +285,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         view = self._view
         if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
             raise self.catalog.in_use("queue", name)
-        count = await self._message_count(view, name)
+        count = await self._message_count(view, name, after_own_acks=True)
         if if_empty and count:
             raise ChannelError(
                 ReplyCode.PRECONDITION_FAILED, f"{resource('queue', name, self.name)} not empty"
@@ -329,7 +336,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         if is_stream((await self.catalog.find_queue(name, owner)).arguments):
             raise refuse_purge(resource("queue", name, self.name))
         view = self._view
-        count = await self._message_count(view, name)
+        count = await self._message_count(view, name, after_own_acks=True)
         holders = list(self._consumers.get(name, ()))
         getter = self._basic_gets.by_queue.get(name)
         if getter is not None:
