@@ -453,10 +453,11 @@ async def test_a_closed_consumer_is_freed(client: PulsarClient, topic: Topic) ->
 
     # Through pulsar-client's binding the Python listener (a bound method) is held by the C++
     # consumer until pulsar-client destroys it, on its own thread a moment after the close
-    # (a timer of its own may hold it): freed soon, not at once.
+    # (a timer of its own may hold it): freed soon, not at once. Under the whole suite's
+    # load 5 s were not always enough (the clean clone at 63c5d9e); a leak still fails.
     async def collected() -> bool:
         gc.collect()
         return freed() is None
 
-    await wait_for(collected, timeout=5)
+    await wait_for(collected, timeout=30)
     await producer.aclose()
