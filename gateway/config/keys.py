@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import enum
-import ipaddress
 from dataclasses import dataclass
 from typing import Final
+
+from gateway.server.address import loopback_host
 
 #: Environment variables ``STARLIGHT_<key>`` (key spelled exactly as in the file) override it.
 ENV_PREFIX: Final = "STARLIGHT_"
@@ -164,15 +165,7 @@ class MetricsListener:
     def local(self) -> bool:
         """Whether only this machine reaches it (a loopback address, or ``localhost``), as
         for AMQP listeners (gateway/server/address.py ``Listener.local``)."""
-        if self.host.lower() == "localhost":
-            return True
-        try:
-            address = ipaddress.ip_address(self.host.partition("%")[0])
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return address.is_loopback
+        return loopback_host(self.host)
 
     def __str__(self) -> str:
         return self.url

@@ -14,6 +14,20 @@ from typing import Final
 UNIX_SCHEME: Final = "amqp+unix"
 
 
+def loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback address
+    (``127.0.0.0/8``, ``::1``, an IPv4-mapped loopback). Any other name is not resolved."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])  # drop an IPv6 zone
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     """One listening address: an entry of ``amqpListeners``, as the shell binds it."""
@@ -36,15 +50,7 @@ class Listener:
         """Whether only this machine reaches it: a Unix socket, or a loopback address
         (``127.0.0.0/8``, ``::1``, or ``localhost``). Any other host name counts as remote:
         nothing is resolved to decide (a name may resolve differently at bind time)."""
-        if self.unix or self.host.lower() == "localhost":
-            return True
-        try:
-            address = ipaddress.ip_address(self.host.partition("%")[0])  # drop an IPv6 zone
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return address.is_loopback
+        return self.unix or loopback_host(self.host)
 
     @property
     def url(self) -> str:
