@@ -25,7 +25,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import outcome
 import trio
@@ -35,6 +35,7 @@ from gateway.pulsar.errors import ClosedError, PulsarClientError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def result_name(result: Any) -> str:
@@ -87,16 +88,18 @@ def is_ok(result: Any) -> bool:
     return result_name(result) == "Ok"
 
 
-def weakly(method: Callable[[], None]) -> Callable[[], None]:
+def weakly(method: Callable[P, None]) -> Callable[P, None]:
     """``method`` of an object, called only while that object lives. For callbacks held by
-    the compiled module's objects (native/*.c), which the garbage collector cannot see into:
-    a bound method there would keep its owner alive in a cycle nothing ever breaks."""
+    native objects (the compiled module's, native/*.c, or pulsar-client's C++ consumer, which
+    keeps its message listener until pulsar-client destroys it on its own thread, at a time
+    of its choosing), where the garbage collector cannot see: a bound method there would keep
+    its owner alive in a cycle nothing breaks in time."""
     ref = weakref.WeakMethod(method)
 
-    def call() -> None:
+    def call(*args: P.args, **kwargs: P.kwargs) -> None:
         bound = ref()
         if bound is not None:
-            bound()
+            bound(*args, **kwargs)
 
     return call
 

@@ -401,7 +401,10 @@ class TrioConsumer:
         """Set this consumer's listener on a configuration; the compiled listener's tag."""
         if self._listener is not None:
             return int(self._listener.configure(conf))
-        conf.message_listener(self._on_message)
+        # Weakly: pulsar-client's C++ consumer keeps its listener until it destroys the
+        # consumer itself, after the close, on its own thread; a bound method there would keep
+        # this consumer (its buffer, its native consumers) alive until then.
+        conf.message_listener(weakly(self._on_message))
         return None
 
     def _attach(self, topic: str, native: Any, tag: int | None = None) -> None:
