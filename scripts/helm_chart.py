@@ -37,10 +37,12 @@ KEYS_TEMPLATE = CHART / "templates" / "_keys.tpl"
 CHART_DASHBOARDS = CHART / "dashboards"
 REPO_DASHBOARDS = ROOT / "dashboards"
 
-# Keys the chart always sets itself (ports, files, per-pod identity); `config` may not set them.
+# Keys the chart sets itself (listeners, per-pod identity) or leaves unset on purpose
+# (managementListener without management.enabled); `config` may not set them.
 CHART_MANAGED = (
     "amqpListeners",
     "metricsListener",
+    "managementListener",
     "amqpNodeName",
     "advertisedAddress",
     "amqpProxyProtocolTrustedNetworks",

@@ -34,6 +34,12 @@ EVERYTHING_ON_VALUES = (
     "workers=2,service.externalTrafficPolicy=Local",
     "--set",
     "autoscaling.behavior.scaleDown.stabilizationWindowSeconds=600",
+    "--set",
+    "management.enabled=true,management.tls=true,management.service.type=LoadBalancer",
+    "--set",
+    "management.service.loadBalancerSourceRanges={203.0.113.0/24}",
+    "--set",
+    "networkPolicy.managementFrom[0].namespaceSelector.matchLabels.team=ops",
 )
 
 EVERYTHING_ON = OPTIONAL_APIS + EVERYTHING_ON_VALUES

@@ -106,6 +106,10 @@ def test_the_api_server_accepts_every_object(
              kubeconfig=kube)  # fmt: skip
     service = api_server.get(f"/api/v1/namespaces/{namespace}/services/{NAME}")
     assert service is not None
+    if namespace == "everything-on":  # management.enabled, on a load balancer of its own
+        management = api_server.get(f"/api/v1/namespaces/{namespace}/services/{NAME}-management")
+        assert management is not None and management["spec"]["type"] == "LoadBalancer"
+        assert [port["port"] for port in management["spec"]["ports"]] == [15672]
     helm.run("uninstall", "s4r", "-n", namespace, kubeconfig=kube)
 
 

@@ -82,6 +82,9 @@ def test_defaults_render_the_fleet_with_a_disruption_budget(helm: Helm) -> None:
         "ServiceAccount",
     ]
     services = {doc["metadata"]["name"]: doc for doc in kinds["Service"]}
+    # No management API by default (docs/management.md: managementListener is off).
+    assert sorted(services) == ["s4r-starlight-rabbitmq", "s4r-starlight-rabbitmq-metrics"]
+    assert "managementListener" not in gateway_conf(helm.template())
     assert services["s4r-starlight-rabbitmq"]["spec"]["type"] == "LoadBalancer"
     assert services["s4r-starlight-rabbitmq-metrics"]["spec"]["clusterIP"] == "None"
     (deployment,) = kinds["Deployment"]
@@ -115,6 +118,59 @@ def test_rendered_gateway_conf_is_accepted_by_the_gateway(helm: Helm, example: P
     assert config.amqpNodeName == "s4r-starlight-rabbitmq-7d9f-x2x5q"
     assert config.amqpClusterName == "s4r-starlight-rabbitmq"
     assert config.metricsListener is not None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "url"),
+    [
+        (["management.enabled=true"], "http://0.0.0.0:15672"),
+        (
+            ["management.enabled=true,management.tls=true,management.port=15671",
+             "tls.enabled=true,tls.existingSecret=amqp-tls"],
+            "https://0.0.0.0:15671",
+        ),
+    ],
+    ids=["http", "https"],
+)  # fmt: skip
+def test_management_api_is_served_where_its_service_points(
+    helm: Helm, arguments: list[str], url: str
+) -> None:
+    """management.enabled: the gateway's own loader reads the rendered managementListener,
+    and the Service, the container port and the NetworkPolicy all name that port."""
+    values = ["jwt.existingSecret=jwt,jwt.secretKeyKey=secret.key", "networkPolicy.enabled=true"]
+    sets = [item for value in [*values, *arguments] for item in ("--set", value)]
+    rendered = helm.template(*sets)
+    environ = {"STARLIGHT_advertisedAddress": "10.0.0.7", "STARLIGHT_amqpNodeName": "s4r-0"}
+    config = config_from_text(gateway_conf(rendered), environ, source="gateway.conf")
+    assert config.managementListener is not None
+    assert config.managementListener.url == url
+    port = config.managementListener.port
+    kinds = by_kind(rendered)
+    services = {doc["metadata"]["name"]: doc for doc in kinds["Service"]}
+    service = services["s4r-starlight-rabbitmq-management"]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "management", "port": port, "targetPort": "management", "protocol": "TCP"}
+    ]
+    (deployment,) = kinds["Deployment"]
+    container_ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert {"name": "management", "containerPort": port, "protocol": "TCP"} in container_ports
+    (policy,) = kinds["NetworkPolicy"]
+    allowed = [entry["port"] for rule in policy["spec"]["ingress"] for entry in rule["ports"]]
+    assert "management" in allowed
+
+
+def test_pulsar_proxy_mode_puts_a_management_service_before_the_proxies(helm: Helm) -> None:
+    rendered = helm.template(
+        "-f", EXAMPLES_DIR / "alongside-pulsar-proxy.yaml", "--set", "management.enabled=true"
+    )
+    kinds = by_kind(rendered)
+    assert "Deployment" not in kinds
+    services = {doc["metadata"]["name"]: doc for doc in kinds["Service"]}
+    management = services["s4r-starlight-rabbitmq-management"]
+    assert management["spec"]["selector"] == services["s4r-starlight-rabbitmq"]["spec"]["selector"]
+    assert management["spec"]["ports"][0]["targetPort"] == 15672
+    assert not _validate(documents(rendered), NEWEST_KUBERNETES)
 
 
 def test_pulsar_proxy_mode_renders_only_the_load_balancer(helm: Helm) -> None:
@@ -188,6 +244,10 @@ def test_dashboards_become_configmaps_for_grafanas_sidecar(helm: Helm, tmp_path:
         (["--set", "service.port=0"], "port"),
         (["--set", "replicaCunt=3"], "replicaCunt"),
         (["--set", "proxyProtocol.trustedNetworks={everyone}"], "trustedNetworks"),
+        (["--set", "management.enable=true"], "enable"),
+        (["--set", "management.port=70000"], "port"),
+        (["--set", "management.service.type=ExternalName"], "type"),
+        (["--set", "networkPolicy.managementFrom=everyone"], "managementFrom"),
     ],
 )
 def test_schema_rejects_a_bad_value_naming_it(helm: Helm, arguments: list[str], named: str) -> None:

@@ -71,8 +71,28 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- if has $key $secretKeys }}
 {{- fail (printf "config.%s holds a secret: set it under secrets.values (or in secrets.existingSecret), which the chart puts in a Secret, not a ConfigMap" $key) }}
 {{- end }}
+{{- if eq $key "managementListener" }}
+{{- fail "config.managementListener is set by the chart: use management.enabled (management.port, management.tls) instead" }}
+{{- end }}
 {{- if has $key $managed }}
 {{- fail (printf "config.%s is set by the chart (from service.*, metrics.port, proxyProtocol.* or the pod's identity): remove it from config" $key) }}
+{{- end }}
+{{- end }}
+{{- if .Values.management.enabled }}
+{{- if and .Values.management.tls (not (include "starlight-rabbitmq.fleet" .)) }}
+{{- fail "management.tls applies to mode fleet only: in mode pulsarProxy the Pulsar release's proxy chooses http or https (PULSAR_PREFIX_managementListener)" }}
+{{- end }}
+{{- if and .Values.management.tls (not .Values.tls.enabled) }}
+{{- fail "management.tls needs tls.enabled: the management API serves the AMQP listeners' certificate (tls.existingSecret)" }}
+{{- end }}
+{{- if include "starlight-rabbitmq.fleet" . }}
+{{- $taken := dict "5672" "the AMQP port" (toString (int .Values.metrics.port)) "metrics.port" }}
+{{- if .Values.tls.enabled }}
+{{- $_ := set $taken "5671" "the AMQPS port" }}
+{{- end }}
+{{- with get $taken (toString (int .Values.management.port)) }}
+{{- fail (printf "management.port %d is taken by %s in the gateway's pod: choose another" (int $.Values.management.port) .) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and (include "starlight-rabbitmq.fleet" .) .Values.tls.enabled (not .Values.tls.existingSecret) }}
@@ -125,6 +145,9 @@ unset there). */ -}}
 {{- $_ := set $conf "authenticationEnabled" true -}}
 {{- end }}
 {{- $_ := set $conf "metricsListener" (printf "http://0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- if .Values.management.enabled }}
+{{- $_ := set $conf "managementListener" (printf "%s://0.0.0.0:%d" (ternary "https" "http" .Values.management.tls) (int .Values.management.port)) -}}
+{{- end }}
 {{- $_ := set $conf "amqpClusterName" (include "starlight-rabbitmq.fullname" .) -}}
 {{- if .Values.proxyProtocol.enabled }}
 {{- $_ := set $conf "amqpProxyProtocolTrustedNetworks" (join "," .Values.proxyProtocol.trustedNetworks) -}}

@@ -5,5 +5,5 @@ amqpBrokerClientAuthenticationParameters brokerClientAuthenticationParameters br
 {{- end }}
 {{/* gateway.conf keys the chart sets itself from other values. */}}
 {{- define "starlight-rabbitmq.chartManagedKeys" -}}
-amqpListeners metricsListener amqpNodeName advertisedAddress amqpProxyProtocolTrustedNetworks
+amqpListeners metricsListener managementListener amqpNodeName advertisedAddress amqpProxyProtocolTrustedNetworks
 {{- end }}
