@@ -1,10 +1,10 @@
 """Gateway configuration: the ``key=value`` file, ``STARLIGHT_<key>`` overrides, validation.
 
 :class:`GatewayConfig` is the single source of truth: every field carries a :class:`ConfigKey`
-in its metadata, so the README table, ``conf/gateway.conf`` and the loader are all generated from
-the same list (:func:`describe_keys`).  Everything that can go wrong with user input surfaces as
-:class:`ConfigError`, whose message is one line naming the key (and ``file:line`` or the
-environment variable it came from).
+in its metadata, so the key table of docs/configuration.md, ``conf/gateway.conf`` and the loader
+are all generated from the same list (:func:`describe_keys`).  Everything that can go wrong with
+user input surfaces as :class:`ConfigError`, whose message is one line naming the key (and
+``file:line`` or the environment variable it came from).
 
 The package, one job per module:
 

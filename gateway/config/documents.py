@@ -28,7 +28,7 @@ def _markdown_default(spec: ConfigKey) -> str:
 
 
 def render_markdown_table() -> str:
-    """The Markdown configuration tables (one per section), for the README and the docs."""
+    """The Markdown configuration tables (one per section), for docs/configuration.md."""
     out: list[str] = []
     for section in Section:
         specs = [spec for spec in SCHEMA if spec.section is section]

@@ -35,7 +35,8 @@ from gateway.config import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE_COMMAND = ".venv/bin/python scripts/config_table.py > /tmp/table.md"
+TABLE_COMMAND = ".venv/bin/python scripts/config_table.py --write"
+TABLE_PAGE = REPO / "docs" / "configuration.md"
 
 REQUIRED = object()
 
@@ -986,7 +987,7 @@ def test_repr_hides_secrets_but_not_empty_ones() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Generated documents: conf/gateway.conf and the README table
+# Generated documents: conf/gateway.conf and the table of docs/configuration.md
 # --------------------------------------------------------------------------------------------
 
 
@@ -1034,21 +1035,43 @@ def test_markdown_table_lists_every_key_once_per_section() -> None:
         assert f"**{section.value}**" in table
 
 
-def test_readme_table_matches_the_config_module() -> None:
-    readme = REPO / "README.md"
-    assert readme.exists(), f"README.md is missing; paste the output of: {TABLE_COMMAND}"
-    text = readme.read_text()
+def test_docs_table_matches_the_config_module() -> None:
+    assert TABLE_PAGE.exists(), f"{TABLE_PAGE} is missing"
+    text = TABLE_PAGE.read_text()
     match = re.search(
-        r"<!-- config-table:start -->\n(.*?)<!-- config-table:end -->", text, re.DOTALL
+        r"^<!-- config-table:start -->\n(.*?)^<!-- config-table:end -->$", text, re.DOTALL | re.M
     )
     assert match, (
-        "README.md has no <!-- config-table:start --> ... <!-- config-table:end --> block; "
-        f"paste the output of: {TABLE_COMMAND}"
+        "docs/configuration.md has no <!-- config-table:start --> ... <!-- config-table:end --> "
+        f"lines; add them under 'Every key' and run: {TABLE_COMMAND}"
     )
     assert match.group(1).strip() == render_markdown_table().strip(), (
-        f"README.md's configuration table drifted from gateway/config.py; regenerate it with: "
-        f"{TABLE_COMMAND}"
+        "docs/configuration.md's configuration table drifted from gateway/config/; regenerate "
+        f"it with: {TABLE_COMMAND}"
     )
+
+
+def test_script_writes_the_table_between_the_markers(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Title\n\nProse that quotes `<!-- config-table:start -->`.\n\n"
+        "<!-- config-table:start -->\nan old table\n<!-- config-table:end -->\n\nAfter.\n"
+    )
+    for _ in range(2):  # a second write changes nothing
+        result = subprocess.run(
+            [sys.executable, "scripts/config_table.py", "--write", str(page)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert page.read_text() == (
+            "# Title\n\nProse that quotes `<!-- config-table:start -->`.\n\n"
+            f"<!-- config-table:start -->\n{render_markdown_table()}"
+            "<!-- config-table:end -->\n\nAfter.\n"
+        )
 
 
 @pytest.mark.parametrize(
