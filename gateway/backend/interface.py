@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway.amqp import commands as cmd
 from gateway.amqp.properties import MessageProperties, decode_properties
@@ -91,6 +91,25 @@ class QueueSubscription(Protocol):
     async def close(self) -> None:
         """Stop receiving; deliveries not yet settled go back to the queue."""
         ...
+
+
+@runtime_checkable
+class TakesTurns(Protocol):
+    """A subscription whose consumer delivers only while its turn lasts: a consumer of a
+    single-active-consumer queue. Any other consumer is always active (RabbitMQ's ``up``)."""
+
+    @property
+    def activity_status(self) -> str:
+        """RabbitMQ's ``activity_status`` of the consumer (``/api/consumers``):
+        ``"single_active"`` while it is the queue's active consumer, ``"waiting"`` while it
+        waits in line."""
+        ...
+
+
+def activity_status(subscription: QueueSubscription) -> str:
+    """RabbitMQ's ``activity_status`` of a consumer: ``up``, ``single_active`` or
+    ``waiting``."""
+    return subscription.activity_status if isinstance(subscription, TakesTurns) else "up"
 
 
 class ReceivesByWaiting:

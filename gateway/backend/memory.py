@@ -275,6 +275,13 @@ class MemorySubscription(ReceivesByWaiting):
     last_take: int = 0  # when it last took a message (the queue's count of takes then)
 
     @property
+    def activity_status(self) -> str:
+        """RabbitMQ's ``activity_status`` (backend/interface.py ``TakesTurns``)."""
+        if self.queue.single_active is None:
+            return "up"
+        return "single_active" if self.active else "waiting"
+
+    @property
     def place(self) -> LinePlace:
         return LinePlace(
             str(self.sequence), "", self.sequence, self.priority, self.credit, self.active

@@ -1,18 +1,20 @@
 """``/api/connections``, ``/api/channels`` and ``/api/consumers``, fleet-wide.
 
-Any replica lists every replica's connections: its own from memory (current to the moment),
-the others' from their records in ZooKeeper (metadata/connections.py: written within a second
-of a change). ``DELETE /api/connections/{name}`` closes a connection wherever it is: at once
-when it is this replica's, through a close request the owner watches otherwise; the client
-gets Connection.Close 320 ``CONNECTION_FORCED - <X-Reason>`` as from RabbitMQ.
+Any replica lists every replica's connections and consumers: its own from memory (current to
+the moment), the others' from their records in ZooKeeper (metadata/connections.py: written
+within a second of a change). ``DELETE /api/connections/{name}`` closes a connection
+wherever it is: at once when it is this replica's, through a close request the owner watches
+otherwise; the client gets Connection.Close 320 ``CONNECTION_FORCED - <X-Reason>`` as from
+RabbitMQ.
 
-Who sees what is RabbitMQ's: administrators and monitoring users every connection,
-management users their own; only administrators close other users' connections.
+Who sees what is RabbitMQ's: administrators and monitoring users every connection and
+consumer, management users those of their own connections; only administrators close other
+users' connections.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.management.context import Call
@@ -31,6 +33,9 @@ __all__ = [
 
 #: RabbitMQ's reason when DELETE /api/connections/{name} has no X-Reason header.
 DEFAULT_REASON = "Closed via management plugin"
+#: /api/consumers' order without ``sort`` (RabbitMQ's default keys, vhost and name, are no
+#: consumer's: its order is its statistics tables'; this one is stable).
+CONSUMERS_SORT = ("queue.vhost", "queue.name", "channel_details.name", "consumer_tag")
 
 
 class _Held:
@@ -67,17 +72,22 @@ async def _all(call: Call) -> list[_Held]:
     return [entry for entry in held if entry.info.get("user") == call.user.name]
 
 
+async def _vhost_filter(call: Call) -> Callable[[str], bool] | None:
+    """For a path with a vhost (404 when it does not exist): whether a connection's vhost
+    is that one (under any of its spellings, ``/x`` or ``x``); None without one."""
+    if "vhost" not in call.params:
+        return None
+    namespace = await call.namespace(call.params["vhost"])
+    names = {call.vhost_name(namespace)}
+    mapper = call.context.vhosts.mapper
+    return lambda vhost: _same_vhost(mapper, vhost, namespace, names)
+
+
 async def _visible(call: Call) -> list[_Held]:
+    vhost = await _vhost_filter(call)
     found = await _all(call)
-    if "vhost" in call.params:
-        namespace = await call.namespace(call.params["vhost"])
-        names = {call.vhost_name(namespace)}
-        mapper = call.context.vhosts.mapper
-        found = [
-            entry
-            for entry in found
-            if _same_vhost(mapper, str(entry.info.get("vhost", "")), namespace, names)
-        ]
+    if vhost is not None:
+        found = [entry for entry in found if vhost(str(entry.info.get("vhost", "")))]
     return found
 
 
@@ -169,9 +179,53 @@ async def connection_channels(call: Call) -> Response:
     return json_response(200, arrange(_channels([await _named(call)]), call.query, ["name"]))
 
 
+def consumer_json(about: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any]:
+    """RabbitMQ's ``/api/consumers`` entry for ``consumer`` (its record's compact form,
+    server/connection_info.py) of the connection ``about`` describes."""
+    number = consumer.get("channel")
+    return {
+        "arguments": consumer.get("arguments", {}),
+        "ack_required": consumer.get("ack_required"),
+        "active": consumer.get("active"),
+        "activity_status": consumer.get("activity_status"),
+        "channel_details": {
+            "connection_name": about.get("name"),
+            "name": f"{about.get('name')} ({number})",
+            "node": about.get("node"),
+            "number": number,
+            "peer_host": about.get("peer_host"),
+            "peer_port": about.get("peer_port"),
+            "user": about.get("user"),
+        },
+        "consumer_tag": consumer.get("consumer_tag"),
+        "exclusive": consumer.get("exclusive"),
+        "prefetch_count": consumer.get("prefetch_count"),
+        "queue": {"name": consumer.get("queue"), "vhost": about.get("vhost")},
+    }
+
+
 async def list_consumers(call: Call) -> Response:
-    """Consumers are counted per queue (``/api/queues``' ``consumers``), not described one by
-    one across the fleet: the list is empty (docs/management.md)."""
-    if "vhost" in call.params:
-        await call.namespace(call.params["vhost"])
-    return json_response(200, [])
+    """Every consumer of the fleet: this replica's from memory, the others' from their
+    records (at most a second behind); a management user sees those of their own
+    connections (RabbitMQ's ``filter_user``)."""
+    context = call.context
+    vhost = await _vhost_filter(call)
+    groups: list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]] = [
+        (group.about, group.consumers) for group in context.local.consumers().values()
+    ]
+    if context.directory is not None:
+        try:
+            remote = await context.directory.consumers()
+        except MetadataUnavailable as error:
+            raise ApiError(503, "service_unavailable", str(error)) from None
+        groups.extend(
+            (entry.about, entry.consumers) for entry in remote if entry.replica != context.replica
+        )
+    items = [
+        consumer_json(about, consumer)
+        for about, consumers in groups
+        if (call.user.is_monitor or about.get("user") == call.user.name)
+        and (vhost is None or vhost(str(about.get("vhost", ""))))
+        for consumer in consumers
+    ]
+    return json_response(200, arrange(items, call.query, CONSUMERS_SORT))

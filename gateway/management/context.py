@@ -23,7 +23,7 @@ from gateway.backend.vhost_admin import (
 from gateway.management.errors import ApiError, bad_request, from_amqp, not_found
 from gateway.management.http import Request
 from gateway.management.users import User, Users
-from gateway.metadata.connections import ConnectionDirectory
+from gateway.metadata.connections import ConnectionDirectory, ConsumerGroup
 from gateway.metadata.store import MetadataStore, MetadataUnavailable
 from gateway.model.entities import check_queue_declare
 from gateway.model.vhost import Namespace
@@ -36,6 +36,8 @@ class LocalConnections(Protocol):
     """This replica's AMQP connections (gateway/server/connection_info.py)."""
 
     def records(self) -> dict[str, Mapping[str, Any]]: ...
+
+    def consumers(self) -> dict[str, ConsumerGroup]: ...
 
     async def close(self, connection_id: str, reason: str) -> bool: ...
 

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -128,15 +129,18 @@ async def run_management(
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(
-                    directory.run,
-                    local.records,
-                    local.close,
-                    {
-                        "name": node,
-                        "started_ms": started_ms,
-                        "os_pid": str(os.getpid()),
-                        "management": listener.url,
-                    },
+                    partial(
+                        directory.run,
+                        local.records,
+                        local.close,
+                        {
+                            "name": node,
+                            "started_ms": started_ms,
+                            "os_pid": str(os.getpid()),
+                            "management": listener.url,
+                        },
+                        consumers=local.consumers,
+                    )
                 )
                 try:
                     port = await nursery.start(http.serve)

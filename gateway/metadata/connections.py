@@ -1,10 +1,14 @@
-"""Every replica's AMQP connections, and closing one from any replica: what the management
-API's ``/api/connections`` and ``/api/nodes`` need fleet-wide (docs/management.md).
+"""Every replica's AMQP connections and their consumers, and closing a connection from any
+replica: what the management API's ``/api/connections``, ``/api/channels``,
+``/api/consumers`` and ``/api/nodes`` need fleet-wide (docs/management.md).
 
 Layout, next to the entity metadata (docs/metadata.md)::
 
     <prefix>/replicas/<replica>                     EPHEMERAL {"v":1,"node":...,"info":{...}}
     <prefix>/connections/<replica>/<connection>     EPHEMERAL {"v":1,"info":{...}}
+    <prefix>/connection-consumers/<replica>/<connection>#<page>
+                                                    EPHEMERAL {"v":1,"connection":{...},
+                                                               "consumers":[{...},...]}
     <prefix>/connection-closes/<replica>/<connection>
                                                     EPHEMERAL (of the asker's session)
                                                     {"v":1,"reason":"...","user":"..."}
@@ -13,6 +17,12 @@ Layout, next to the entity metadata (docs/metadata.md)::
   what it last wrote, every ``interval`` seconds, and creates, replaces or deletes records in
   one transaction per batch. Records are ephemeral: they go with the replica's session, so a
   dead replica's connections vanish from every listing once its session times out.
+- **Consumers** are written the same way, in records of their own (not in the connection's):
+  only a connection that has consumers has any, a consumer that comes and goes within a round
+  costs nothing, a round writes a connection's consumers once however many changed, and a
+  connection's record is not rewritten (nor read by ``/api/connections``) for its consumers.
+  A connection's consumers are split into pages of at most ``PAGE_BYTES`` of JSON
+  (``#0``, ``#1``, ...), far below ZooKeeper's 1 MB limit, however many it has.
 - **Closing a connection of another replica**: the asker creates a request node under the
   owner's ``connection-closes`` folder and waits (a watch) until it is gone. The owner watches
   that folder, closes the connection (Connection.Close 320 and the reason, as
@@ -21,7 +31,8 @@ Layout, next to the entity metadata (docs/metadata.md)::
   nothing behind; a request for a connection that is already gone is deleted as done. A folder
   whose replica has no node any more and that is empty is removed by whoever lists it.
 - ``info`` is opaque here: the management API's JSON of the connection (``/api/connections``'
-  shape), made by the replica that holds the connection.
+  shape), made by the replica that holds the connection; so are a consumers record's
+  ``connection`` (what its consumers' ``channel_details`` need) and its ``consumers``.
 
 The directory stands on its own ZooKeeper session (``KazooSession``, as the permission store),
 so its ephemeral nodes are not tied to the metadata store's.
@@ -32,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +57,22 @@ from gateway.metadata.store import MetadataUnavailable
 
 log = logging.getLogger("gateway.connections")
 
-__all__ = ["ConnectionDirectory", "RemoteConnection", "ReplicaEntry"]
+__all__ = [
+    "ConnectionDirectory",
+    "ConsumerGroup",
+    "RemoteConnection",
+    "RemoteConsumers",
+    "ReplicaEntry",
+]
 
 DEFAULT_PREFIX = "/starlight-rabbitmq"
 #: Record writes per ZooKeeper transaction (a record is ~1 KB: far below the 1 MB limit).
 BATCH = 100
+#: The JSON of a connection's consumers per record (a consumer is ~200 bytes: ~300 a page).
+PAGE_BYTES = 64 * 1024
+#: A transaction also ends once its records hold this much (ZooKeeper refuses a request
+#: over 1 MB, and BATCH pages of consumers could be).
+BATCH_BYTES = 512 * 1024
 #: How long an asker waits for the owning replica to act on a close request.
 CLOSE_TIMEOUT = 10.0
 
@@ -66,13 +88,56 @@ class RemoteConnection:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoteConsumers:
+    """Consumers of one connection (one page of them), as a replica's record says."""
+
+    replica: str
+    connection: str
+    about: Mapping[str, Any]  # the connection, as its consumers' channel_details need it
+    consumers: Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroup:
+    """What a replica publishes of one connection's consumers (both parts opaque here)."""
+
+    about: Mapping[str, Any]
+    consumers: Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaEntry:
     replica: str
     info: Mapping[str, Any]
 
 
-def _json(value: Mapping[str, Any]) -> bytes:
+def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def consumer_pages(connection: str, group: ConsumerGroup) -> dict[str, bytes]:
+    """The records of ``connection``'s consumers: record key -> data, each holding at most
+    ``PAGE_BYTES`` of consumers' JSON (at least one consumer); none without consumers."""
+    about = _json(dict(group.about))
+    pages: list[list[bytes]] = []
+    size = 0
+    for consumer in group.consumers:
+        encoded = _json(dict(consumer))
+        if not pages or (pages[-1] and size + len(encoded) > PAGE_BYTES):
+            pages.append([])
+            size = 0
+        pages[-1].append(encoded)
+        size += len(encoded) + 1
+    return {
+        f"{connection}#{index}": b'{"connection":%s,"consumers":[%s],"v":1}'
+        % (about, b",".join(page))
+        for index, page in enumerate(pages)
+    }
+
+
+def _page_connection(key: str) -> str:
+    connection, _, _ = key.rpartition("#")
+    return connection
 
 
 class ConnectionDirectory:
@@ -89,6 +154,7 @@ class ConnectionDirectory:
         self.replica = replica
         self._replicas = f"{prefix}/replicas"
         self._connections = f"{prefix}/connections"
+        self._consumers = f"{prefix}/connection-consumers"
         self._closes = f"{prefix}/connection-closes"
         self._session = KazooSession(
             hosts,
@@ -98,8 +164,10 @@ class ConnectionDirectory:
             request_timeout=request_timeout,
             on_reconnected=self._on_reconnected,
         )
-        # What this replica's records hold in ZooKeeper now (connection id -> data).
+        # What this replica's records hold in ZooKeeper now (connection id -> data; consumers
+        # record key, "<connection id>#<page>", -> data).
         self._written: dict[str, bytes] = {}
+        self._written_consumers: dict[str, bytes] = {}
         self._replica_data = b""
         self._replica_written = False
         self._wakeup = trio.Event()
@@ -126,11 +194,13 @@ class ConnectionDirectory:
         closer: Closer,
         replica_info: Mapping[str, Any],
         *,
+        consumers: Callable[[], Mapping[str, ConsumerGroup]] | None = None,
         interval: float = 1.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Keep this replica's records equal to ``local()`` (connection id -> info) and act
-        on close requests with ``closer(connection id, reason)``, until cancelled."""
+        """Keep this replica's records equal to ``local()`` (connection id -> info) and
+        ``consumers()`` (connection id -> its consumers; connections without any left out),
+        and act on close requests with ``closer(connection id, reason)``, until cancelled."""
         self._replica_data = _json({"v": 1, "info": dict(replica_info)})
         await self._call("create the connection folders", self._prepare)
         task_status.started()
@@ -142,7 +212,7 @@ class ConnectionDirectory:
                 if not self._session.connected:
                     continue
                 try:
-                    await self._round(local, closer)
+                    await self._round(local, consumers, closer)
                 except MetadataUnavailable as error:
                     log.warning("connection directory: %s; trying again", error)
         finally:
@@ -159,8 +229,11 @@ class ConnectionDirectory:
         # The replica's node first: a lister removes a folder whose replica has no node.
         self._client.ensure_path(self._replicas)
         self._write_replica()
-        for path in (self._mine(self._connections), self._mine(self._closes)):
+        for path in self._folders():
             self._client.ensure_path(path)
+
+    def _folders(self) -> tuple[str, ...]:
+        return tuple(self._mine(f) for f in (self._connections, self._consumers, self._closes))
 
     def _write_replica(self) -> None:  # a worker thread
         path = f"{self._replicas}/{encode_name(self.replica)}"
@@ -174,12 +247,19 @@ class ConnectionDirectory:
         return f"{folder}/{encode_name(self.replica)}"
 
     async def _round(
-        self, local: Callable[[], Mapping[str, Mapping[str, Any]]], closer: Closer
+        self,
+        local: Callable[[], Mapping[str, Mapping[str, Any]]],
+        consumers: Callable[[], Mapping[str, ConsumerGroup]] | None,
+        closer: Closer,
     ) -> None:
         wanted = {
             connection: _json({"v": 1, "info": dict(info)}) for connection, info in local().items()
         }
-        await self._call("write this replica's connections", self._sync, wanted)
+        pages: dict[str, bytes] = {}
+        if consumers is not None:
+            for connection, group in consumers().items():
+                pages.update(consumer_pages(connection, group))
+        await self._call("write this replica's connections", self._sync, wanted, pages)
         for connection, reason in await self._call("read close requests", self._requests):
             closed = False
             try:
@@ -192,41 +272,35 @@ class ConnectionDirectory:
                 "closed" if closed else "already gone",
             )
 
-    def _sync(self, wanted: dict[str, bytes]) -> None:  # a worker thread
+    def _sync(self, wanted: dict[str, bytes], pages: dict[str, bytes]) -> None:  # a worker thread
         client = self._client
-        folder = self._mine(self._connections)
         if not self._replica_written:
             # A new session: the old one's records and replica node are gone, and so may be
             # its folders (removed as stale meanwhile).
             self._write_replica()
-            client.ensure_path(folder)
-            client.ensure_path(self._mine(self._closes))
-        ops: list[tuple[str, str, bytes]] = []
-        for connection, data in wanted.items():
-            before = self._written.get(connection)
-            if before != data:
-                ops.append(("create" if before is None else "set", connection, data))
-        ops.extend(("delete", c, b"") for c in self._written.keys() - wanted.keys())
-        for start in range(0, len(ops), BATCH):
-            batch = ops[start : start + BATCH]
+            for path in self._folders():
+                client.ensure_path(path)
+        ops = _changes(self._mine(self._connections), self._written, wanted)
+        ops.extend(_changes(self._mine(self._consumers), self._written_consumers, pages))
+        for batch in _batches(ops):
             transaction = client.transaction()
-            for kind, connection, data in batch:
-                path = f"{folder}/{encode_name(connection)}"
-                if kind == "create":
-                    transaction.create(path, data, ephemeral=True)
-                elif kind == "set":
-                    transaction.set_data(path, data)
+            for op in batch:
+                if op.kind == "create":
+                    transaction.create(op.path, op.data, ephemeral=True)
+                elif op.kind == "set":
+                    transaction.set_data(op.path, op.data)
                 else:
-                    transaction.delete(path)
+                    transaction.delete(op.path)
             if any(isinstance(result, Exception) for result in transaction.commit()):
-                client.ensure_path(folder)
-                for kind, connection, data in batch:  # one at a time, whatever is there
-                    self._write_one(f"{folder}/{encode_name(connection)}", kind, data)
-            for kind, connection, data in batch:
-                if kind == "delete":
-                    self._written.pop(connection, None)
+                for folder in {op.path.rpartition("/")[0] for op in batch}:
+                    client.ensure_path(folder)
+                for op in batch:  # one at a time, whatever is there
+                    self._write_one(op.path, op.kind, op.data)
+            for op in batch:
+                if op.kind == "delete":
+                    op.written.pop(op.key, None)
                 else:
-                    self._written[connection] = data
+                    op.written[op.key] = op.data
 
     def _write_one(self, path: str, kind: str, data: bytes) -> None:
         client = self._client
@@ -268,16 +342,14 @@ class ConnectionDirectory:
             self._client.delete(f"{self._mine(self._closes)}/{encode_name(connection)}")
 
     def _leave(self) -> None:  # a worker thread
-        for connection in list(self._written):
-            self._write_one(
-                f"{self._mine(self._connections)}/{encode_name(connection)}", "delete", b""
-            )
-        self._written.clear()
-        for path in (
-            f"{self._replicas}/{encode_name(self.replica)}",
-            self._mine(self._connections),
-            self._mine(self._closes),
+        for folder, written in (
+            (self._mine(self._connections), self._written),
+            (self._mine(self._consumers), self._written_consumers),
         ):
+            for key in list(written):
+                self._write_one(f"{folder}/{encode_name(key)}", "delete", b"")
+            written.clear()
+        for path in (f"{self._replicas}/{encode_name(self.replica)}", *self._folders()):
             with contextlib.suppress(NoNodeError, NotEmptyError):
                 self._client.delete(path)
 
@@ -292,6 +364,7 @@ class ConnectionDirectory:
         if new_session:
             # The ephemeral records went with the old session: write them all again.
             self._written.clear()
+            self._written_consumers.clear()
             self._replica_written = False
         self._wake()  # and the close-request watch is set again by the next listing
 
@@ -323,19 +396,50 @@ class ConnectionDirectory:
         ]
 
     def _read_connections(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        found = []
+        for folder, child, data in self._read_records(self._connections):
+            found.append((decode_name(folder), decode_name(child), data.get("info", {})))
+        return found
+
+    def _read_records(self, top: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(replica folder, child, data) of every record under ``top``; the empty folders
+        of replicas that have no node (stopped or dead ones) are removed on the way."""
         client = self._client
         live = set(_children(client, self._replicas))
         found = []
-        for folder in _children(client, self._connections):
-            children = _children(client, f"{self._connections}/{folder}")
+        for folder in _children(client, top):
+            children = _children(client, f"{top}/{folder}")
             if folder not in live and not children:
-                _remove_stale(client, f"{self._connections}/{folder}")
-                _remove_stale(client, f"{self._closes}/{folder}")
+                for stale in (self._connections, self._consumers, self._closes):
+                    _remove_stale(client, f"{stale}/{folder}")
                 continue
             for child in children:
-                data = _data(client, f"{self._connections}/{folder}/{child}")
+                data = _data(client, f"{top}/{folder}/{child}")
                 if data is not None:
-                    found.append((decode_name(folder), decode_name(child), data.get("info", {})))
+                    found.append((folder, child, data))
+        return found
+
+    async def consumers(self) -> list[RemoteConsumers]:
+        """Every replica's consumers as their records say (this one's included, as last
+        written), a connection's in one or more entries (pages)."""
+        return list(await self._call("list the consumers", self._read_consumers))
+
+    def _read_consumers(self) -> list[RemoteConsumers]:
+        found = []
+        for folder, child, data in self._read_records(self._consumers):
+            consumers = data.get("consumers")
+            about = data.get("connection")
+            if not isinstance(consumers, list) or not isinstance(about, dict):
+                log.warning("connection directory: ignoring %s/%s: not consumers", folder, child)
+                continue
+            found.append(
+                RemoteConsumers(
+                    decode_name(folder),
+                    _page_connection(decode_name(child)),
+                    about,
+                    tuple(c for c in consumers if isinstance(c, dict)),
+                )
+            )
         return found
 
     async def request_close(self, replica: str, connection: str, reason: str, user: str) -> bool:
@@ -372,6 +476,43 @@ class ConnectionDirectory:
                 await fired.wait()
         await self._call("withdraw a close request", _remove_stale, self._client, path)
         return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    kind: str  # "create", "set" or "delete"
+    path: str
+    data: bytes
+    written: dict[str, bytes]  # what the directory wrote in this folder: updated once done
+    key: str
+
+
+def _changes(folder: str, written: dict[str, bytes], wanted: dict[str, bytes]) -> list[_Op]:
+    """The writes that make ``folder``'s records, ``written`` now, ``wanted``."""
+    ops = []
+    for key, data in wanted.items():
+        before = written.get(key)
+        if before != data:
+            kind = "create" if before is None else "set"
+            ops.append(_Op(kind, f"{folder}/{encode_name(key)}", data, written, key))
+    ops.extend(
+        _Op("delete", f"{folder}/{encode_name(key)}", b"", written, key)
+        for key in written.keys() - wanted.keys()
+    )
+    return ops
+
+
+def _batches(ops: list[_Op]) -> list[list[_Op]]:
+    """``ops`` in transactions of at most BATCH writes and about BATCH_BYTES of data."""
+    batches: list[list[_Op]] = []
+    size = 0
+    for op in ops:
+        if not batches or len(batches[-1]) >= BATCH or size + len(op.data) > BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(op)
+        size += len(op.data)
+    return batches
 
 
 def _children(client: Any, path: str) -> list[str]:

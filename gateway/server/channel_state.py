@@ -5,8 +5,9 @@ the behaviour is ``session.py``'s."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -41,6 +42,9 @@ class Consumer:
     no_ack: bool
     prefetch: int  # 0 = unlimited (Basic.Qos global=false at the time of Basic.Consume)
     subscription: QueueSubscription
+    # As Basic.Consume asked, for the management API's /api/consumers.
+    exclusive: bool = False
+    arguments: Mapping[str, Any] = field(default_factory=dict)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     unacked: int = 0
     # Its queue ended while this connection's Queue.Delete of it was under way: its

@@ -29,6 +29,7 @@ from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_identity import common_name
 from gateway.backend.interface import Backend, Owner
 from gateway.observability.counters import COUNTERS, VhostCounters
+from gateway.server.channel_state import Consumer
 from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
 
@@ -151,6 +152,10 @@ class ClientConnection:
                     COUNTERS.incoming_bytes += len(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+    def consumers(self) -> list[tuple[int, Consumer]]:
+        """(channel number, consumer) of this connection's consumers (management API)."""
+        return [] if self._session is None else self._session.consumers()
 
     async def request_close(self, error: AMQPError) -> None:
         """Server-initiated Connection.Close (e.g. 320 on shutdown); Close-Ok ends it."""

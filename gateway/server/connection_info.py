@@ -1,10 +1,15 @@
 """This replica's AMQP connections as the management API shows them (``/api/connections``,
-``/api/channels``), and closing one on request.
+``/api/channels``, ``/api/consumers``), and closing one on request.
 
 The JSON is RabbitMQ's (``rabbit_mgmt_format`` of a network connection): ``name`` is RabbitMQ's
 ``"<peer host>:<peer port> -> <host>:<port>"``, which clients' test suites look connections up
 by (amqp091-go matches ``client_properties.connection_name``, then closes by ``name``).
 Byte and message counters per connection are not kept by the gateway and are left out.
+
+A connection's consumers are described apart from it (``consumers``): what each consumer is,
+in the compact form its fleet-wide record keeps (metadata/connections.py), and once per
+connection what their ``channel_details`` need of it; ``management/connections.py`` makes
+RabbitMQ's JSON of both.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.amqp.errors import AMQPError, ReplyCode
+from gateway.backend.interface import activity_status
+from gateway.metadata.connections import ConsumerGroup
 from gateway.model.json_values import table_json
+from gateway.server.channel_state import Consumer
 from gateway.server.connection import ClientConnection
 from gateway.server.server import GatewayServer
 
 log = logging.getLogger("gateway.connection")
 
-__all__ = ["LocalConnections", "connection_name", "split_address"]
+__all__ = ["LocalConnections", "connection_name", "consumer_info", "split_address"]
 
 PROTOCOL = "AMQP 0-9-1"
 #: RabbitMQ's reason when DELETE /api/connections/{name} has no X-Reason header.
@@ -42,6 +50,24 @@ def connection_name(peer: str, local: tuple[str, int] | None) -> str:
     return f"{left} -> {right}"
 
 
+def consumer_info(channel: int, consumer: Consumer) -> dict[str, Any]:
+    """One consumer as its record keeps it: RabbitMQ's ``/api/consumers`` fields but
+    ``channel_details`` (its connection's, once per connection) and the queue's vhost (the
+    connection's)."""
+    status = activity_status(consumer.subscription)
+    return {
+        "consumer_tag": consumer.tag,
+        "queue": consumer.queue,
+        "channel": channel,
+        "ack_required": not consumer.no_ack,
+        "prefetch_count": consumer.prefetch,
+        "exclusive": consumer.exclusive,
+        "active": status != "waiting",
+        "activity_status": status,
+        "arguments": table_json(consumer.arguments),
+    }
+
+
 class LocalConnections:
     """The connections of one ``GatewayServer``; ``node`` is this replica's node name."""
 
@@ -57,6 +83,31 @@ class LocalConnections:
                 continue
             found[connection.id] = self._info(connection)
         return found
+
+    def consumers(self) -> dict[str, ConsumerGroup]:
+        """Connection id -> its consumers, for the connections past Connection.Open that
+        have any."""
+        found: dict[str, ConsumerGroup] = {}
+        for connection in self._server.connections:
+            if not connection.opened or connection.protocol.is_closed:
+                continue
+            described = [consumer_info(n, consumer) for n, consumer in connection.consumers()]
+            if described:
+                found[connection.id] = ConsumerGroup(self._about(connection), described)
+        return found
+
+    def _about(self, connection: ClientConnection) -> dict[str, Any]:
+        """What a consumer's ``channel_details`` (and its queue's vhost) take from its
+        connection."""
+        peer_host, peer_port = split_address(connection.peer.address)
+        return {
+            "name": connection_name(connection.peer.address, connection.local_address),
+            "node": self.node,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": connection.user or "",
+            "vhost": connection.vhost or "/",
+        }
 
     def _info(self, connection: ClientConnection) -> dict[str, Any]:
         protocol = connection.protocol

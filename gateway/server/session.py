@@ -126,6 +126,15 @@ class AMQPSession:
             counts.consumers -= len(state.consumers)
             await self._release_channel(state)
 
+    def consumers(self) -> list[tuple[int, Consumer]]:
+        """(channel number, consumer) of every consumer of the open channels, for the
+        management API (direct reply-to's is no queue's consumer: left out, as RabbitMQ)."""
+        return [
+            (state.number, consumer)
+            for state in self._channels.values()
+            for consumer in state.consumers.values()
+        ]
+
     async def close(self) -> None:
         for channel in list(self._channels):
             await self.channel_closed(channel)
@@ -540,7 +549,13 @@ class AMQPSession:
             qos=ConsumerQos(state.prefetch.consumer, state.prefetch.channel),
         )
         consumer = Consumer(
-            tag, command.queue, command.no_ack, state.prefetch.consumer, subscription
+            tag,
+            command.queue,
+            command.no_ack,
+            state.prefetch.consumer,
+            subscription,
+            exclusive=command.exclusive,
+            arguments=command.arguments,
         )
         state.consumers[tag] = consumer
         self._counts.consumers += 1

@@ -130,6 +130,12 @@ class SingleActiveSubscription:
         """Whether this consumer is delivering (active, not paused or stepping down)."""
         return self._serving is not None and not (self._stepping_down or self._paused)
 
+    @property
+    def activity_status(self) -> str:
+        """RabbitMQ's ``activity_status`` (backend/interface.py ``TakesTurns``): waiting
+        while paused or stepping down too, as it delivers nothing then."""
+        return "single_active" if self.active else "waiting"
+
     def _signal(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
