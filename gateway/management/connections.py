@@ -14,6 +14,7 @@ users' connections.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,10 +26,13 @@ from gateway.metadata.store import MetadataUnavailable
 __all__ = [
     "close_connection",
     "connection_channels",
+    "consumer_json",
     "get_connection",
+    "held_at_most",
     "list_channels",
     "list_connections",
     "list_consumers",
+    "queue_consumers",
 ]
 
 #: RabbitMQ's reason when DELETE /api/connections/{name} has no X-Reason header.
@@ -204,13 +208,14 @@ def consumer_json(about: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict
     }
 
 
-async def list_consumers(call: Call) -> Response:
-    """Every consumer of the fleet: this replica's from memory, the others' from their
-    records (at most a second behind); a management user sees those of their own
-    connections (RabbitMQ's ``filter_user``)."""
+Group = tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]
+
+
+async def _groups(call: Call) -> list[Group]:
+    """Every consumer of the fleet with its connection: this replica's from memory, the
+    others' from their records (at most a second behind)."""
     context = call.context
-    vhost = await _vhost_filter(call)
-    groups: list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]] = [
+    groups: list[Group] = [
         (group.about, group.consumers) for group in context.local.consumers().values()
     ]
     if context.directory is not None:
@@ -221,6 +226,42 @@ async def list_consumers(call: Call) -> Response:
         groups.extend(
             (entry.about, entry.consumers) for entry in remote if entry.replica != context.replica
         )
+    return groups
+
+
+async def queue_consumers(call: Call) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(namespace, queue) -> the queue's consumers across the fleet, in ``/api/consumers``'
+    shape (a queue's ``consumer_details``, and what its consumers may hold)."""
+    mapper = call.context.vhosts.mapper
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for about, consumers in await _groups(call):
+        try:
+            namespace = str(mapper.namespace_for(str(about.get("vhost", "/"))))
+        except Exception:
+            continue  # a vhost name no longer valid: no queue of it is listed
+        for consumer in consumers:
+            key = (namespace, str(consumer.get("queue")))
+            found.setdefault(key, []).append(consumer_json(about, consumer))
+    for listed in found.values():
+        listed.sort(key=lambda c: (c["channel_details"]["name"], c["consumer_tag"]))
+    return found
+
+
+def held_at_most(consumers: Sequence[Mapping[str, Any]]) -> float:
+    """The most deliveries ``consumers`` (one queue's) may hold unacknowledged: the sum of
+    their prefetch counts; a no-ack consumer holds none, one without a limit any number."""
+    most = 0.0
+    for consumer in consumers:
+        if consumer.get("ack_required"):
+            most += consumer.get("prefetch_count") or math.inf
+    return most
+
+
+async def list_consumers(call: Call) -> Response:
+    """Every consumer of the fleet; a management user sees those of their own connections
+    (RabbitMQ's ``filter_user``)."""
+    vhost = await _vhost_filter(call)
+    groups = await _groups(call)
     items = [
         consumer_json(about, consumer)
         for about, consumers in groups

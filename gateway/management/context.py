@@ -102,6 +102,11 @@ class Call:
         """The namespace of an existing vhost the user may use; 404 (``vhost_not_found``
         for a write, as ``with_vhost_and_props``) or 401 otherwise."""
         vhosts = self.context.vhosts
+        if not vhost:
+            # An empty segment (``/api/queues//``) names no vhost on RabbitMQ (cowboy binds
+            # it as ``""``, which ``rabbit_vhost:exists`` denies), though an AMQP client's
+            # empty vhost is the default one here.
+            raise ApiError(404, "not_found", "vhost_not_found") if writing else not_found()
         try:
             namespace = await vhosts.exists(vhost)
         except VhostInvalid:

@@ -20,6 +20,7 @@ from gateway.amqp.properties import decode_properties
 from gateway.backend.interface import Delivery
 from gateway.backend.pulsar.queue_info import QueueCounter, QueueCounts
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.management.connections import held_at_most, queue_consumers
 from gateway.management.context import Call, amqp, check_name
 from gateway.management.errors import Response, bad_request, json_response, not_found
 from gateway.management.fields import arguments, boolean, integer, string
@@ -62,7 +63,16 @@ def queue_json(call: Call, vhost: str, queue: Queue, consumers: int) -> dict[str
     }
 
 
-def with_counts(item: dict[str, Any], counts: QueueCounts) -> None:
+def with_counts(
+    item: dict[str, Any], counts: QueueCounts, consumers: list[dict[str, Any]] | None = None
+) -> None:
+    """The counts (and what the queue's consumers, when known, say of its consumer tags)."""
+    counts = _held(counts, consumers)
+    for consumer in consumers or ():
+        if consumer["exclusive"]:
+            item["exclusive_consumer_tag"] = consumer["consumer_tag"]
+        if consumer["activity_status"] == "single_active":
+            item["single_active_consumer_tag"] = consumer["consumer_tag"]
     item.update(
         {
             "messages": counts.messages,
@@ -118,13 +128,43 @@ async def _fill(
     call: Call, handles: dict[str, PulsarVirtualHost], items: list[dict[str, Any]]
 ) -> None:
     counter = QueueCounter(call.context.admin)
+    consumers = await _consumers_of(call, items)
 
     async def one(item: dict[str, Any]) -> None:
-        with_counts(item, await amqp(counter.counts(handles[item["vhost"]], item["name"])))
+        handle = handles[item["vhost"]]
+        counts = await amqp(counter.counts(handle, item["name"]))
+        mine = consumers.get((str(handle.namespace), item["name"]))
+        with_counts(item, counts, mine)
 
     async with trio.open_nursery() as nursery:
         for item in items:
             nursery.start_soon(one, item)
+
+
+async def _consumers_of(
+    call: Call, items: list[dict[str, Any]]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The fleet's consumers by queue, read only when a queue shown has any (the records of
+    every replica's connections are read: nothing to read for queues without consumers)."""
+    if not any(item.get("consumers") for item in items):
+        return {}
+    return await queue_consumers(call)
+
+
+def _held(counts: QueueCounts, consumers: list[dict[str, Any]] | None) -> QueueCounts:
+    """Pulsar's count of unacknowledged messages includes what the replicas read ahead for
+    their consumers and have not delivered (up to about twice a consumer's prefetch more):
+    RabbitMQ counts those as ready. No more are unacknowledged than the queue's consumers
+    may hold, the sum of their prefetch counts (docs/management.md, "Counts and rates")."""
+    if not consumers:
+        return counts
+    most = held_at_most(consumers)
+    if counts.unacknowledged <= most:
+        return counts
+    unacknowledged = int(most)
+    return dataclasses.replace(
+        counts, unacknowledged=unacknowledged, ready=max(0, counts.messages - unacknowledged)
+    )
 
 
 async def _find(call: Call, *, writing: bool = False) -> tuple[str, PulsarVirtualHost, Queue]:
@@ -145,8 +185,9 @@ async def get_queue(call: Call) -> Response:
     vhost, handle, queue = await _find(call)
     item = queue_json(call, vhost, queue, handle.catalog.view.consumers.get(queue.name, 0))
     counter = QueueCounter(call.context.admin)
-    with_counts(item, await amqp(counter.counts(handle, queue.name)))
-    item["consumer_details"] = []
+    consumers = (await _consumers_of(call, [item])).get((str(handle.namespace), queue.name), [])
+    with_counts(item, await amqp(counter.counts(handle, queue.name)), consumers)
+    item["consumer_details"] = consumers
     columns = [c for c in call.query.get("columns", "").split(",") if c]
     return json_response(200, select_columns(item, columns) if columns else item)
 

@@ -182,3 +182,46 @@ def test_a_single_active_consumer_queues_line_shows_who_is_active(
         ]
 
     consumers_until(second, handed_over)
+
+
+def test_a_queue_shows_its_consumers_and_what_they_hold(
+    gateway: Managed, second: Managed, client: pika.BlockingConnection
+) -> None:
+    """GET /api/queues/{vhost}/{name}: ``consumer_details`` (the queue's /api/consumers
+    entries), ``exclusive_consumer_tag``, and no more unacknowledged messages than the
+    consumers' prefetch lets them hold (what the replica read ahead for them is ready, as
+    on RabbitMQ)."""
+    queue = unique("held")
+    channel = client.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    for index in range(10):
+        channel.basic_publish("", queue, f"m{index}".encode())
+    held: list[int] = []
+    channel.basic_qos(prefetch_count=3)
+    channel.basic_consume(
+        queue,
+        lambda _c, method, _p, _b: held.append(method.delivery_tag),
+        exclusive=True,
+        consumer_tag="holder",
+    )
+    deadline = time.monotonic() + LISTED_WITHIN * 2
+    with second.client() as api:
+        while True:
+            client.process_data_events(time_limit=0.1)
+            shown = api.get(f"/api/queues/%2F/{queue}").json()
+            counts = (shown["messages"], shown["messages_unacknowledged"], shown["messages_ready"])
+            if counts == (10, 3, 7) and shown["consumer_details"]:
+                break
+            assert time.monotonic() < deadline, f"{counts}, {shown['consumer_details']}"
+            time.sleep(0.2)  # polling Pulsar's statistics and the records, bounded above
+        assert len(held) == 3
+        assert shown["consumers"] == 1 and shown["exclusive_consumer_tag"] == "holder"
+        listed = of_queues(api.get("/api/consumers").json(), queue)[queue]
+        assert shown["consumer_details"] == listed
+        assert listed[0]["prefetch_count"] == 3
+        (in_list,) = [q for q in api.get("/api/queues/%2F").json() if q["name"] == queue]
+        assert (in_list["messages_unacknowledged"], in_list["exclusive_consumer_tag"]) == (
+            3,
+            "holder",
+        )

@@ -4,13 +4,14 @@ memory) and the other replicas' records, in RabbitMQ's shape, filtered by user a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from gateway.auth.authenticator import AcceptAnyone
-from gateway.management.connections import consumer_json, list_consumers
+from gateway.management.connections import consumer_json, held_at_most, list_consumers
 from gateway.management.context import Call, Context
 from gateway.management.errors import ApiError
 from gateway.management.http import Request
@@ -145,3 +146,14 @@ async def test_a_vhosts_consumers_and_a_missing_vhost() -> None:
     with pytest.raises(ApiError) as missing:
         await list_consumers(call(ADMIN, {"vhost": "nope"}))
     assert missing.value.status == 404
+    with pytest.raises(ApiError) as empty:  # /api/consumers// names no vhost (RabbitMQ: 404)
+        await list_consumers(call(ADMIN, {"vhost": ""}))
+    assert empty.value.status == 404
+
+
+def test_what_a_queues_consumers_may_hold_is_the_sum_of_their_prefetch_counts() -> None:
+    assert held_at_most([]) == 0
+    assert held_at_most([consumer("a", "q"), consumer("b", "q", prefetch_count=2)]) == 12
+    no_ack = consumer("c", "q", ack_required=False, prefetch_count=0)
+    assert held_at_most([consumer("a", "q"), no_ack]) == 10
+    assert held_at_most([consumer("a", "q", prefetch_count=0)]) == math.inf
