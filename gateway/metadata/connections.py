@@ -45,6 +45,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -380,7 +381,8 @@ class ConnectionDirectory:
     def _read_replicas(self) -> list[tuple[str, Mapping[str, Any]]]:
         found = []
         for child in _children(self._client, self._replicas):
-            data = _data(self._client, f"{self._replicas}/{child}")
+            path = f"{self._replicas}/{child}"
+            data = _data(path, partial(self._client.get, path))
             if data is not None:
                 found.append((decode_name(child), data.get("info", {})))
         return found
@@ -403,10 +405,13 @@ class ConnectionDirectory:
 
     def _read_records(self, top: str) -> list[tuple[str, str, dict[str, Any]]]:
         """(replica folder, child, data) of every record under ``top``; the empty folders
-        of replicas that have no node (stopped or dead ones) are removed on the way."""
+        of replicas that have no node (stopped or dead ones) are removed on the way. The
+        records are asked for all at once (pipelined on the session) rather than one round
+        trip each: 2,000 records in 0.54 s instead of 1.44 s on the shared stack's ZooKeeper
+        (while a test suite ran on it); /api/queues reads the consumers' records too."""
         client = self._client
         live = set(_children(client, self._replicas))
-        found = []
+        asked = []
         for folder in _children(client, top):
             children = _children(client, f"{top}/{folder}")
             if folder not in live and not children:
@@ -414,9 +419,13 @@ class ConnectionDirectory:
                     _remove_stale(client, f"{stale}/{folder}")
                 continue
             for child in children:
-                data = _data(client, f"{top}/{folder}/{child}")
-                if data is not None:
-                    found.append((folder, child, data))
+                path = f"{top}/{folder}/{child}"
+                asked.append((folder, child, path, client.get_async(path)))
+        found = []
+        for folder, child, path, answer in asked:
+            data = _data(path, answer.get)
+            if data is not None:
+                found.append((folder, child, data))
         return found
 
     async def consumers(self) -> list[RemoteConsumers]:
@@ -522,9 +531,9 @@ def _children(client: Any, path: str) -> list[str]:
         return []
 
 
-def _data(client: Any, path: str) -> dict[str, Any] | None:
+def _data(path: str, read: Callable[[], tuple[bytes, Any]]) -> dict[str, Any] | None:
     try:
-        raw, _ = client.get(path)
+        raw, _ = read()
         data = json.loads(raw)
     except NoNodeError:
         return None
