@@ -40,6 +40,14 @@ EVERYTHING_ON_VALUES = (
     "management.service.loadBalancerSourceRanges={203.0.113.0/24}",
     "--set",
     "networkPolicy.managementFrom[0].namespaceSelector.matchLabels.team=ops",
+    "--set",
+    "rollup.enabled=true,rollup.image.repository=registry.example.com/s4r-rollup",
+    "--set",
+    "rollup.postgres.existingSecret=rollup-db,rollup.persistence.storageClassName=fast",
+    "--set",
+    "rollup.resources.requests.cpu=1,rollup.master=spark://spark:7077",
+    "--set",
+    "helmTest.existingSecret=amqp-login",
 )
 
 EVERYTHING_ON = OPTIONAL_APIS + EVERYTHING_ON_VALUES

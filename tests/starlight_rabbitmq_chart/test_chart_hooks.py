@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
@@ -67,14 +68,14 @@ def test_the_hook_pod_runs_the_connection_check_with_the_gateway_image(helm: Hel
     env = _env(container)
     assert env["AMQP_HOST"] == "s4r-starlight-rabbitmq"  # the AMQP Service's name
     assert env["AMQP_PORT"] == "5672"
-    assert (env["AMQP_VHOST"], env["AMQP_USERNAME"], env["AMQP_PASSWORD"]) == (
-        "/",
-        "guest",
-        "guest",
-    )
+    assert env["AMQP_VHOST"] == "/"
+    # The chart authenticates and mints no login: no guest/guest that the gateway would refuse,
+    # the handshake check instead (helmTest.withoutLogin).
+    assert env["AMQP_LOGIN"] == "handshake"
+    assert "AMQP_USERNAME" not in env and "AMQP_PASSWORD" not in env
 
 
-def test_the_hook_reads_its_password_from_a_secret_and_can_be_turned_off(helm: Helm) -> None:
+def test_the_hook_reads_its_login_from_a_secret_and_can_be_turned_off(helm: Helm) -> None:
     (pod,) = _hook_pods(
         helm.template(
             "--set",
@@ -84,11 +85,47 @@ def test_the_hook_reads_its_password_from_a_secret_and_can_be_turned_off(helm: H
         )
     )
     env = _env(pod["spec"]["containers"][0])
-    assert env["AMQP_PASSWORD"] == {"secretKeyRef": {"name": "amqp-login", "key": "password"}}
-    assert (env["AMQP_USERNAME"], env["AMQP_PORT"]) == ("monitor", "5673")
+    # Optional: a Secret without the key fails the check naming it (the pod still starts).
+    assert env["AMQP_PASSWORD"] == {
+        "secretKeyRef": {"name": "amqp-login", "key": "password", "optional": True}
+    }
+    assert (env["AMQP_USERNAME"], env["AMQP_PORT"], env["AMQP_LOGIN"]) == (
+        "monitor",
+        "5673",
+        "session",
+    )
+    assert "helmTest.existingSecret" in env["AMQP_LOGIN_SOURCE"]
+    (pod,) = _hook_pods(
+        helm.template("--set", "helmTest.existingSecret=amqp-login,helmTest.usernameKey=user")
+    )
+    env = _env(pod["spec"]["containers"][0])
+    assert env["AMQP_USERNAME"] == {
+        "secretKeyRef": {"name": "amqp-login", "key": "user", "optional": True}
+    }
     assert _hook_pods(helm.template("--set", "helmTest.enabled=false")) == []
     # mode pulsarProxy: the proxies serve AMQP, and this chart runs no gateway of its own.
     assert _hook_pods(helm.template("--set", "mode=pulsarProxy,pulsar.releaseName=pulsar")) == []
+
+
+def test_an_open_fleet_is_tested_with_any_login_and_a_strict_one_fails_without(
+    helm: Helm,
+) -> None:
+    (pod,) = _hook_pods(
+        helm.template(
+            "--set", "config.authenticationEnabled=false,config.amqpAllowUnauthenticatedRemote=true"
+        )
+    )
+    env = _env(pod["spec"]["containers"][0])
+    assert (env["AMQP_LOGIN"], env["AMQP_USERNAME"], env["AMQP_PASSWORD"]) == (
+        "session",
+        "guest",
+        "guest",
+    )
+    (pod,) = _hook_pods(helm.template("--set", "helmTest.withoutLogin=fail"))
+    assert _env(pod["spec"]["containers"][0])["AMQP_LOGIN"] == "fail"
+    result = helm.run("template", "s4r", CHART_DIR, "--set", "helmTest.withoutLogin=skip",
+                      check=False)  # fmt: skip
+    assert result.returncode != 0 and "withoutLogin" in result.stderr, result.stderr
 
 
 def test_an_hpa_on_cpu_without_a_cpu_request_is_refused_naming_it(helm: Helm) -> None:
@@ -153,8 +190,68 @@ def test_the_hook_script_fails_against_something_that_is_not_amqp(
     assert "FAIL" in result.stderr, result.stderr
 
 
+@pytest.fixture
+def gateway_with_jwt_logins(pulsar_stack: Any, tmp_path: Path) -> Iterator[tuple[int, str]]:
+    """A gateway on the local stack that authenticates as the chart's does (JWT as the
+    password); yields its port and a valid token."""
+    key = tmp_path / "secret.key"
+    key.write_bytes(b"helm-test-secret-key-of-32-bytes!")
+    token = jwt.encode({"sub": "helm-test"}, key.read_bytes(), algorithm="HS256")
+    with fresh_namespace(pulsar_stack) as namespace:
+        port = free_port()
+        config = write_config(
+            tmp_path,
+            port=port,
+            namespace=namespace,
+            zookeeper=pulsar_stack.zookeeper,
+            web_url=pulsar_stack.web_url,
+            broker_url=pulsar_stack.broker_url,
+            extra=f"authenticationEnabled=true\ntokenSecretKey=file://{key}\n",
+        )
+        gateway = GatewayProcess("gateway", config, port).start()
+        try:
+            gateway.wait_ready()
+            yield port, token
+        finally:
+            gateway.close()
+
+
 @pytest.mark.integration
-def test_the_hook_script_passes_against_a_real_gateway(
+def test_the_hook_script_against_a_real_authenticating_gateway(
+    helm: Helm, gateway_with_jwt_logins: tuple[int, str]
+) -> None:
+    """Each login the chart can give the hook, run against a gateway that authenticates."""
+    port, token = gateway_with_jwt_logins
+    here = {"AMQP_HOST": "127.0.0.1", "AMQP_PORT": str(port)}
+    # Defaults: no login. The handshake check passes and says what it did not test.
+    (pod,) = _hook_pods(helm.template())
+    result = _run_hook(pod, **here)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK (handshake only)" in result.stdout and "403" in result.stdout, result.stdout
+    assert "NOT TESTED" in result.stdout and "helmTest.existingSecret" in result.stdout
+    # withoutLogin=fail: the same check, then a failure naming the value to set.
+    (pod,) = _hook_pods(helm.template("--set", "helmTest.withoutLogin=fail"))
+    result = _run_hook(pod, **here)
+    assert result.returncode != 0
+    assert "no login to test with" in result.stderr, result.stderr
+    assert "helmTest.existingSecret" in result.stderr
+    # A Secret with a token (the kubelet sets AMQP_PASSWORD from it): the whole session.
+    (pod,) = _hook_pods(helm.template("--set", "helmTest.existingSecret=amqp-login"))
+    result = _run_hook(pod, **here, AMQP_PASSWORD=token)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "published and got a message back" in result.stdout, result.stdout
+    # A wrong token: the refusal, naming where the password came from.
+    result = _run_hook(pod, **here, AMQP_PASSWORD=token[:-4] + "AAAA")
+    assert result.returncode != 0
+    assert "403" in result.stderr and 'helmTest.existingSecret "amqp-login"' in result.stderr
+    # A Secret without the key (optional reference: the variable is unset): named, no hang.
+    result = _run_hook(pod, **here)
+    assert result.returncode != 0
+    assert 'key "password" (helmTest.passwordKey) is missing' in result.stderr, result.stderr
+
+
+@pytest.mark.integration
+def test_the_hook_script_passes_against_an_open_gateway(
     helm: Helm, pulsar_stack: Any, tmp_path: Path
 ) -> None:
     with fresh_namespace(pulsar_stack) as namespace:
@@ -170,9 +267,19 @@ def test_the_hook_script_passes_against_a_real_gateway(
         gateway = GatewayProcess("gateway", config, port).start()
         try:
             gateway.wait_ready()
-            (pod,) = _hook_pods(helm.template())
+            (pod,) = _hook_pods(
+                helm.template(
+                    "--set",
+                    "config.authenticationEnabled=false,config.amqpAllowUnauthenticatedRemote=true",
+                )
+            )
             result = _run_hook(pod, AMQP_HOST="127.0.0.1", AMQP_PORT=str(port))
             assert result.returncode == 0, result.stdout + result.stderr
             assert "published and got a message back" in result.stdout, result.stdout
+            # The handshake check against a gateway that lets anyone in: it must say so.
+            (pod,) = _hook_pods(helm.template())
+            result = _run_hook(pod, AMQP_HOST="127.0.0.1", AMQP_PORT=str(port))
+            assert result.returncode != 0
+            assert "let an invalid login in" in result.stderr, result.stderr
         finally:
             gateway.close()

@@ -110,7 +110,24 @@ def test_the_api_server_accepts_every_object(
         management = api_server.get(f"/api/v1/namespaces/{namespace}/services/{NAME}-management")
         assert management is not None and management["spec"]["type"] == "LoadBalancer"
         assert [port["port"] for port in management["spec"]["ports"]] == [15672]
+        # rollup.enabled: its Deployment and the claim its checkpoint lives on.
+        rollup_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{NAME}-rollup"
+        rollup = api_server.get(rollup_path)
+        assert rollup is not None and rollup["spec"]["strategy"]["type"] == "Recreate"
+        claim_path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{NAME}-rollup"
+        claim = api_server.get(claim_path)
+        assert claim is not None and claim["spec"]["storageClassName"] == "fast"
     helm.run("uninstall", "s4r", "-n", namespace, kubeconfig=kube)
+    if namespace == "everything-on":
+        # helm.sh/resource-policy: keep: the checkpoint outlives the release, and the next
+        # install of the release takes the same claim over (the job resumes from it).
+        kept = api_server.get(claim_path)
+        assert kept is not None
+        assert api_server.get(rollup_path) is None
+        helm.run("install", "s4r", CHART_DIR, "-n", namespace, *arguments, kubeconfig=kube)
+        again = api_server.get(claim_path)
+        assert again is not None and again["metadata"]["uid"] == kept["metadata"]["uid"]
+        helm.run("uninstall", "s4r", "-n", namespace, kubeconfig=kube)
 
 
 def test_install_refuses_a_bad_value_naming_it(

@@ -287,3 +287,187 @@ def test_manifests_match_kubernetes_openapi_strictly(helm: Helm, version: str, v
     rendered = helm.template("--kube-version", version, *arguments)
     problems = _validate(documents(rendered), version)
     assert not problems, "\n".join(problems)
+
+
+NAME = "s4r-starlight-rabbitmq"
+
+ROLLUP_ON = (
+    "--set",
+    "rollup.enabled=true,rollup.image.repository=registry.example.com/s4r-rollup",
+    "--set-string",
+    "rollup.config.rollupWindowSeconds=60\\,300",
+    "--set",
+    "rollup.config.rollupTriggerSeconds=5",
+    "--set",
+    "rollup.postgres.existingSecret=rollup-db,rollup.master=spark://spark:7077",
+    "--set-string",
+    "rollup.sparkConf.spark\\.sql\\.shuffle\\.partitions=4",
+    "--set",
+    "jwt.existingSecret=jwt,jwt.secretKeyKey=secret.key,brokerTls.existingSecret=broker-ca",
+    "--set",
+    "secrets.values.brokerClientAuthenticationParameters=token:eyJhbGciOi",
+    "--set",
+    "config.brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken",
+    "--set",
+    "config.usageEventsTopic=persistent://ops/usage/events",
+)
+
+
+def _rollup_objects(rendered: str) -> dict[str, Manifest]:
+    return {
+        doc["kind"]: doc
+        for doc in documents(rendered)
+        if doc["metadata"]["name"] == "s4r-starlight-rabbitmq-rollup"
+    }
+
+
+def test_rollup_job_reads_the_gateways_pulsar_and_checkpoints_on_its_volume(helm: Helm) -> None:
+    """The rendered rollup.conf through the job's own settings loader, and the pod that runs it
+    with the volume its checkpoint path is on."""
+    from gateway.rollup.settings import settings_from_config
+
+    rendered = helm.template(*ROLLUP_ON)
+    objects = _rollup_objects(rendered)
+    assert sorted(objects) == ["ConfigMap", "Deployment", "PersistentVolumeClaim"]
+    environ = {"STARLIGHT_brokerClientAuthenticationParameters": "token:eyJhbGciOi"}
+    gateway = config_from_text(gateway_conf(rendered), environ, source="gateway.conf")
+    rollup_conf = objects["ConfigMap"]["data"]["rollup.conf"]
+    settings = settings_from_config(config_from_text(rollup_conf, environ, source="rollup.conf"))
+    # The same Pulsar, login and topic as the gateways that publish the events.
+    assert settings.source_options["serviceUrl"] == gateway.brokerServiceURL
+    assert settings.source_options["token"] == "eyJhbGciOi"
+    assert settings.topic == gateway.usageEventsTopic == "persistent://ops/usage/events"
+    assert settings.window_seconds == (60, 300) and settings.trigger_seconds == 5
+    assert "amqpListeners" not in rollup_conf and "metricsListener" not in rollup_conf
+
+    deployment = objects["Deployment"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two drivers at once
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example.com/s4r-rollup:0.1.0"
+    assert container["command"] == ["starlight-rabbitmq"]
+    assert container["args"] == [
+        "rollup", "--config", "/etc/starlight-rabbitmq/rollup.conf",
+        "--master", "spark://spark:7077",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        "--log-level", "INFO",
+    ]  # fmt: skip
+    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert mounts["config"]["mountPath"] == "/etc/starlight-rabbitmq/rollup.conf"
+    assert volumes["config"]["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
+    # Checkpoint and Parquet output on the claimed volume, not the read-only root filesystem.
+    data_dir = mounts["data"]["mountPath"]
+    assert settings.checkpoint_location == f"{data_dir}/checkpoint"
+    assert settings.parquet_path == f"{data_dir}/parquet"
+    claim = objects["PersistentVolumeClaim"]
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # The broker CA at the path rollup.conf names; the database URL from its own Secret only.
+    assert settings.source_options["serviceUrl"].startswith("pulsar://")
+    assert f"brokerClientTrustCertsFilePath={mounts['broker-ca']['mountPath']}/ca.crt" in (
+        rollup_conf.splitlines()
+    )
+    env = {item["name"]: item for item in container["env"]}
+    assert env["STARLIGHT_rollupPostgresUrl"]["valueFrom"]["secretKeyRef"] == {
+        "name": "rollup-db",
+        "key": "url",
+    }
+    deployments = by_kind(rendered)["Deployment"]
+    (gateway_deployment,) = [d for d in deployments if d["metadata"]["name"] == NAME]
+    gateway_env = gateway_deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "STARLIGHT_rollupPostgresUrl" not in {item["name"] for item in gateway_env}
+
+
+def test_no_gateway_selector_picks_up_the_rollup_pod(helm: Helm) -> None:
+    """The AMQP Service must not send clients to the rollup pod, nor the gateways' Deployment,
+    PDB or NetworkPolicy count it as theirs."""
+    rendered = helm.template(*ROLLUP_ON, "--set", "networkPolicy.enabled=true")
+    pod_labels = _rollup_objects(rendered)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    selectors = []
+    for doc in documents(rendered):
+        if doc["metadata"]["name"] == "s4r-starlight-rabbitmq-rollup":
+            continue
+        spec = doc.get("spec", {})
+        if doc["kind"] == "Service":
+            selectors.append(spec["selector"])
+        elif doc["kind"] in ("Deployment", "PodDisruptionBudget"):
+            selectors.append(spec["selector"]["matchLabels"])
+        elif doc["kind"] == "NetworkPolicy":
+            selectors.append(spec["podSelector"]["matchLabels"])
+    assert len(selectors) >= 5
+    for selector in selectors:
+        assert not selector.items() <= pod_labels.items(), selector
+
+
+def test_rollup_on_an_existing_claim_and_parquet_off(helm: Helm) -> None:
+    rendered = helm.template(
+        *ROLLUP_ON,
+        "--set",
+        "rollup.persistence.existingClaim=shared-rollup",
+        "--set-string",
+        "rollup.config.rollupParquetPath=,rollup.config.rollupCheckpointLocation=s3a://b/ckpt",
+    )
+    objects = _rollup_objects(rendered)
+    assert "PersistentVolumeClaim" not in objects
+    volumes = objects["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    (data,) = [volume for volume in volumes if volume["name"] == "data"]
+    assert data["persistentVolumeClaim"]["claimName"] == "shared-rollup"
+    lines = objects["ConfigMap"]["data"]["rollup.conf"].splitlines()
+    assert "rollupParquetPath=" in lines
+    assert "rollupCheckpointLocation=s3a://b/ckpt" in lines
+
+
+def test_rollup_is_off_by_default(helm: Helm) -> None:
+    assert _rollup_objects(helm.template()) == {}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--set", "rollup.enabled=true"], "rollup.image.repository"),
+        (["--set-string", "config.rollupWindowSeconds=60"], "rollup.config"),
+        (
+            ["--set", "rollup.enabled=true,rollup.image.repository=r",
+             "--set-string", "rollup.config.rollupParquetPath="],
+            "rollupPostgresUrl",
+        ),
+    ],
+    ids=["no-image", "rollup-key-under-config", "no-output"],
+)  # fmt: skip
+def test_rollup_values_the_job_cannot_run_with_are_refused_naming_them(
+    helm: Helm, arguments: list[str], named: str
+) -> None:
+    result = helm.run("template", "s4r", CHART_DIR, *arguments, check=False)
+    assert result.returncode != 0, f"{arguments} was accepted"
+    assert named in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--set", "rollup.config.rollupWindowSecond=60"], "rollupWindowSecond"),
+        (["--set", "rollup.config.rollupTriggerSeconds=often"], "rollupTriggerSeconds"),
+        (["--set", "rollup.config.rollupWatermarkSeconds=-1"], "rollupWatermarkSeconds"),
+        (["--set", "rollup.logLevel=TRACE"], "logLevel"),
+        (["--set", "rollup.persistence.size=lots"], "size"),
+        (["--set", "rollup.sparkConf.spark\\.ui\\.port=4040"], "spark.ui.port"),
+        (["--set", "rollup.image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["--set", "helmTest.withoutLogin=skip"], "withoutLogin"),
+    ],
+)
+def test_schema_rejects_a_bad_rollup_or_helm_test_value_naming_it(
+    helm: Helm, arguments: list[str], named: str
+) -> None:
+    result = helm.run("template", "s4r", CHART_DIR, *arguments, check=False)
+    assert result.returncode != 0, f"{arguments} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert named in result.stderr, result.stderr
+
+
+def test_rollup_config_offers_every_rollup_key_but_the_secret_one() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    offered = set(schema["properties"]["rollup"]["properties"]["config"]["properties"])
+    rollup_keys = {spec.name for spec in describe_keys() if spec.name.startswith("rollup")}
+    assert offered == rollup_keys - {"rollupPostgresUrl"}

@@ -32,6 +32,14 @@ app.kubernetes.io/name: {{ include "starlight-rabbitmq.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The rollup pod's: another app.kubernetes.io/name, so that no selector of the gateways
+(Services, PodDisruptionBudget, Deployment, NetworkPolicy) matches it. */}}
+{{- define "starlight-rabbitmq.rollupSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "starlight-rabbitmq.name" . }}-rollup
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: rollup
+{{- end }}
+
 {{- define "starlight-rabbitmq.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "starlight-rabbitmq.fullname" .) .Values.serviceAccount.name }}
@@ -49,10 +57,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if eq .Values.mode "fleet" }}true{{ end }}
 {{- end }}
 
-{{/* Host names of the Pulsar release's services (apache/pulsar-helm-chart naming). */}}
+{{/* Host names of the Pulsar release's services, named as apache/pulsar-helm-chart names
+them: "<pulsar.fullname>-<component>", where pulsar.fullname is the release's fullnameOverride,
+else the release name when it contains "pulsar", else "<release>-pulsar". */}}
+{{- define "starlight-rabbitmq.pulsarFullname" -}}
+{{- $p := .Values.pulsar -}}
+{{- if $p.fullnameOverride }}{{ $p.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains "pulsar" $p.releaseName }}{{ $p.releaseName | trunc 63 | trimSuffix "-" }}
+{{- else }}{{ printf "%s-pulsar" $p.releaseName | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{- define "starlight-rabbitmq.pulsarHost" -}}
 {{- $ns := default .root.Release.Namespace .root.Values.pulsar.namespace -}}
-{{- printf "%s-%s.%s.svc.%s" .root.Values.pulsar.releaseName .component $ns .root.Values.pulsar.clusterDomain }}
+{{- printf "%s-%s.%s.svc.%s" (include "starlight-rabbitmq.pulsarFullname" .root) .component $ns .root.Values.pulsar.clusterDomain }}
 {{- end }}
 
 {{/* Mount points of the files the chart hands to the gateway. */}}
@@ -76,6 +94,17 @@ Checks that values.schema.json cannot express; each failure names the value to c
 {{- end }}
 {{- if has $key $managed }}
 {{- fail (printf "config.%s is set by the chart (from service.*, metrics.port, proxyProtocol.* or the pod's identity): remove it from config" $key) }}
+{{- end }}
+{{- if hasPrefix "rollup" $key }}
+{{- fail (printf "config.%s is read by the rollup job only: set it under rollup.config (docs/helm.md, \"The rollup job\")" $key) }}
+{{- end }}
+{{- end }}
+{{- if .Values.rollup.enabled }}
+{{- if not .Values.rollup.image.repository }}
+{{- fail "rollup.enabled needs rollup.image.repository: an image with the gateway's rollup extra (PySpark) and Java 17, which the gateway image lacks (docs/helm.md, \"The rollup job\")" }}
+{{- end }}
+{{- if and (hasKey .Values.rollup.config "rollupParquetPath") (not .Values.rollup.config.rollupParquetPath) (not .Values.rollup.postgres.existingSecret) (not (hasKey .Values.secrets.values "rollupPostgresUrl")) (not .Values.secrets.existingSecret) }}
+{{- fail "rollup.config.rollupParquetPath is empty and no rollupPostgresUrl is given (rollup.postgres.existingSecret): the rollup job needs at least one output" }}
 {{- end }}
 {{- end }}
 {{- if .Values.management.enabled }}
@@ -176,6 +205,37 @@ unset there). */ -}}
 {{- range $key := keys $conf | sortAlpha }}
 {{ $key }}={{ include "starlight-rabbitmq.confValue" (get $conf $key) }}
 {{- end }}
+{{- end }}
+
+{{/* The rollup job's volume: its checkpoint and, by default, its Parquet output. */}}
+{{- define "starlight-rabbitmq.rollupDataDir" -}}/var/lib/starlight-rollup{{- end }}
+
+{{/* rollup.conf: the gateways' gateway.conf (the same Pulsar address, credentials and
+usage-events topic) without their listeners, plus the rollup* keys: the checkpoint and Parquet
+directories on the volume, then rollup.config (which wins, an empty value included). Set key
+by key: sprig's merge would take an empty rollupParquetPath for unset. */}}
+{{- define "starlight-rabbitmq.rollupConf" -}}
+# Rendered by the starlight-rabbitmq Helm chart for the rollup job; docs/rollup.md.
+{{- $conf := include "starlight-rabbitmq.derivedConfig" . | fromYaml }}
+{{- range $key, $value := .Values.config }}
+{{- $_ := set $conf $key $value }}
+{{- end }}
+{{- range $key := list "amqpListeners" "metricsListener" "managementListener" }}
+{{- $_ := unset $conf $key }}
+{{- end }}
+{{- $dir := include "starlight-rabbitmq.rollupDataDir" . }}
+{{- $_ := set $conf "rollupCheckpointLocation" (printf "%s/checkpoint" $dir) }}
+{{- $_ := set $conf "rollupParquetPath" (printf "%s/parquet" $dir) }}
+{{- range $key, $value := .Values.rollup.config }}
+{{- $_ := set $conf $key $value }}
+{{- end }}
+{{- range $key := keys $conf | sortAlpha }}
+{{ $key }}={{ include "starlight-rabbitmq.confValue" (get $conf $key) }}
+{{- end }}
+{{- end }}
+
+{{- define "starlight-rabbitmq.rollupImage" -}}
+{{- printf "%s:%s" .Values.rollup.image.repository (default .Chart.AppVersion .Values.rollup.image.tag) }}
 {{- end }}
 
 {{/* Seconds the gateway may take to stop: preStop + closing clients + margin. */}}
