@@ -324,6 +324,7 @@ def _rollup_objects(rendered: str) -> dict[str, Manifest]:
 def test_rollup_job_reads_the_gateways_pulsar_and_checkpoints_on_its_volume(helm: Helm) -> None:
     """The rendered rollup.conf through the job's own settings loader, and the pod that runs it
     with the volume its checkpoint path is on."""
+    from gateway.rollup.cli import parse_args
     from gateway.rollup.settings import settings_from_config
 
     rendered = helm.template(*ROLLUP_ON)
@@ -353,6 +354,12 @@ def test_rollup_job_reads_the_gateways_pulsar_and_checkpoints_on_its_volume(helm
         "--conf", "spark.sql.shuffle.partitions=4",
         "--log-level", "INFO",
     ]  # fmt: skip
+    # The job's own option parser accepts them (args[0] is the subcommand).
+    options = parse_args(container["args"][1:])
+    assert (options.master, options.conf) == (
+        "spark://spark:7077",
+        ["spark.sql.shuffle.partitions=4"],
+    )
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert mounts["config"]["mountPath"] == "/etc/starlight-rabbitmq/rollup.conf"
