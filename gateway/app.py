@@ -206,7 +206,7 @@ async def open_gateway(
                 config.amqpDefaultNamespace,
                 config.amqpMapShortVhostToTenant,
             )
-            backend = PulsarBackend(resources, mapper)
+            backend = PulsarBackend(resources, mapper, auto_create=config.amqpAutoCreateVhosts)
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
             # A candidate for the reaper is one for a session timeout before it goes: a
             # replica back from a partition claims its records again meanwhile (leader.py).
@@ -234,6 +234,34 @@ async def pulsar_backend(
     """Just the backend of ``open_gateway`` (what tests and tools need)."""
     async with open_gateway(config, store) as runtime:
         yield runtime.backend
+
+
+# ====================================================================== the fleet
+
+#: Where the metadata lives under the ZooKeeper root (or chroot): reference/002's prefix.
+METADATA_PREFIX = "/starlight-rabbitmq"
+
+
+def fleet_summary(config: GatewayConfig) -> str:
+    """One line saying which fleet this replica is in (docs/fleet.md, "What makes a fleet"):
+    the ZooKeeper path of its metadata (every replica with the same one shares exchanges,
+    queues, bindings and leaders) and the Pulsar namespaces its vhosts are.
+    ``amqpClusterName`` is only the label dashboards show; it joins or separates nothing."""
+    hosts, slash, chroot = config.configurationStoreServers.partition("/")
+    root = f"/{chroot}" if slash else ""
+    tenant, namespace = config.amqpDefaultTenant, config.amqpDefaultNamespace
+    short = (
+        f"<name> = <name>/{namespace}"
+        if config.amqpMapShortVhostToTenant
+        else f"<name> = {tenant}/<name>"
+    )
+    return (
+        f"fleet: metadata in ZooKeeper {hosts} at {root}{METADATA_PREFIX} "
+        f"(chroot {root or 'none'}); vhosts are Pulsar namespaces of {config.brokerServiceURL}: "
+        f"/ = {tenant}/{namespace}, {short}, <tenant>/<namespace> = itself; "
+        f"replicas with this ZooKeeper path are one fleet "
+        f"(amqpClusterName {config.amqpClusterName!r} is a label only)"
+    )
 
 
 # ====================================================================== readiness

@@ -15,7 +15,7 @@ from typing import NoReturn
 import trio
 
 from gateway import __version__
-from gateway.app import load_every_vhost, open_gateway, server_settings
+from gateway.app import fleet_summary, load_every_vhost, open_gateway, server_settings
 from gateway.auth.authorization import open_authorization
 from gateway.auth.factory import authenticator_for
 from gateway.auth.tls_context import build_server_context
@@ -143,6 +143,7 @@ async def _run_gateway(config: GatewayConfig, link: WorkerLink | None, stopper: 
     authenticator = authenticator_for(config)
     if settings.tls is not None:
         build_server_context(settings.tls)
+    log.info("%s", fleet_summary(config))
     async with open_gateway(config) as runtime, contextlib.AsyncExitStack() as stack:
         backend: Backend = runtime.backend
         if config.authorizationEnabled:

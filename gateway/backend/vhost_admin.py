@@ -87,18 +87,8 @@ class VhostInfo:
 
 
 def vhost_name(mapper: VhostMapper, namespace: Namespace) -> str:
-    """The shortest vhost name that maps to ``namespace`` with ``mapper``'s keys: ``/`` for the
-    default namespace, ``<namespace>`` (or ``<tenant>`` when short vhosts map to tenants) for
-    the short form, ``<tenant>/<namespace>`` otherwise. ``mapper.namespace_for`` of it is
-    ``namespace`` again."""
-    if namespace == Namespace(mapper.default_tenant, mapper.default_namespace):
-        return "/"
-    if mapper.map_short_vhost_to_tenant:
-        if namespace.namespace == mapper.default_namespace:
-            return namespace.tenant
-    elif namespace.tenant == mapper.default_tenant:
-        return namespace.namespace
-    return f"{namespace.tenant}/{namespace.namespace}"
+    """The shortest vhost name that maps to ``namespace`` (``VhostMapper.vhost_name``)."""
+    return mapper.vhost_name(namespace)
 
 
 class VhostAdmin:

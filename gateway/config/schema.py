@@ -47,8 +47,10 @@ class GatewayConfig(DerivedValues):
             "",
             """ZooKeeper connection string of the configuration store that holds the AMQP
             metadata (under the fixed prefix `/starlight-rabbitmq`): comma-separated
-            `host[:port]` (port 2181 by default), optionally followed by a `/chroot`. A `zk:`
-            prefix (Pulsar's metadata-store URL form) is accepted and removed.""",
+            `host[:port]` (port 2181 by default), optionally followed by a `/chroot` (created
+            when missing). A `zk:` prefix (Pulsar's metadata-store URL form) is accepted and
+            removed. The replicas with the same servers and chroot are one fleet
+            (docs/fleet.md, "What makes a fleet").""",
             _A,
             required=True,
         )
@@ -601,6 +603,19 @@ class GatewayConfig(DerivedValues):
             "starlight-rollup",
             """Rollup job: the durable subscription that keeps the usage events it has not
             committed from Pulsar's retention (the job's position is in its checkpoint).""",
+            _GW,
+            ours=True,
+        )
+    )
+    amqpAutoCreateVhosts: bool = field(
+        metadata=_key(
+            Kind.BOOL,
+            "false",
+            """Create the Pulsar namespace (and its tenant when missing) of a vhost that does
+            not exist when a client first opens it, as `starlight-rabbitmq vhosts add` does.
+            False: Connection.Open of an unknown vhost gets 530 NOT_ALLOWED, as on RabbitMQ.
+            With authorizationEnabled, only a user with permissions on the vhost (or a
+            super-user) gets that far (docs/vhosts.md).""",
             _GW,
             ours=True,
         )

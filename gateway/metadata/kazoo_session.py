@@ -22,20 +22,28 @@ from typing import Any, TypeVar
 
 import trio
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.protocol.serialization import Create, Exists
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from gateway.metadata.kazoo_handler import TrioHandler, direct
 from gateway.metadata.own_writes import OwnWrites
 from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
 from gateway.metadata.store import MetadataUnavailable
 
-__all__ = ["KazooSession"]
+__all__ = ["KazooSession", "chroot_ancestors"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def chroot_ancestors(chroot: str) -> list[str]:
+    """``/a/b/c`` -> ``["/a", "/a/b", "/a/b/c"]``: the znodes a chroot needs, parents first."""
+    parts = [part for part in chroot.split("/") if part]
+    return ["/" + "/".join(parts[: depth + 1]) for depth in range(len(parts))]
 
 
 def _ignore_disconnect(state: str, was_connected: bool) -> None:
@@ -147,9 +155,7 @@ class KazooSession:
             self._token = trio.lowlevel.current_trio_token()
             self.client.add_listener(self._state_listener)
             try:
-                await trio.to_thread.run_sync(
-                    self.client.start, self.connect_timeout, abandon_on_cancel=True
-                )
+                await trio.to_thread.run_sync(self._start, abandon_on_cancel=True)
             except Exception as error:
                 self.client.remove_listener(self._state_listener)
                 raise MetadataUnavailable(
@@ -158,6 +164,44 @@ class KazooSession:
                 ) from error
             self.started = True
             self._signal_connection()
+
+    def _start(self) -> None:
+        """In a worker thread: connect (kazoo's ``start`` without its warning about a missing
+        chroot), then create the chroot of ``hosts`` (``host:port/chroot``) when it is missing.
+
+        A chroot is how several fleets share one ZooKeeper (docs/fleet.md, "What makes a
+        fleet"): each sees only the tree under its own. kazoo cannot create it from inside
+        (its paths are all relative to the chroot), so its znodes are created with the full
+        path, parents first, as Pulsar's ``initialize-cluster-metadata`` does for its own."""
+        client = self.client
+        client.start_async().wait(timeout=self.connect_timeout)
+        if not client.connected:
+            client.stop()
+            client.close()
+            raise client.handler.timeout_exception("Connection time-out")
+        chroot = client.chroot
+        if not chroot:
+            return
+        try:
+            if self._sync_call(Exists(chroot, None)) is not None:
+                return
+            for path in chroot_ancestors(chroot):
+                try:
+                    self._sync_call(Create(path, b"", OPEN_ACL_UNSAFE, 0))
+                    log.info("ZooKeeper: created the chroot node %s", path)
+                except NodeExistsError:
+                    pass  # another replica, or an ancestor that was there
+        except Exception:
+            client.stop()
+            client.close()
+            raise
+
+    def _sync_call(self, request: Any) -> Any:
+        """One request with its full path (not relative to the chroot), answered within
+        ``request_timeout``."""
+        result = self.client.handler.async_result()
+        self.client._call(request, result)
+        return result.get(timeout=self.request_timeout)
 
     async def aclose(self) -> None:
         """Disconnect and release the client, even from a cancelled task. Waiters in

@@ -136,3 +136,27 @@ class VhostMapper:
         if self.map_short_vhost_to_tenant:
             return Namespace(segments[0], self.default_namespace)
         return Namespace(self.default_tenant, segments[0])
+
+    def vhost_name(self, namespace: Namespace) -> str:
+        """The shortest vhost name that maps to ``namespace``: ``/`` for the default
+        namespace, ``<namespace>`` (or ``<tenant>`` when short vhosts map to tenants) for the
+        short form, ``<tenant>/<namespace>`` otherwise. ``namespace_for`` of it is
+        ``namespace`` again. Aliases (``orders``, ``/orders``, ``public/orders``) are one
+        vhost; this is the name every replica shows it under (``vhosts list``, the ``vhost``
+        label of the metrics), whichever alias its clients used."""
+        if namespace == Namespace(self.default_tenant, self.default_namespace):
+            return "/"
+        if self.map_short_vhost_to_tenant:
+            if namespace.namespace == self.default_namespace:
+                return namespace.tenant
+        elif namespace.tenant == self.default_tenant:
+            return namespace.namespace
+        return f"{namespace.tenant}/{namespace.namespace}"
+
+    def canonical(self, vhost: str) -> str:
+        """``vhost_name(namespace_for(vhost))``: ``/orders`` -> ``orders``; a name that maps
+        to no namespace is returned as it is."""
+        try:
+            return self.vhost_name(self.namespace_for(vhost))
+        except InvalidVhost:
+            return vhost

@@ -13,6 +13,7 @@ so in the comments.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -208,6 +209,10 @@ class QueueGauge:
     consumers: int
 
 
+def _as_given(name: str) -> str:
+    return name
+
+
 @dataclass
 class ProcessCounters:
     """Everything this process counts. One instance per process: :data:`COUNTERS`."""
@@ -237,8 +242,6 @@ class ProcessCounters:
     auth_attempts: int = 0
     # Queue gauges, by namespace then queue, of the namespaces this replica leads.
     queues: dict[str, dict[str, QueueGauge]] = field(default_factory=dict)
-    # vhost name -> Pulsar namespace "tenant/ns" (usage events and labels).
-    namespaces: dict[str, str] = field(default_factory=dict)
     # Leader-elected work, by job ("reaper", "cleaner", "reconciler", "expiry", "length",
     # "queue-expiry").
     leader_rounds: dict[str, int] = field(default_factory=dict)
@@ -248,9 +251,18 @@ class ProcessCounters:
     leading: set[str] = field(default_factory=set)
     usage_events_published: int = 0
     usage_event_failures: int = 0
+    # The ``vhost`` label. A vhost has aliases (``orders``, ``/orders`` and ``public/orders``
+    # are one namespace) and a replica may lead a namespace none of its clients opened, so
+    # every label is the one name of the namespace (``VhostMapper.vhost_name``), the same on
+    # every replica. Set by the replica from its vhost mapping (server/monitoring.py); as
+    # given until then (unit tests).
+    vhost_label: Callable[[str], str] = _as_given  # a vhost as a client named it -> label
+    namespace_label: Callable[[str], str] = _as_given  # "tenant/ns" -> label
 
     def vhost(self, name: str) -> VhostCounters:
-        """The counters of vhost ``name``, created on first use."""
+        """The counters of vhost ``name`` (under its label: aliases share them), created on
+        first use."""
+        name = self.vhost_label(name)
         counters = self.vhosts.get(name)
         if counters is None:
             counters = self.vhosts[name] = VhostCounters(name)

@@ -341,12 +341,14 @@ class GatewayCollector(Collector):
                 "rabbitmq_queue_consumers", "Consumers on a queue", labels=["vhost", "queue"]
             ),
         }
-        vhost_of = {namespace: vhost for vhost, namespace in self._c.namespaces.items()}
+        # The vhost's name, also on a leader none of whose clients ever opened it (the
+        # namespace is all it knows of the vhost then).
+        vhost_of = self._c.namespace_label
         # Unacked: what this replica's clients hold (each replica its own; the fleet's sum is
         # the queue's). The rest: from Pulsar, on the vhost's leader only.
         held = dict(self._held()) if self._held is not None else {}
         for namespace, queues in self._c.queues.items():
-            vhost = vhost_of.get(namespace, namespace)
+            vhost = vhost_of(namespace)
             for queue, gauge in queues.items():
                 labels = [vhost, queue]
                 families["ready"].add_metric(labels, gauge.ready)
@@ -354,7 +356,7 @@ class GatewayCollector(Collector):
                 families["consumers"].add_metric(labels, gauge.consumers)
                 families["unacked"].add_metric(labels, held.pop((namespace, queue), 0))
         for (namespace, queue), count in held.items():
-            families["unacked"].add_metric([vhost_of.get(namespace, namespace), queue], count)
+            families["unacked"].add_metric([vhost_of(namespace), queue], count)
         yield from families.values()
 
     # ------------------------------------------------------------------ process
@@ -469,10 +471,10 @@ class GatewayCollector(Collector):
             "starlight_leader",
             "1 for each namespace (vhost) this replica leads (reaper, cleaner, reconciler)",
             # Not "namespace": Kubernetes scrapes add that label (the pod's namespace).
-            labels=["pulsar_namespace"],
+            labels=["pulsar_namespace", "vhost"],
         )
         for namespace in sorted(c.leading):
-            leading.add_metric([namespace], 1)
+            leading.add_metric([namespace, c.namespace_label(namespace)], 1)
         yield leading
         for attribute, name, documentation in (
             ("leader_rounds", "leader_rounds", "Rounds of leader-elected work done, by job"),

@@ -13,7 +13,7 @@ import trio
 from gateway.app import GatewayRuntime
 from gateway.config import GatewayConfig
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
-from gateway.model.vhost import VhostMapper
+from gateway.model.vhost import Namespace, VhostMapper
 from gateway.observability.counters import COUNTERS
 from gateway.observability.health import Health
 from gateway.observability.http import Endpoints, MetricsServer
@@ -69,6 +69,9 @@ class Monitoring:
         self._mapper = VhostMapper(
             config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
         )
+        # Every vhost label is the vhost's one name, on every replica (counters.py).
+        COUNTERS.vhost_label = self._mapper.canonical
+        COUNTERS.namespace_label = self._vhost_of_namespace
         self.collector = GatewayCollector(
             Identity(node=node, cluster=config.amqpClusterName),
             checks=self.health.results,
@@ -84,6 +87,12 @@ class Monitoring:
 
     def _namespace_of(self, vhost: str) -> str:
         return str(self._mapper.namespace_for(vhost))
+
+    def _vhost_of_namespace(self, namespace: str) -> str:
+        try:
+            return self._mapper.vhost_name(Namespace.parse(namespace))
+        except ValueError:
+            return namespace
 
     # ------------------------------------------------------------------ state changes
 
@@ -128,12 +137,6 @@ class Monitoring:
             task_status.started(port)
 
     async def metrics(self) -> bytes:
-        for vhost in COUNTERS.vhosts:
-            if vhost not in COUNTERS.namespaces:
-                try:
-                    COUNTERS.namespaces[vhost] = self._namespace_of(vhost)
-                except ValueError:
-                    COUNTERS.namespaces[vhost] = vhost
         return exposition(self.collector)
 
     async def readiness(self) -> tuple[bool, str]:

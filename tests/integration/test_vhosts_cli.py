@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -157,3 +158,60 @@ def test_an_unreachable_pulsar_is_one_line_and_exit_code_1(tmp_path: Path) -> No
     assert result.returncode == 1
     assert "cannot create vhost 'somewhere' (public/somewhere)" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- amqpAutoCreateVhosts
+
+
+@pytest.fixture
+def auto_creating(pulsar_stack: object) -> Iterator[GatewayInThread]:
+    config = replace(
+        stack_config(
+            "http://127.0.0.1:8080", "pulsar://127.0.0.1:6650", "127.0.0.1:2181", "default"
+        ),
+        amqpAutoCreateVhosts=True,
+    )
+    with GatewayInThread(backend_factory=backend_factory(config)) as running:
+        yield running
+
+
+def test_an_unknown_vhost_is_refused_by_default_as_on_rabbitmq(
+    pulsar: httpx.Client, gateway: GatewayInThread
+) -> None:
+    tenant = f"vt-{uuid.uuid4().hex[:10]}"
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        connect(gateway, f"{tenant}/orders")  # 530 NOT_ALLOWED: amqpAutoCreateVhosts=false
+    assert pulsar.get(f"/admin/v2/tenants/{tenant}").status_code == 404  # nothing created
+
+
+def test_with_auto_create_the_first_connection_creates_the_namespace(
+    config_file: Path, pulsar: httpx.Client, auto_creating: GatewayInThread
+) -> None:
+    tenant = f"vt-{uuid.uuid4().hex[:10]}"
+    short = f"v-{uuid.uuid4().hex[:10]}"
+    try:
+        for vhost in (f"{tenant}/orders", f"/{short}"):
+            connection = connect(auto_creating, vhost)
+            try:
+                channel = connection.channel()
+                channel.confirm_delivery()
+                channel.queue_declare("first", durable=True)
+                channel.basic_publish("", "first", b"hello")
+                method, _, body = channel.basic_get("first", auto_ack=True)
+                assert method is not None and body == b"hello"
+            finally:
+                connection.close()
+        # The tenant the vhost named, as `vhosts add` creates it, and both namespaces.
+        assert pulsar.get(f"/admin/v2/tenants/{tenant}").status_code == 200
+        assert pulsar.get(f"/admin/v2/namespaces/{tenant}").json() == [f"{tenant}/orders"]
+        assert f"public/{short}" in pulsar.get("/admin/v2/namespaces/public").json()
+        # The same vhosts the command lists.
+        listed = vhosts(config_file, "list").stdout.splitlines()
+        assert f"{tenant}/orders\t{tenant}/orders" in listed
+        assert f"{short}\tpublic/{short}" in listed
+        # A second connection opens what is there.
+        connect(auto_creating, f"/{tenant}/orders").close()
+    finally:
+        for vhost in (f"{tenant}/orders", short):
+            vhosts(config_file, "delete", "-q", vhost, "--force")
+    assert pulsar.get(f"/admin/v2/tenants/{tenant}").status_code == 404

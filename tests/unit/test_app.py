@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.app import server_settings
+from gateway.app import fleet_summary, server_settings
 from gateway.config import config_from_text
 from gateway.server.address import Listener
 from gateway.server.settings import ProxyTrust
@@ -57,3 +57,25 @@ def test_connection_start_offers_amqplain_beside_plain_without_authentication() 
     settings = server_settings(config_from_text(REQUIRED, {}, source="test.conf"))
     assert settings.connection.mechanisms == ("PLAIN", "AMQPLAIN")
     assert settings.connection.channel_max == 256  # amqpSessionCountLimit: the reference's
+
+
+def test_the_fleet_line_names_the_zookeeper_path_and_the_namespaces() -> None:
+    plain = fleet_summary(config_from_text(REQUIRED, {}, source="test.conf"))
+    assert plain.startswith(
+        "fleet: metadata in ZooKeeper 127.0.0.1:2181 at /starlight-rabbitmq (chroot none); "
+    )
+    assert "pulsar://127.0.0.1:6650: / = public/default, <name> = public/<name>," in plain
+    assert "amqpClusterName 'starlight-rabbitmq' is a label only" in plain
+    chrooted = fleet_summary(
+        config_from_text(
+            REQUIRED.replace("2181", "2181,zk2:2181/teams/a")
+            + "amqpDefaultTenant=acme\namqpMapShortVhostToTenant=true\n",
+            {},
+            source="test.conf",
+        )
+    )
+    assert "ZooKeeper 127.0.0.1:2181,zk2:2181 at /teams/a/starlight-rabbitmq (chroot /teams/a)" in (
+        chrooted
+    )
+    assert "/ = acme/default, <name> = <name>/default," in chrooted
+    assert len(chrooted.splitlines()) == 1

@@ -112,6 +112,7 @@ GATEWAY_KEYS: dict[str, tuple[object, object]] = {
     "rollupSubscription": ("starlight-rollup", "starlight-rollup"),
     "authorizationEnabled": ("false", False),
     "amqpAllowUnauthenticatedRemote": ("false", False),
+    "amqpAutoCreateVhosts": ("false", False),
     "amqpLazySubscriptions": ("true", True),
     "amqpPriorityQueueReadAhead": ("100", 100),
     "superUserRoles": ("", ()),

@@ -11,7 +11,7 @@ import pytest
 import trio
 from kazoo.exceptions import NoNodeError
 
-from gateway.metadata.kazoo_session import KazooSession
+from gateway.metadata.kazoo_session import KazooSession, chroot_ancestors
 from gateway.metadata.store import MetadataUnavailable
 from tests.integration.metadata.proxy import TcpProxy
 
@@ -242,3 +242,8 @@ async def test_state_changes_are_reported_in_order(proxy: TcpProxy) -> None:
         assert not session.session_lost
     finally:
         await session.aclose()
+
+
+def test_a_chroot_is_created_parents_first() -> None:
+    assert chroot_ancestors("/a") == ["/a"]
+    assert chroot_ancestors("/teams/a/fleet") == ["/teams", "/teams/a", "/teams/a/fleet"]

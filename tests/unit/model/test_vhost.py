@@ -145,3 +145,32 @@ def test_any_vhost_maps_to_a_legal_namespace_or_is_refused(vhost: str) -> None:
 def test_pulsar_name_problem_agrees_with_named_entity(name: str) -> None:
     legal = bool(PULSAR_NAME.fullmatch(name)) and name not in (".", "..")
     assert (pulsar_name_problem(name) is None) == legal
+
+
+@pytest.mark.parametrize("short_to_tenant", [False, True])
+@pytest.mark.parametrize(
+    "vhost", ["/", "", "orders", "/orders", "public/orders", "/acme/default", "acme/x", "x/default"]
+)
+def test_the_canonical_name_is_the_shortest_alias_of_the_same_namespace(
+    vhost: str, short_to_tenant: bool
+) -> None:
+    mapper = VhostMapper(map_short_vhost_to_tenant=short_to_tenant)
+    name = mapper.canonical(vhost)
+    assert mapper.namespace_for(name) == mapper.namespace_for(vhost)
+    assert mapper.canonical(name) == name
+    assert len(name) <= len(vhost) or vhost == ""
+
+
+def test_canonical_names() -> None:
+    mapper = VhostMapper()
+    assert [mapper.canonical(v) for v in ("", "/", "/orders", "public/orders", "acme/x")] == [
+        "/",
+        "/",
+        "orders",
+        "orders",
+        "acme/x",
+    ]
+    assert mapper.canonical("a b") == "a b"  # no namespace: left as it is
+    tenants = VhostMapper(map_short_vhost_to_tenant=True)
+    assert tenants.canonical("/acme/default") == "acme"
+    assert tenants.canonical("public/default") == "/"

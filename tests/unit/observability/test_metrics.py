@@ -8,7 +8,13 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.observability.counters import MESSAGE_SIZE_BUCKETS, Histogram, ProcessCounters
+from gateway.model.vhost import Namespace, VhostMapper
+from gateway.observability.counters import (
+    MESSAGE_SIZE_BUCKETS,
+    Histogram,
+    ProcessCounters,
+    QueueGauge,
+)
 from gateway.observability.fleet import SummedExposition
 from gateway.observability.metrics import (
     GatewayCollector,
@@ -135,3 +141,58 @@ def test_workers_expositions_sum_series_by_series() -> None:
     assert nodes == ["rabbit@gw-1"]  # the supervisor's identity, once
     uptimes = [v for k, v in got.items() if k[0] == "rabbitmq_erlang_uptime_seconds"]
     assert len(uptimes) == 1  # the largest, not a sum
+
+
+def labelled_by(mapper: VhostMapper) -> ProcessCounters:
+    """Counters labelled as a replica labels them (server/monitoring.py)."""
+    counters = ProcessCounters()
+    counters.vhost_label = mapper.canonical
+    counters.namespace_label = lambda namespace: mapper.vhost_name(Namespace.parse(namespace))
+    return counters
+
+
+def test_a_leader_labels_queues_of_a_vhost_it_never_served_with_the_vhost_name() -> None:
+    """The leader's queue gauges of namespaces no client of this replica opened: the label is
+    the vhost's name (what every replica's starlight_vhost_* use), not "public/default", so a
+    dashboard's {vhost="/"} filter finds them."""
+    counters = labelled_by(VhostMapper())
+    counters.queues["public/default"] = {"q": QueueGauge(ready=2, messages=3, consumers=1)}
+    counters.queues["public/orders"] = {"o": QueueGauge(ready=0, messages=1, consumers=0)}
+    counters.queues["acme/billing"] = {"b": QueueGauge(ready=5, messages=5, consumers=0)}
+    counters.leading.update({"public/default", "public/orders"})
+    held = {("public/orders", "o"): 1, ("acme/billing", "x"): 4}
+    got = samples(exposition(GatewayCollector(IDENTITY, counters, held=lambda: held)))
+    assert counters.vhosts == {}  # no client ever opened a vhost here
+
+    def gauge(name: str, vhost: str, queue: str) -> float:
+        return got[(name, frozenset({("vhost", vhost), ("queue", queue)}))]
+
+    assert gauge("rabbitmq_queue_messages", "/", "q") == 3
+    assert gauge("rabbitmq_queue_messages_ready", "/", "q") == 2
+    assert gauge("rabbitmq_queue_consumers", "/", "q") == 1
+    assert gauge("rabbitmq_queue_messages", "orders", "o") == 1
+    assert gauge("rabbitmq_queue_messages_unacked", "orders", "o") == 1
+    assert gauge("rabbitmq_queue_messages", "acme/billing", "b") == 5
+    assert gauge("rabbitmq_queue_messages_unacked", "acme/billing", "x") == 4
+    assert not [labels for (_, labels) in got if ("vhost", "public/default") in labels]
+    leader = frozenset({("pulsar_namespace", "public/orders"), ("vhost", "orders")})
+    assert got[("starlight_leader", leader)] == 1
+
+
+def test_aliases_of_one_vhost_count_under_its_one_name() -> None:
+    """`/orders`, `orders` and `public/orders` are one namespace: one series, named as the
+    leader names the vhost's queues; with short vhosts as tenants, `acme` is acme/default."""
+    counters = labelled_by(VhostMapper())
+    for alias in ("/orders", "orders", "public/orders"):
+        counters.vhost(alias).received += 1
+    counters.vhost("").received += 1  # the empty vhost is "/" (model/vhost.py)
+    assert set(counters.vhosts) == {"orders", "/"}
+    got = samples(exposition(GatewayCollector(IDENTITY, counters)))
+    published = "starlight_vhost_messages_published_total"
+    assert got[(published, frozenset({("vhost", "orders")}))] == 3
+    tenants = labelled_by(VhostMapper(map_short_vhost_to_tenant=True))
+    tenants.vhost("/acme/default").received += 1
+    tenants.queues["acme/default"] = {"q": QueueGauge(ready=0, messages=0, consumers=0)}
+    got = samples(exposition(GatewayCollector(IDENTITY, tenants)))
+    assert got[(published, frozenset({("vhost", "acme")}))] == 1
+    assert ("rabbitmq_queue_messages", frozenset({("vhost", "acme"), ("queue", "q")})) in got
