@@ -63,6 +63,19 @@ def build_nar(*, tests: bool = False) -> Path:
     return nar_path()
 
 
+def fresh_nar() -> Path:
+    """The NAR when it is newer than every source of extension_shim/ (``make shim`` ran since
+    the last change), else ``build_nar()``: tests need not run Maven twice."""
+    try:
+        nar = nar_path()
+    except stack.StackError:
+        return build_nar()
+    sources = [SHIM_DIR / "pom.xml", *(f for f in (SHIM_DIR / "src").rglob("*") if f.is_file())]
+    if nar.stat().st_mtime >= max(f.stat().st_mtime for f in sources):
+        return nar
+    return build_nar()
+
+
 def write_proxy_conf(
     directory: Path,
     *,

@@ -84,8 +84,16 @@ def alive(pid: int) -> bool:
 class RunningProxy:
     """One ProxyServiceStarter with the extension, its log, and what the log says."""
 
-    def __init__(self, directory: Path, stack: Any, extra: dict[str, str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        stack: Any,
+        extra: dict[str, str],
+        gateway_command: str | None = GATEWAY_COMMAND,  # None: no amqpGatewayCommand (sidecar)
+    ) -> None:
         self.amqp_port = free_port()
+        self.web_port = free_port()
+        command = {} if gateway_command is None else {"amqpGatewayCommand": gateway_command}
         self.conf = pulsar_proxy.write_proxy_conf(
             directory,
             nar=pulsar_proxy.nar_path(),
@@ -93,9 +101,9 @@ class RunningProxy:
             web_url=stack.web_url,
             zookeeper=stack.zookeeper,
             service_port=free_port(),
-            web_port=free_port(),
+            web_port=self.web_port,
             amqp_port=self.amqp_port,
-            extra={"amqpGatewayCommand": GATEWAY_COMMAND, **extra},
+            extra={**command, **extra},
         )
         self.relay = extra.get("amqpProxyMode", "relay") == "relay"
         self.log = directory / "proxy.log"
@@ -135,8 +143,9 @@ class RunningProxy:
 
 @pytest.fixture(scope="module")
 def nar() -> Path:
-    """The NAR, built by Maven (Surefire runs in `make shim`; not twice here)."""
-    return Path(pulsar_proxy.build_nar())
+    """The NAR, built by Maven unless `make shim` built it from the current sources (Surefire
+    runs there; not twice here)."""
+    return Path(pulsar_proxy.fresh_nar())
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from gateway.config import config_from_text, describe_keys
 from tests.starlight_rabbitmq_chart.rendering import (
@@ -184,28 +183,6 @@ def test_pulsar_proxy_mode_renders_only_the_load_balancer(helm: Helm) -> None:
         "component": "proxy",
     }
     assert all("gateway.conf" not in doc.get("data", {}) for doc in kinds.get("ConfigMap", []))
-
-
-def test_pulsar_chart_values_load_the_nar_into_the_proxy() -> None:
-    """The values for apache/pulsar-helm-chart: the init container copies the NAR that the
-    image carries into the volume the proxy reads its extensions from."""
-    values = yaml.safe_load(
-        (EXAMPLES_DIR / "alongside-pulsar-proxy.pulsar-values.yaml").read_text()
-    )
-    proxy = values["proxy"]
-    config = proxy["configData"]
-    assert config["PULSAR_PREFIX_proxyExtensions"] == "rabbitmq"
-    assert config["PULSAR_PREFIX_amqpListeners"].startswith("amqp://")
-    (init,) = proxy["initContainers"]
-    (volume,) = proxy["extraVolumes"]
-    (mount,) = proxy["extraVolumeMounts"]
-    assert init["volumeMounts"][0]["name"] == volume["name"] == mount["name"]
-    assert mount["mountPath"] == config["PULSAR_PREFIX_proxyExtensionsDirectory"]
-    copy = " ".join(init["command"])
-    nar_dir = re.search(r"cp (\S+)/starlight-rabbitmq-\*\.nar", copy)
-    assert nar_dir is not None, copy
-    containerfile = (REPO_DIR / "helm" / "image" / "Containerfile").read_text()
-    assert nar_dir[1] in containerfile, f"the image has no {nar_dir[1]}"
 
 
 def test_everything_on_renders_each_optional_object(helm: Helm) -> None:

@@ -39,3 +39,18 @@ def test_the_extension_is_named_rabbitmq() -> None:
     # reference/002: proxyExtensions=rabbitmq
     descriptor = SHIM / "src/main/resources/META-INF/services/pulsar-proxy-extension.yml"
     assert re.search(r"^name: rabbitmq$", descriptor.read_text(), re.M)
+
+
+def test_every_key_of_the_extension_is_documented() -> None:
+    # ShimSettings.KEYS (the keys proxy.conf may give the extension, the rest refused by their
+    # prefix) against docs/proxy-extension.md's table of them, both ways.
+    source = (SHIM / "src/main/java/io/starlight/rabbitmq/proxy/ShimSettings.java").read_text()
+    constants = dict(re.findall(r'static final String (\w+) = "(\w+)";', source))
+    listed = re.search(r"List<String> KEYS =\s*List\.of\(([^)]*)\)", source)
+    assert listed is not None
+    keys = {constants[name.strip()] for name in listed.group(1).split(",")}
+    assert "amqpGatewayMode" in keys
+    docs = (REPO / "docs" / "proxy-extension.md").read_text()
+    table = docs.split("## The extension's keys", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    assert documented == keys

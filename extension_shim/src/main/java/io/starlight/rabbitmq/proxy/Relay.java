@@ -37,11 +37,13 @@ final class Relay extends ChannelInitializer<SocketChannel> {
   private static final long WARN_INTERVAL_MS = 5_000;
 
   private final DomainSocketAddress gateway;
+  private final String whyUnreachable;
   private final AtomicLong lastWarning = new AtomicLong();
   private EventLoopGroup ownGroup; // only when the proxy's loops are not epoll
 
-  Relay(Path socket) {
+  Relay(Path socket, String whyUnreachable) {
     this.gateway = new DomainSocketAddress(socket.toString());
+    this.whyUnreachable = whyUnreachable;
   }
 
   /** Whether relaying can work here: Netty's epoll transport (Linux) opens the Unix sockets. */
@@ -191,10 +193,10 @@ final class Relay extends ChannelInitializer<SocketChannel> {
     long last = lastWarning.get();
     if (now - last >= WARN_INTERVAL_MS && lastWarning.compareAndSet(last, now)) {
       LOG.warn(
-          "the gateway is not accepting connections at {} ({}): closing the client's connection; "
-              + "it is starting or being restarted",
+          "the gateway is not accepting connections at {} ({}): closing the client's connection; {}",
           gateway.path(),
-          cause == null ? "?" : cause.getMessage());
+          cause == null ? "?" : cause.getMessage(),
+          whyUnreachable);
     }
   }
 

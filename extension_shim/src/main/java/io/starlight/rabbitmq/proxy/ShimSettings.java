@@ -5,6 +5,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * The extension's own keys in proxy.conf (none of them is passed to the gateway). Every one is
@@ -13,13 +15,15 @@ import java.util.Properties;
  */
 public record ShimSettings(
     Mode mode,
+    GatewayMode gatewayMode,
     List<String> command,
     List<AmqpListener> listeners,
     long startTimeoutMs,
     long stopTimeoutMs,
     long restartMaxDelayMs,
     String logLevel,
-    Path workDirectory) {
+    Path workDirectory,
+    boolean gatewayGatesProxyStatus) {
 
   /** relay: the proxy binds amqpListeners and relays to the gateway; direct: the gateway binds. */
   public enum Mode {
@@ -27,21 +31,64 @@ public record ShimSettings(
     DIRECT
   }
 
+  /**
+   * child: the extension runs the gateway as its child process (the proxy's image needs Python);
+   * sidecar: another container of the pod runs it, listening on the socket in the shared work
+   * directory (the stock Pulsar images).
+   */
+  public enum GatewayMode {
+    CHILD,
+    SIDECAR
+  }
+
   public static final String MODE = "amqpProxyMode";
+  public static final String GATEWAY_MODE = "amqpGatewayMode";
   public static final String COMMAND = "amqpGatewayCommand";
   public static final String START_TIMEOUT = "amqpGatewayStartTimeoutMs";
   public static final String STOP_TIMEOUT = "amqpGatewayStopTimeoutMs";
   public static final String RESTART_MAX_DELAY = "amqpGatewayRestartMaxDelayMs";
   public static final String LOG_LEVEL = "amqpGatewayLogLevel";
   public static final String WORK_DIRECTORY = "amqpGatewayWorkDirectory";
-  /** Every key that belongs to the extension, not to the gateway. */
+  public static final String GATES_PROXY_STATUS = "amqpGatewayGatesProxyStatus";
+  /** Every key that belongs to the extension, not to the gateway (docs/proxy-extension.md). */
   public static final List<String> KEYS =
-      List.of(MODE, COMMAND, START_TIMEOUT, STOP_TIMEOUT, RESTART_MAX_DELAY, LOG_LEVEL, WORK_DIRECTORY);
+      List.of(
+          MODE,
+          GATEWAY_MODE,
+          COMMAND,
+          START_TIMEOUT,
+          STOP_TIMEOUT,
+          RESTART_MAX_DELAY,
+          LOG_LEVEL,
+          WORK_DIRECTORY,
+          GATES_PROXY_STATUS);
+  /**
+   * A proxy.conf key with one of these prefixes that is neither the extension's nor the
+   * gateway's is a misspelling (amqpGatewayMod=sidecar would otherwise run a child silently).
+   */
+  static final List<String> OWN_PREFIXES = List.of("amqpGateway", "amqpProxy");
 
   public static final String DEFAULT_COMMAND = "starlight-rabbitmq";
   public static final String DEFAULT_LISTENERS = "amqp://127.0.0.1:5672";
 
   public static ShimSettings from(Properties proxy) throws ShimConfigException {
+    return from(proxy, GatewayConfigTranslator.gatewayKeys());
+  }
+
+  public static ShimSettings from(Properties proxy, Set<String> gatewayKeys) throws ShimConfigException {
+    for (String key : new TreeSet<>(proxy.stringPropertyNames())) {
+      if (OWN_PREFIXES.stream().anyMatch(key::startsWith) && !KEYS.contains(key) && !gatewayKeys.contains(key)) {
+        throw new ShimConfigException(
+            key + ": not a key of the Starlight for RabbitMQ extension (its keys: " + String.join(", ", KEYS) + ")");
+      }
+    }
+    GatewayMode gatewayMode =
+        switch (value(proxy, GATEWAY_MODE, "child").toLowerCase(Locale.ROOT)) {
+          case "child" -> GatewayMode.CHILD;
+          case "sidecar" -> GatewayMode.SIDECAR;
+          default -> throw new ShimConfigException(
+              GATEWAY_MODE + ": must be child or sidecar, got '" + value(proxy, GATEWAY_MODE, "") + "'");
+        };
     Mode mode =
         switch (value(proxy, MODE, "relay").toLowerCase(Locale.ROOT)) {
           case "relay" -> Mode.RELAY;
@@ -73,15 +120,42 @@ public record ShimSettings(
       throw new ShimConfigException(LOG_LEVEL + ": must be DEBUG, INFO, WARNING or ERROR");
     }
     String work = value(proxy, WORK_DIRECTORY, "");
+    if (gatewayMode == GatewayMode.SIDECAR) {
+      if (mode != Mode.RELAY) {
+        throw new ShimConfigException(
+            MODE + ": must be relay with " + GATEWAY_MODE + "=sidecar (the sidecar gateway listens on "
+                + "the shared Unix socket only; for a gateway that binds the AMQP port itself, leave "
+                + "the extension out)");
+      }
+      if (work.isEmpty()) {
+        throw new ShimConfigException(
+            WORK_DIRECTORY + ": must name the directory shared with the gateway's container (e.g. an "
+                + "emptyDir mounted in both) when " + GATEWAY_MODE + "=sidecar; the gateway listens on "
+                + "amqp+unix://<that directory>/amqp.sock");
+      }
+      for (String childOnly : List.of(COMMAND, STOP_TIMEOUT, RESTART_MAX_DELAY, LOG_LEVEL)) {
+        if (proxy.getProperty(childOnly) != null) {
+          throw new ShimConfigException(
+              childOnly + ": applies to " + GATEWAY_MODE + "=child only; the sidecar container runs "
+                  + "and configures the gateway itself");
+        }
+      }
+    }
+    String gates = value(proxy, GATES_PROXY_STATUS, "true").toLowerCase(Locale.ROOT);
+    if (!gates.equals("true") && !gates.equals("false")) {
+      throw new ShimConfigException(GATES_PROXY_STATUS + ": must be true or false, got '" + gates + "'");
+    }
     return new ShimSettings(
         mode,
+        gatewayMode,
         List.copyOf(command),
         List.copyOf(listeners),
         millis(proxy, START_TIMEOUT, 120_000),
         millis(proxy, STOP_TIMEOUT, 15_000),
         millis(proxy, RESTART_MAX_DELAY, 30_000),
         logLevel,
-        work.isEmpty() ? null : Path.of(work));
+        work.isEmpty() ? null : Path.of(work),
+        gates.equals("true"));
   }
 
   static String value(Properties proxy, String key, String fallback) {

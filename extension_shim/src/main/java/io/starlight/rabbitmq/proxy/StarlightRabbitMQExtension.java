@@ -32,8 +32,9 @@ import org.slf4j.LoggerFactory;
 /**
  * The {@code rabbitmq} proxy extension: the Python gateway beside a Pulsar proxy
  * (docs/proxy-extension.md). The gateway does all AMQP work; this class configures it from
- * proxy.conf, supervises it as a child process, and (relay mode) relays the connections the
- * proxy accepts on amqpListeners to it over a Unix socket.
+ * proxy.conf and supervises it as a child process (child mode), or watches the gateway another
+ * container runs (sidecar mode), and (relay mode) relays the connections the proxy accepts on
+ * amqpListeners to it over a Unix socket.
  */
 public final class StarlightRabbitMQExtension implements ProxyExtension {
   private static final Logger LOG = LoggerFactory.getLogger(StarlightRabbitMQExtension.class);
@@ -47,6 +48,8 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
   private GatewaySupervisor supervisor;
   private Relay relay;
   private Thread shutdownHook;
+  private Path statusFile; // sidecar mode: the proxy's statusFilePath, when it follows the gateway
+  private SidecarWatch sidecar;
 
   @Override
   public String extensionName() {
@@ -73,7 +76,10 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
   /** Everything initialize does, on plain properties (tests call it without a proxy). */
   void prepare(Properties proxy) throws ShimConfigException {
     settings = ShimSettings.from(proxy);
-    checkCommand(settings.command());
+    boolean sidecar = settings.gatewayMode() == ShimSettings.GatewayMode.SIDECAR;
+    if (!sidecar) {
+      checkCommand(settings.command());
+    }
     if (settings.mode() == ShimSettings.Mode.RELAY) {
       String unavailable = Relay.unavailableReason();
       if (unavailable != null) {
@@ -86,6 +92,10 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
     }
     createWorkDirectory();
     socket = workDirectory.resolve("amqp.sock");
+    if (sidecar) {
+      prepareSidecar(proxy);
+      return;
+    }
     Map<String, String> config =
         GatewayConfigTranslator.translate(proxy, settings, GatewayConfigTranslator.gatewayKeys(), socket);
     if (settings.mode() == ShimSettings.Mode.RELAY) {
@@ -115,9 +125,65 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
         config.size());
   }
 
+  /**
+   * Sidecar mode: the gateway is another container's, configured there; the extension only
+   * relays to its socket, watches it, and (with statusFilePath) holds the proxy's /status.html.
+   */
+  private void prepareSidecar(Properties proxy) throws ShimConfigException {
+    // The sidecar's own authenticationEnabled decides who gets in; proxy.conf must still say
+    // that a relay other machines reach is meant to be open (as in child mode), since the
+    // gateway behind a Unix socket cannot tell.
+    Map<String, String> auth = new LinkedHashMap<>();
+    for (String key : List.of("authenticationEnabled", "amqpAllowUnauthenticatedRemote")) {
+      String value = proxy.getProperty(key);
+      if (value != null) {
+        auth.put(key, value.trim());
+      }
+    }
+    List<AmqpListener> open = GatewayConfigTranslator.openRemoteListeners(auth, settings.listeners());
+    if (!open.isEmpty() && !"true".equalsIgnoreCase(auth.get("amqpAllowUnauthenticatedRemote"))) {
+      throw new ShimConfigException(
+          "amqpListeners: " + open.get(0).url() + " is reachable from other machines and "
+              + "authenticationEnabled is false in proxy.conf: set authenticationEnabled=true (and "
+              + "the same in the gateway container), listen on 127.0.0.1 only, or set "
+              + "amqpAllowUnauthenticatedRemote=true");
+    }
+    String status = ShimSettings.value(proxy, "statusFilePath", "");
+    statusFile = settings.gatewayGatesProxyStatus() && !status.isEmpty() ? Path.of(status) : null;
+    LOG.info(
+        "Starlight for RabbitMQ: sidecar mode, listeners {} relayed to the gateway container's "
+            + "socket {}; {}",
+        settings.listeners().stream().map(AmqpListener::url).toList(),
+        socket,
+        statusFile != null
+            ? "the proxy's status file " + statusFile + " (/status.html) follows the gateway's readiness"
+            : "the proxy's /status.html does not follow the gateway ("
+                + (settings.gatewayGatesProxyStatus()
+                    ? "statusFilePath is not set"
+                    : ShimSettings.GATES_PROXY_STATUS + "=false")
+                + ")");
+  }
+
   @Override
   public void start(ProxyService service) {
-    startGateway();
+    if (settings.gatewayMode() == ShimSettings.GatewayMode.SIDECAR) {
+      startWatchingSidecar();
+    } else {
+      startGateway();
+    }
+  }
+
+  /** Watches the sidecar's socket; waits (amqpGatewayStartTimeoutMs at most) for it to answer. */
+  void startWatchingSidecar() {
+    sidecar = new SidecarWatch(socket, readinessProbe(), statusFile);
+    sidecar.start();
+    if (!sidecar.awaitReady(settings.startTimeoutMs())) {
+      LOG.warn(
+          "the gateway container does not answer at {} after {} ms; the proxy starts anyway, and "
+              + "AMQP connections are closed at once until it does",
+          socket,
+          settings.startTimeoutMs());
+    }
   }
 
   /** Launches the gateway and waits (amqpGatewayStartTimeoutMs at most) until it is ready. */
@@ -150,12 +216,22 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
   public Map<InetSocketAddress, ChannelInitializer<SocketChannel>> newChannelInitializers() {
     Map<InetSocketAddress, ChannelInitializer<SocketChannel>> initializers = new LinkedHashMap<>();
     if (settings.mode() == ShimSettings.Mode.RELAY) {
-      relay = new Relay(socket);
+      relay =
+          new Relay(
+              socket,
+              settings.gatewayMode() == ShimSettings.GatewayMode.SIDECAR
+                  ? "the gateway container is not running or not ready yet"
+                  : "it is starting or being restarted");
       for (AmqpListener listener : settings.listeners()) {
         initializers.put(listener.address(), relay);
       }
     }
     return initializers;
+  }
+
+  /** Sidecar mode: whether the gateway container answered the last probe. */
+  boolean sidecarReady() {
+    return sidecar != null && sidecar.ready();
   }
 
   @Override
@@ -179,6 +255,9 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
     if (supervisor != null) {
       supervisor.stop();
     }
+    if (sidecar != null) {
+      sidecar.stop(); // the sidecar gateway itself is its container's to stop
+    }
     if (relay != null) {
       relay.close();
     }
@@ -187,7 +266,8 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
 
   private BooleanSupplier readinessProbe() {
     if (settings.mode() == ShimSettings.Mode.RELAY) {
-      // The gateway listens on its socket only once it has loaded every vhost. The probe says
+      // The gateway listens on its socket only once it has loaded every vhost (and, as a
+      // sidecar, stops listening when it drains). The probe says
       // PROXY LOCAL (a health check), which the gateway logs at DEBUG only.
       return () -> {
         try (java.nio.channels.SocketChannel probe =
@@ -235,10 +315,11 @@ public final class StarlightRabbitMQExtension implements ProxyExtension {
         ShimSettings.COMMAND
             + ": '"
             + program
-            + "' is not on the proxy's PATH; install the gateway (pip install starlight-rabbitmq) "
-            + "or set "
+            + "' is not on the proxy's PATH; install the gateway (its wheel) or set "
             + ShimSettings.COMMAND
-            + " to its full path");
+            + " to its full path, or run it in a container of its own with "
+            + ShimSettings.GATEWAY_MODE
+            + "=sidecar (an image without Python, e.g. apachepulsar/pulsar-all)");
   }
 
   /** A taken port is reported here, in one line, rather than by a bind failure later. */

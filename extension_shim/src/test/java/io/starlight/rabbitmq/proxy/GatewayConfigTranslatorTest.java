@@ -194,6 +194,38 @@ class GatewayConfigTranslatorTest {
   }
 
   @Test
+  void sidecarModeSettings() throws Exception {
+    assertEquals(ShimSettings.GatewayMode.CHILD, ShimSettings.from(conf(QUICK_START)).gatewayMode());
+    ShimSettings sidecar =
+        ShimSettings.from(
+            conf(QUICK_START + "amqpGatewayMode=Sidecar\namqpGatewayWorkDirectory=/starlight-rabbitmq\n"));
+    assertEquals(ShimSettings.GatewayMode.SIDECAR, sidecar.gatewayMode());
+    assertEquals(Path.of("/starlight-rabbitmq"), sidecar.workDirectory());
+    assertTrue(sidecar.gatewayGatesProxyStatus());
+    String base = QUICK_START + "amqpGatewayMode=sidecar\namqpGatewayWorkDirectory=/s\n";
+    assertFalse(ShimSettings.from(conf(base + "amqpGatewayGatesProxyStatus=false\n")).gatewayGatesProxyStatus());
+  }
+
+  @Test
+  void badSidecarSettingsAndUnknownKeysAreNamed() {
+    assertMessage("amqpGatewayMode: must be child or sidecar, got 'pod'", QUICK_START + "amqpGatewayMode=pod\n");
+    assertMessage(
+        "amqpGatewayWorkDirectory: must name the directory shared with the gateway's container",
+        QUICK_START + "amqpGatewayMode=sidecar\n");
+    String sidecar = QUICK_START + "amqpGatewayMode=sidecar\namqpGatewayWorkDirectory=/s\n";
+    assertMessage("amqpProxyMode: must be relay with amqpGatewayMode=sidecar", sidecar + "amqpProxyMode=direct\n");
+    assertMessage(
+        "amqpGatewayCommand: applies to amqpGatewayMode=child only",
+        sidecar + "amqpGatewayCommand=/opt/venv/bin/starlight-rabbitmq\n");
+    assertMessage("amqpGatewayGatesProxyStatus: must be true or false", sidecar + "amqpGatewayGatesProxyStatus=yes\n");
+    // A misspelt key of the extension would otherwise be ignored (and a child run instead).
+    assertMessage(
+        "amqpGatewayMod: not a key of the Starlight for RabbitMQ extension (its keys: amqpProxyMode, amqpGatewayMode,",
+        QUICK_START + "amqpGatewayMod=sidecar\n");
+    assertMessage("amqpProxyModes: not a key", QUICK_START + "amqpProxyModes=relay\n");
+  }
+
+  @Test
   void relayModeRefusesAnOpenGatewayOtherMachinesReachUnlessAllowed() throws Exception {
     String open = QUICK_START.replace("amqp://127.0.0.1:5672", "amqp://0.0.0.0:5672");
     ShimConfigException refused = assertThrows(ShimConfigException.class, () -> translate(open));
