@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -238,3 +239,17 @@ def test_no_workload_of_the_release_runs_the_gateway_in_a_pulsar_image(
                     text = " ".join([*container.get("command", []), *container.get("args", [])])
                     assert "starlight-rabbitmq" not in text, container["name"]
     assert seen > 5
+
+
+@pytest.mark.parametrize("version", ["1.29.0", "1.37.0"])
+def test_the_proxy_statefulset_matches_kubernetes_openapi_strictly(
+    rendered: list[Any], version: str
+) -> None:
+    # 1.29: the first Kubernetes with native sidecars on by default (an init container's
+    # restartPolicy: Always); older API servers drop the field and would run it to completion.
+    (proxy,) = [
+        doc
+        for doc in rendered
+        if doc["kind"] == "StatefulSet" and doc["metadata"]["name"].endswith("-proxy")
+    ]
+    kubernetes_validate.validate(proxy, version, strict=True)
