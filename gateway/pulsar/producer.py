@@ -588,6 +588,23 @@ class TrioProducer:
             handle._finish()
         except Exception:
             log.exception("send done-callback failed")
+        error = handle._error
+        if error is not None and error.result == "Timeout" and not self._closed:
+            self._give_up_after_a_timeout()
+
+    def _give_up_after_a_timeout(self) -> None:
+        """A send timed out: close this producer so that its owner makes a new one.
+
+        After a bookie restart on a multi-broker Pulsar, a producer whose sends timed out
+        stayed connected and timed out every later send too, for minutes, while a new
+        producer of the same topic stored at once (tests/faults/test_pulsar_cluster.py). The
+        messages still in flight here fail with it (the client gets its nacks and publishes
+        them again); ``ProducerCache`` replaces a closed producer on the next send."""
+        log.warning("send to %s timed out; replacing its producer", self.topic)
+        self._send_group()  # handed over first: the close completes it (failed)
+        self._closed = True
+        self._client._forget(self)
+        self._native.close_async(ignore_result)
 
     async def flush(self) -> None:
         """Wait until every message handed to this producer so far is stored or failed (the

@@ -177,9 +177,13 @@ async def test_native_call_cancelled_wait_cleans_up_late_value() -> None:
 @dataclass
 class FakeProducer:
     callbacks: list[Any] = field(default_factory=list)
+    closes: int = 0
 
     def send_async(self, message: Any, callback: Any) -> None:
         self.callbacks.append(callback)
+
+    def close_async(self, callback: Any) -> None:
+        self.closes += 1
 
     def complete(self, results: list[FakeResult]) -> None:
         """Call back in order from another thread, as the C++ I/O thread does."""
@@ -210,7 +214,7 @@ async def test_handles_complete_in_order_and_free_slots() -> None:
 
     for i, handle in enumerate(handles):
         handle.add_done_callback(recorder(i))
-    native.complete([OK, FakeResult("Timeout"), FakeResult("AlreadyClosed")])
+    native.complete([OK, FakeResult("ProducerQueueIsFull"), FakeResult("AlreadyClosed")])
     with trio.fail_after(5):
         await handles[0].wait()
     await trio.testing.wait_all_tasks_blocked()
@@ -220,10 +224,25 @@ async def test_handles_complete_in_order_and_free_slots() -> None:
     assert handles[0].result() == (7, 0, -1, -1)
     with pytest.raises(SendError) as info:
         handles[1].result()
-    assert info.value.result == "Timeout"
+    assert info.value.result == "ProducerQueueIsFull"
     with pytest.raises(ClosedError):
         await handles[2].wait()
     producer.send_nowait(b"x")  # slots are back
+
+
+async def test_a_send_timeout_closes_the_producer_for_a_new_one() -> None:
+    """A producer whose send timed out is closed (ProducerCache makes a new one): on a
+    multi-broker Pulsar one kept timing out every later send after a bookie restart."""
+    producer, native = make_producer(limit=3)
+    handles = [producer.send_nowait(b"x") for _ in range(2)]
+    native.complete([FakeResult("Timeout")])
+    with trio.fail_after(5), pytest.raises(SendError):
+        await handles[0].wait()
+    await trio.testing.wait_all_tasks_blocked()
+    assert producer.closed and native.closes == 1
+    with pytest.raises(ClosedError):
+        producer.send_nowait(b"x")
+    assert not handles[1].done()  # the close fails it, from pulsar-client's side
 
 
 async def test_submit_waits_for_a_slot_and_cancel_sends_nothing() -> None:
