@@ -59,6 +59,7 @@ class GatewayServer:
         self._reuse_port = reuse_port
         self._connections: set[ClientConnection] = set()
         self._stop_requested = trio.Event()
+        self._drain_timeout = settings.close_timeout
         # Bound by bind(), listening only once serve() starts: see listeners.py.
         self._sockets: list[trio.socket.SocketType] = []
         # The listener address each socket of _sockets was bound for (its scheme decides TLS).
@@ -99,7 +100,11 @@ class GatewayServer:
     def stop_requested(self) -> bool:
         return self._stop_requested.is_set()
 
-    def request_stop(self) -> None:
+    def request_stop(self, drain_timeout: float | None = None) -> None:
+        """Stop: no new connections, Connection.Close 320 to every client, which then has
+        ``drain_timeout`` seconds (the close timeout unless given) to answer."""
+        if drain_timeout is not None:
+            self._drain_timeout = drain_timeout
         self._stop_requested.set()
 
     async def bind(self) -> list[tuple[str, int]]:
@@ -201,14 +206,14 @@ class GatewayServer:
             raise StartupError(f"cannot listen on {address}: {error.strerror or error}") from None
 
     async def _drain(self) -> None:
-        """Send Connection.Close 320 to every client and give them the close timeout to answer."""
+        """Send Connection.Close 320 to every client and give them the drain timeout to answer."""
         if not self._connections:
             return
         log.info("closing %d connection(s)", len(self._connections))
         shutdown = AMQPError(ReplyCode.CONNECTION_FORCED, SHUTDOWN_TEXT)
         for connection in list(self._connections):
             await connection.request_close(shutdown)
-        with trio.move_on_after(self._settings.close_timeout):
+        with trio.move_on_after(self._drain_timeout):
             for connection in list(self._connections):
                 await connection.finished.wait()
 

@@ -187,7 +187,7 @@ def test_alternate_exchange_across_replicas(
 
 
 # Lazy subscriptions (docs/fleet.md): rounds per case of the race below.
-LAZY_ROUNDS = int(os.environ.get("FLEET_RACE_ROUNDS", "30"))
+LAZY_ROUNDS = int(os.environ.get("FLEET_RACE_ROUNDS", "12"))
 
 
 @pytest.mark.parametrize("published_before", [True, False], ids=["key-known", "key-new"])
