@@ -411,7 +411,8 @@ def run() -> NoReturn:
 
 
 if __name__ == "__main__":
-    # As the installed command does: the allocator first (launcher.py), then ``run``.
-    from gateway.launcher import run as launch
+    # As the installed command (launcher.py) does: the allocator first, then ``run``.
+    from gateway.allocator_choice import choose_allocator
 
-    launch()
+    choose_allocator(sys.argv[1:])
+    run()

@@ -25,7 +25,7 @@ import platform
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.amqp.connection import ConnectionSettings
+    from gateway.amqp.connection_settings import ConnectionSettings
 
 __all__ = ["SERVER_CAPABILITIES", "server_properties"]
 

@@ -9,30 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 from gateway.amqp import commands as cmd
-from gateway.amqp.properties import MessageProperties, decode_properties
+from gateway.backend.message import Message as Message  # re-exported (moved there)
 from gateway.backend.replies import ReplyRegistry
-
-
-@dataclass(frozen=True)
-class Message:
-    """A message as published: where it was sent, its raw content properties and its body.
-
-    ``header`` is the raw property flags + property list (``PublishReceived.header``): it is
-    stored and replayed byte for byte, and decoded only when something needs a value.
-    """
-
-    exchange: str
-    routing_key: str
-    header: bytes
-    body: bytes = field(repr=False)
-
-    @cached_property
-    def properties(self) -> MessageProperties:
-        return decode_properties(self.header)
 
 
 @dataclass(frozen=True)

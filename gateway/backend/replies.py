@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from gateway.backend.interface import Message
+    from gateway.backend.message import Message
 
 # Sends a reply for a name of another replica there (the name says which).
 Forward = Callable[[str, "Message"], Awaitable[None]]

@@ -46,7 +46,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import trio
 
@@ -62,10 +62,8 @@ from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
 from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
+from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
-
-if TYPE_CHECKING:
-    from gateway.pulsar.client import PulsarClient
 
 SubscriptionType = Literal["shared", "exclusive", "failover", "key_shared"]
 InitialPosition = Literal["latest", "earliest"]
@@ -281,7 +279,7 @@ class ListenedMessage(ReceivedMessage):
 class TrioConsumer:
     """Receive from trio; acknowledge without waiting. Create with ``PulsarClient.subscribe``."""
 
-    def __init__(self, client: PulsarClient, subscription: str, options: ConsumerOptions) -> None:
+    def __init__(self, client: ClientOwner, subscription: str, options: ConsumerOptions) -> None:
         self._client = client
         self.subscription = subscription
         self.options = options
@@ -705,9 +703,7 @@ class TrioConsumer:
         await self.aclose()
 
 
-async def _finish(
-    client: PulsarClient, native: Any, what: str, method: str = "close_async"
-) -> None:
+async def _finish(client: ClientOwner, native: Any, what: str, method: str = "close_async") -> None:
     call: NativeCall[None] = NativeCall(what, token=client.token)
     getattr(native, method)(call.result_callback)
     with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
@@ -715,7 +711,7 @@ async def _finish(
 
 
 async def _finish_all(
-    client: PulsarClient, natives: list[Any], what: str, method: str = "close_async"
+    client: ClientOwner, natives: list[Any], what: str, method: str = "close_async"
 ) -> None:
     """Close (or unsubscribe) several native consumers concurrently; first error wins."""
     errors: list[PulsarClientError] = []
@@ -766,7 +762,7 @@ async def _subscribe_one(consumer: TrioConsumer, topic: str) -> tuple[Any, int |
 
 
 async def subscribe(
-    client: PulsarClient,
+    client: ClientOwner,
     topics: str | Sequence[str],
     subscription: str,
     options: ConsumerOptions,

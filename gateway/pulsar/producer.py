@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import trio
 
@@ -58,11 +58,10 @@ from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.nul_properties import with_escaped
+from gateway.pulsar.owner import ClientOwner
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from gateway.pulsar.client import PulsarClient
 
 Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
 
@@ -280,7 +279,7 @@ class TrioProducer:
     """A pulsar-client producer driven from trio. Create with ``PulsarClient.create_producer``."""
 
     def __init__(
-        self, client: PulsarClient, native: Any, topic: str, options: ProducerOptions
+        self, client: ClientOwner, native: Any, topic: str, options: ProducerOptions
     ) -> None:
         self._client = client
         self._native = native  # _pulsar.Producer
@@ -724,7 +723,7 @@ def _compiled_for(native: Any, topic: str) -> Any:
 
 
 async def create_producer(
-    client: PulsarClient, topic: str, options: ProducerOptions
+    client: ClientOwner, topic: str, options: ProducerOptions
 ) -> TrioProducer:
     def close_abandoned(native: Any) -> None:
         native.close_async(ignore_result)
