@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 
 import trio
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError, UnimplementedError
 from kazoo.protocol.serialization import Create, Exists
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from gateway.metadata.kazoo_handler import TrioHandler, direct
+from gateway.metadata.kazoo_internals import usable_internals
 from gateway.metadata.own_writes import OwnWrites
 from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
 from gateway.metadata.store import MetadataUnavailable
@@ -91,10 +92,17 @@ class KazooSession:
         self._on_closing = on_closing
         # Reconnect quickly and keep trying: the default backs off to an hour between tries.
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        # kazoo's private parts this session uses (kazoo_internals.py): without the request
+        # queue it refuses to start; without the others it uses kazoo's own handler or
+        # connection (then without persistent watches: the watcher uses one-shot ones).
+        trio_handler, watching = usable_internals()
         self.client: Any = KazooClient(
-            hosts=hosts, timeout=session_timeout, connection_retry=retry, handler=TrioHandler()
+            hosts=hosts,
+            timeout=session_timeout,
+            connection_retry=retry,
+            **({"handler": TrioHandler()} if trio_handler else {}),
         )
-        self._connection = watching_connection(self.client)
+        self._connection = watching_connection(self.client) if watching else None
         # What our transactions in flight create or change (events for them are held back).
         self.own_writes = OwnWrites()
         self._token: trio.lowlevel.TrioToken | None = None
@@ -292,15 +300,27 @@ class KazooSession:
         from ZooKeeper before 3.6). The server forgets it with the connection: ask again after
         every reconnect."""
         root = (self.client.chroot or "") + path
-        self._connection.persistent[root] = callback
         result = self.client.handler.async_result()
+        if self._connection is None:  # kazoo's own connection: it cannot hand the events on
+            result.set_exception(
+                UnimplementedError("persistent watches need kazoo's connection internals")
+            )
+            return result
+        self._connection.persistent[root] = callback
         self.client._call(AddWatch(root), result)
         return result
+
+    @property
+    def persistent_watches(self) -> bool:
+        """Whether ``watch_tree`` can work with this kazoo (kazoo_internals.py); the
+        ZooKeeper server may still lack ``addWatch`` (before 3.6)."""
+        return self._connection is not None
 
     def unwatch_tree(self, path: str) -> None:
         """Stop handing on the events under ``path`` (the server's watch stays until the
         connection ends; nothing is written there any more once a namespace is deleted)."""
-        self._connection.persistent.pop((self.client.chroot or "") + path, None)
+        if self._connection is not None:
+            self._connection.persistent.pop((self.client.chroot or "") + path, None)
 
     def _state_listener(self, state: str) -> None:  # kazoo's connection thread
         self.notify(self._on_state, state)

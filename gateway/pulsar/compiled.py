@@ -4,7 +4,8 @@
 pulsar-client's wheel bundles (``python -m gateway.pulsar.compiled``), into a cache
 directory keyed by the source, that libpulsar and the Python ABI, so a rebuilt source or a new
 pulsar-client makes a new module instead of loading a stale one. ``TrioConsumer`` and
-``TrioProducer`` use it when it is built and passes the layout check below; otherwise they use
+``TrioProducer`` use it when it is built and passes the layout check below (every pybind11
+layout the C code reads); otherwise they use
 pulsar-client's Python binding alone (the same behaviour at a higher CPU cost per message;
 docs/performance.md). Nothing is compiled while the gateway runs.
 
@@ -23,7 +24,7 @@ from typing import Final
 
 import gateway.native_build as native_build
 from gateway.native_build import BuildError, CannotBuild
-from gateway.pulsar.native_objects import libpulsar_paths
+from gateway.pulsar.native_objects import LAYOUT_CLASSES, layout_problem, libpulsar_paths
 
 __all__ = ["BuildError", "CannotBuild", "build", "compile_extension", "load", "module_path"]
 
@@ -90,16 +91,36 @@ def _bind_and_check(module: ModuleType) -> None:
 
 
 def _check_layout(module: ModuleType) -> None:
-    """The module reads a configuration's receiver queue size through the C API where it
-    expects the C++ object: it must be what the binding set (twice, two values)."""
+    """Every binding class whose objects the module reads (native/common.h, ``cpp_object``)
+    has the pybind11 instance layout it expects (``native_objects.layout_problem``, which
+    reads nothing through the pointer it finds); then values set through the binding read
+    back through the C API where the module looks: a configuration's receiver queue size
+    (twice, two values), and a default consumer's and producer's topic. Anything off raises,
+    naming what differs, and ``load_built`` logs it once and leaves the binding path."""
     import _pulsar
 
+    for name in LAYOUT_CLASSES:
+        problem = layout_problem(getattr(_pulsar, name, None))
+        if problem is not None:
+            raise RuntimeError(problem)
     conf = _pulsar.ConsumerConfiguration()
     for size in (1234, 4321):
         conf.receiver_queue_size(size)
         read = module.receiver_queue_size(conf)
         if read != size:
-            raise RuntimeError(f"a configuration's receiver queue size read back as {read}")
+            raise RuntimeError(
+                f"_pulsar.ConsumerConfiguration: a receiver queue size of {size} read back "
+                f"through the C API as {read}"
+            )
+    for kind, read_topic in (
+        (_pulsar.Consumer, module.consumer_topic),
+        (_pulsar.Producer, module.producer_topic),
+    ):
+        native = kind()
+        if read_topic(native) != native.topic():
+            raise RuntimeError(
+                f"_pulsar.{kind.__name__}: the topic read through the C API is not the binding's"
+            )
 
 
 def load() -> ModuleType | None:

@@ -28,7 +28,7 @@ import logging
 import sys
 from typing import Any, Final
 
-from gateway.pulsar.native_objects import cpp_address, libpulsar_paths
+from gateway.pulsar.native_objects import cpp_address, layout_problem, libpulsar_paths
 
 __all__ = ["BASE_LEVEL", "PriorityLevels", "level_for", "priority_levels"]
 
@@ -104,6 +104,10 @@ class PriorityLevels:
         get_queue = library.pulsar_consumer_configuration_get_receiver_queue_size
         get_queue.argtypes = [ctypes.c_void_p]
         get_queue.restype = ctypes.c_int
+        problem = layout_problem(_pulsar.ConsumerConfiguration)
+        if problem is not None:
+            self.why_not = problem
+            return
         scratch = _pulsar.ConsumerConfiguration()
         pointer = cpp_address(scratch)
         for size in (17, 4099):

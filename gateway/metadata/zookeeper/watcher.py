@@ -113,8 +113,9 @@ class NamespaceWatcher:
         self._epoch = 0
         # False once the server said it has no multiRead (ZooKeeper before 3.6).
         self._multiread = True
-        # False once the server said it has no addWatch (before 3.6): one-shot watches then.
-        self._persistent = True
+        # False once the server said it has no addWatch (before 3.6), or from the start when
+        # kazoo's connection cannot hand the events on (kazoo_internals.py): one-shot watches.
+        self._persistent = session.persistent_watches
         # Folder by its node name, for events.
         self._folders = {folder.value: folder for folder in Folder}
 

@@ -13,8 +13,9 @@
    The C API's handles are structs holding exactly one C++ object (pulsar-client-cpp,
    lib/c/c_structs.h), and pybind11 keeps the address of an instance's C++ object right after
    its Python header (gateway/pulsar/native_objects.py): that address is a valid handle.
-   compiled.py checks that for configurations before using this module, and ``attach``
-   checks every consumer (its topic read back through the C API). */
+   compiled.py checks that layout for every class read here (ConsumerConfiguration, Consumer,
+   Producer: native_objects.layout_problem, then a value read back through the C API) before
+   using this module, and ``attach`` checks every consumer (its topic read back). */
 #include "common.h"
 
 /* The binding's classes whose objects Python passes in (bind_types): anything else would be
@@ -90,6 +91,15 @@ static PyObject *producer_topic(PyObject *module, PyObject *producer) {
     return PyUnicode_FromString(topic ? topic : "");
 }
 
+/* consumer_topic(consumer) -> str: a _pulsar.Consumer's topic read through the C API:
+   compiled.py's check that a consumer's C++ object is where this module looks for it. */
+static PyObject *consumer_topic(PyObject *module, PyObject *consumer) {
+    pulsar_consumer_t *native = checked_object(consumer, CONSUMER);
+    if (!native) return NULL;
+    const char *topic = pulsar_consumer_get_topic(native);
+    return PyUnicode_FromString(topic ? topic : "");
+}
+
 /* bind_types(configuration_type, consumer_type, producer_type): the binding's classes. */
 static PyObject *bind_types(PyObject *module, PyObject *args) {
     PyObject *types[KINDS];
@@ -103,6 +113,7 @@ static PyObject *bind_types(PyObject *module, PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"receiver_queue_size", receiver_queue_size, METH_O, NULL},
     {"producer_topic", producer_topic, METH_O, NULL},
+    {"consumer_topic", consumer_topic, METH_O, NULL},
     {"bind_types", bind_types, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
