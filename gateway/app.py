@@ -17,6 +17,7 @@ from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.batching import batch_settlement
 from gateway.backend.pulsar.leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
+from gateway.broker_access import broker_access
 from gateway.config import GatewayConfig
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
@@ -39,6 +40,7 @@ from gateway.pulsar.credentials import (
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
 from gateway.pulsar.producer_cache import ProducerCache, broker_max_message_size
+from gateway.server.runtime import GatewayRuntime
 from gateway.server.server import StartupError
 from gateway.server.settings import ProxyTrust, ServerSettings
 
@@ -65,27 +67,6 @@ def server_settings(config: GatewayConfig) -> ServerSettings:
         handshake_timeout=config.handshake_timeout,
         tls=tls_settings_for(config),
         debug_binary_length=config.amqpDebugBinaryDataLength,
-    )
-
-
-def broker_access(config: GatewayConfig) -> BrokerAccess:
-    """The broker-client keys of ``config`` (reference/002, third table), for both clients."""
-    params_key = (
-        "amqpBrokerClientAuthenticationParameters"
-        if config.amqpBrokerClientAuthenticationParameters
-        else "brokerClientAuthenticationParameters"
-    )
-    return BrokerAccess(
-        service_url=config.brokerServiceURL,
-        web_url=config.brokerWebServiceURL,
-        auth_kind=config.broker_client_auth_kind,
-        auth_params=config.effective_broker_client_authentication_parameters,
-        params_key=params_key,
-        trust_certs_file=config.brokerClientTrustCertsFilePath,
-        verify_hostname=config.tlsHostnameVerificationEnabled,
-        # As in Pulsar's own broker client, this key also lets the gateway accept a broker
-        # certificate it cannot verify (reference/002 has no broker-side twin of it).
-        allow_insecure=config.tlsAllowInsecureConnection,
     )
 
 
@@ -137,18 +118,6 @@ async def _check_reachable(
         await check_binary(access, credentials)
     except BrokerAccessError as error:
         raise StartupError(str(error)) from None
-
-
-@dataclass(frozen=True)
-class GatewayRuntime:
-    """What one gateway process holds: the backend, and the clients under it that start-up
-    needs directly (loading every vhost before accepting connections)."""
-
-    config: GatewayConfig
-    backend: PulsarBackend
-    store: MetadataStore
-    admin: PulsarAdmin
-    client: PulsarClient
 
 
 @asynccontextmanager

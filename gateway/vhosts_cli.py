@@ -25,7 +25,6 @@ from typing import Final, TextIO
 
 import trio
 
-from gateway.app import broker_access
 from gateway.backend.vhost_admin import (
     VhostAdmin,
     VhostError,
@@ -33,6 +32,7 @@ from gateway.backend.vhost_admin import (
     VhostInvalid,
     VhostNotFound,
 )
+from gateway.broker_access import broker_access
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.metadata.permissions import DEFAULT_PREFIX, ZooKeeperPermissionStore
 from gateway.metadata.store import MetadataUnavailable

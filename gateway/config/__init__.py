@@ -21,6 +21,8 @@ See ``docs/configuration.md`` for the decisions taken where the reference is sil
 
 from __future__ import annotations
 
+# The shell binds what amqpListeners lists: one listener type from here to the socket.
+from gateway.config.address import Listener
 from gateway.config.documents import EXAMPLE_VALUES, render_example_conf, render_markdown_table
 from gateway.config.errors import ConfigError
 from gateway.config.keys import (
@@ -34,9 +36,6 @@ from gateway.config.keys import (
 )
 from gateway.config.loading import config_from_text, load_config
 from gateway.config.schema import GatewayConfig, describe_keys
-
-# The shell binds what amqpListeners lists: one listener type from here to the socket.
-from gateway.server.address import Listener
 
 __all__ = [
     "AMQP_FRAME_MIN_SIZE",

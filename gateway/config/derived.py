@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import socket
 
+from gateway.config.address import Listener
 from gateway.config.keys import MetricsListener
 from gateway.config.values import AUTH_PLUGINS, WILDCARD_HOSTS
-from gateway.server.address import Listener
 
 
 class DerivedValues:

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.server.address import loopback_host
+from gateway.config.address import loopback_host
 
 #: Environment variables ``STARLIGHT_<key>`` (key spelled exactly as in the file) override it.
 ENV_PREFIX: Final = "STARLIGHT_"

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.config.address import Listener
 from gateway.config.derived import DerivedValues
 from gateway.config.keys import (
     _A,
@@ -27,7 +28,6 @@ from gateway.config.keys import (
     MetricsListener,
     _key,
 )
-from gateway.server.address import Listener
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)

@@ -16,9 +16,9 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
+from gateway.config.address import UNIX_SCHEME, Listener
 from gateway.config.errors import InvalidValue, quoted
 from gateway.config.keys import ALLOCATORS, UNIX_PEERS, ConfigKey, Kind, MetricsListener
-from gateway.server.address import UNIX_SCHEME, Listener
 
 # Value parsers: (spec, text) -> value, raising InvalidValue(problem) on bad input
 # --------------------------------------------------------------------------------------------

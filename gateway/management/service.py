@@ -17,7 +17,6 @@ from functools import partial
 import trio
 
 from gateway import __version__
-from gateway.app import GatewayRuntime
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.authorization import AuthorizingBackend
 from gateway.auth.tls_context import ClientCertificates, TlsSettings, build_server_context
@@ -32,6 +31,7 @@ from gateway.metadata.connections import ConnectionDirectory
 from gateway.metadata.permissions import ZooKeeperPermissionStore, serving_permissions
 from gateway.model.vhost import VhostMapper
 from gateway.server.connection_info import LocalConnections
+from gateway.server.runtime import GatewayRuntime
 from gateway.server.server import GatewayServer, StartupError
 
 log = logging.getLogger("gateway.management")

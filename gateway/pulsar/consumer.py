@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 import trio
 
-from gateway.model.priority import PriorityBuffer
+from gateway.priority_buffer import PriorityBuffer
 from gateway.pulsar.bridge import (
     NativeCall,
     TrioWaker,

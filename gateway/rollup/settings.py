@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.app import broker_access
+from gateway.broker_access import broker_access
 from gateway.config import ConfigError, GatewayConfig
 from gateway.pulsar.credentials import CredentialsError, load_credentials, trust_file
 

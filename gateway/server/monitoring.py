@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import trio
 
-from gateway.app import GatewayRuntime
 from gateway.config import GatewayConfig
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import Namespace, VhostMapper
@@ -19,6 +18,7 @@ from gateway.observability.health import Health
 from gateway.observability.http import Endpoints, MetricsServer
 from gateway.observability.metrics import GatewayCollector, Identity, exposition
 from gateway.observability.usage import UsageWindows
+from gateway.server.runtime import GatewayRuntime
 from gateway.server.server import StartupError
 from gateway.server.usage_publisher import UsagePublisher
 

@@ -20,8 +20,8 @@ from gateway.auth.authenticator import Authenticator, PeerIdentity
 from gateway.auth.throttle import FailureThrottle
 from gateway.auth.tls_reload import ReloadingContext
 from gateway.backend.interface import Backend
+from gateway.config.address import UNIX_SCHEME, Listener
 from gateway.server.accept import serve_listener
-from gateway.server.address import UNIX_SCHEME, Listener
 from gateway.server.connection import ClientConnection
 from gateway.server.listeners import bind_tcp, bind_unix, start_listening
 from gateway.server.settings import ServerSettings

@@ -32,6 +32,7 @@ from gateway.backend.interface import (
     SubscriptionEnded,
     VirtualHost,
 )
+from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.replies import (
     REPLY_PREFIX,
     REPLY_TO,
@@ -42,7 +43,6 @@ from gateway.model.entities import check_queue_declare
 from gateway.model.naming import server_named_queue
 from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
-from gateway.pulsar.errors import to_amqp_error
 from gateway.server.channel_state import Consumer, SessionChannel, SessionLink, Unacked
 from gateway.server.confirms import ConfirmQueue
 from gateway.server.direct_replies import DirectReplies

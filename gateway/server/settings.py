@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_context import TlsSettings
-from gateway.server.address import Listener
+from gateway.config.address import Listener
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -27,12 +27,12 @@ from gateway.backend.pulsar.drains import Drains, plan_drains, position_of
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
 from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view
+from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.metadata.store import DrainRecord, VhostView
 from gateway.model.entities import Binding, ExchangeType
 from gateway.model.routing import binding_topics
 from gateway.model.vhost import Namespace
-from gateway.pulsar.errors import amqp_errors
 
 __all__ = ["BindingChanges"]
 

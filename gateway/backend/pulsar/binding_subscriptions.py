@@ -30,11 +30,11 @@ from gateway.amqp import commands as cmd
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.drains import position_of
 from gateway.backend.pulsar.queue_topics import QueueTopics, changed_view, source_topics
+from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
 from gateway.metadata.store import DrainRecord, VhostView
 from gateway.model.entities import Binding, ExchangeBinding
-from gateway.pulsar.errors import amqp_errors
 
 __all__ = ["BindingSubscriptions", "ExchangeBindingChanges", "Prepared"]
 

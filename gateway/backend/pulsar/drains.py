@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.reply_codes import amqp_errors, to_amqp_error
 from gateway.metadata.store import REMOVE, DrainRecord, Position, VhostView
 from gateway.model.entities import Binding, ExchangeType
 from gateway.model.graph import RouteSnapshot
 from gateway.model.naming import decode_local_name, subscription_for
 from gateway.pulsar.admin import PulsarAdmin
-from gateway.pulsar.errors import AdminError, NotFound, amqp_errors, to_amqp_error
+from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.ids import MessageId
 
 __all__ = ["Drains", "Position", "judgement", "plan_drains", "position_of"]

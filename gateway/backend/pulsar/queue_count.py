@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable
 
+from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.model.naming import subscription_for
-from gateway.pulsar.errors import ClosedError, NotFound, PulsarClientError, to_amqp_error
+from gateway.pulsar.errors import ClosedError, NotFound, PulsarClientError
 
 log = logging.getLogger("gateway.pulsar.vhost")
 

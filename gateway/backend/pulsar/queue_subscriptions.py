@@ -20,10 +20,11 @@ from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation
 from gateway.backend.pulsar.delivery import PulsarQueueSubscription
 from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.metadata.store import VhostView
 from gateway.model.naming import subscription_for
-from gateway.pulsar.errors import PreconditionFailed, to_amqp_error
+from gateway.pulsar.errors import PreconditionFailed
 
 __all__ = ["SUBSCRIBE_ATTEMPTS", "QueueSubscriptions"]
 

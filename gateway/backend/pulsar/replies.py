@@ -16,9 +16,10 @@ import struct
 import trio
 
 from gateway.backend.interface import Message
+from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.replies import REPLY_TO, ReplyRegistry
 from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
-from gateway.pulsar.errors import PulsarClientError, to_amqp_error
+from gateway.pulsar.errors import PulsarClientError
 
 from .resources import PulsarResources
 

@@ -24,6 +24,7 @@ from gateway.backend.overflow import RefusedStored
 from gateway.backend.pulsar.length_limit import LengthLimits
 from gateway.backend.pulsar.messages import REFUSED_BY, to_pulsar
 from gateway.backend.pulsar.publish_routes import PublishRoutes
+from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.bounded import remember
 from gateway.metadata.store import VhostView
@@ -31,7 +32,7 @@ from gateway.model.entities import Exchange, ExchangeType
 from gateway.model.graph import Route
 from gateway.model.routing import publish_topic
 from gateway.model.vhost import Namespace
-from gateway.pulsar.errors import PulsarClientError, to_amqp_error
+from gateway.pulsar.errors import PulsarClientError
 
 __all__ = ["AllStored", "Sending"]
 

@@ -35,6 +35,7 @@ from gateway.backend.interface import ConsumerQos, Message, Stored, Subscription
 from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.stream_copies import DEDUPLICATION, LogCopier
 from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
@@ -56,7 +57,7 @@ from gateway.model.streams import (
     stream_retention,
     with_offset_header,
 )
-from gateway.pulsar.errors import AdminError, ClosedError, NotFound, PulsarClientError, amqp_errors
+from gateway.pulsar.errors import AdminError, ClosedError, NotFound, PulsarClientError
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
 from gateway.pulsar.reader import ReadMessage, TrioReader, open_reader
 

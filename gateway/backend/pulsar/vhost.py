@@ -60,6 +60,7 @@ from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
 from gateway.backend.pulsar.replies import ReplyForwarding
+from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
@@ -75,7 +76,6 @@ from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
 from gateway.pulsar.consumer import ConsumerOptions, SubscriptionType
-from gateway.pulsar.errors import amqp_errors
 from gateway.pulsar.priority_level import level_for, priority_levels
 
 log = logging.getLogger("gateway.pulsar.vhost")

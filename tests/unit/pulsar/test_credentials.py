@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from gateway.app import broker_access
+from gateway.broker_access import broker_access
 from gateway.config import config_from_text
 from gateway.pulsar.client import ClientOptions
 from gateway.pulsar.credentials import (
