@@ -46,6 +46,10 @@ class Consumer:
     exclusive: bool = False
     arguments: Mapping[str, Any] = field(default_factory=dict)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    # Set when its delivery loop has ended (None until the loop is started): a consumer's
+    # subscription closes only after that, or a message the loop was handing over as the
+    # consumer was cancelled would be given back while the subscription closes under it.
+    loop_ended: trio.Event | None = None
     unacked: int = 0
     # Its queue ended while this connection's Queue.Delete of it was under way: its
     # Basic.Cancel waits for that delete's outcome (session.py ``_queue_delete``).

@@ -562,9 +562,26 @@ class AMQPSession:
         self._protocol.send_reply(state.number, command, cmd.BasicConsumeOk(tag))
         # Consume-Ok must reach the client before the first Deliver of this consumer.
         await self._link.flush()
+        consumer.loop_ended = trio.Event()
         self._link.nursery.start_soon(self._deliver_loop, state, consumer)
 
     async def _deliver_loop(self, state: SessionChannel, consumer: Consumer) -> None:
+        try:
+            await self._deliver_until_cancelled(state, consumer)
+        finally:
+            self._loop_over(consumer)
+
+    @staticmethod
+    async def _stop_delivering(consumer: Consumer) -> None:
+        """Cancel the consumer's delivery loop and wait until it has ended (a message it had
+        in hand goes back to the queue first: ``_deliver_until_cancelled``)."""
+        consumer.scope.cancel()
+        if consumer.loop_ended is not None:
+            with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
+                scope.shield = True
+                await consumer.loop_ended.wait()
+
+    async def _deliver_until_cancelled(self, state: SessionChannel, consumer: Consumer) -> None:
         take_now = consumer.subscription.receive_nowait
         with consumer.scope:
             try:
@@ -608,9 +625,17 @@ class AMQPSession:
                         self._deliver(state, consumer, more)
 
             except SubscriptionEnded:
+                self._loop_over(consumer)
                 await self._consumer_ended(state, consumer)
             except AMQPError as error:
+                # Over before the channel's close, which waits for its consumers' loops.
+                self._loop_over(consumer)
                 await self._link.fail(state.number, error)
+
+    @staticmethod
+    def _loop_over(consumer: Consumer) -> None:
+        if consumer.loop_ended is not None:
+            consumer.loop_ended.set()
 
     def _deliver(self, state: SessionChannel, consumer: Consumer, delivery: Delivery) -> bool:
         """Basic.Deliver ``delivery`` to ``consumer`` (queued, sent at the next flush); False
@@ -680,7 +705,7 @@ class AMQPSession:
         consumer = state.consumers.pop(command.consumer_tag, None)
         if consumer is not None:
             self._counts.consumers -= 1
-            consumer.scope.cancel()
+            await self._stop_delivering(consumer)
             retire = getattr(consumer.subscription, "retire", None)
             if not (consumer.unacked and retire is not None) or not (
                 await self._retire_consumer(state, consumer, retire)
@@ -877,6 +902,8 @@ class AMQPSession:
             scope.shield = True
             for consumer in state.consumers.values():
                 consumer.scope.cancel()
+            for consumer in state.consumers.values():
+                await self._stop_delivering(consumer)
             # Messages fetched with Basic.Get have no subscription to give them back.
             for entry in state.tags.take_all():
                 await entry.delivery.reject(True)

@@ -28,8 +28,9 @@ consumer; docs/reliability.md, "Large messages").
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import trio
 
@@ -68,6 +69,10 @@ FILL_WAIT = 1.0
 # before it is copied instead (module docstring): a channel's close or a cancelled consumer's
 # last settlement closes it within milliseconds.
 CHUNKED_RETURN_GRACE = 1.0
+# How long a closing subscription waits for its two-step settlements (a copy stored, then the
+# original acknowledged) to finish before it closes its Pulsar consumer anyway: a copy's send
+# gives up after pulsar-client's send timeout (30 s); the session's cleanup allows 10 s.
+TWO_STEP_WAIT = 5.0
 # Starts a task in the background (the vhost's nursery).
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 
@@ -184,6 +189,11 @@ class PulsarDelivery:
         says so, and acknowledged only once the dead letter is stored. If it could not be,
         the original goes back to the queue (delivered again), never lost."""
         subscription = self._subscription
+        with subscription.two_step():
+            await self._dead_letter_then_acknowledge(reason)
+
+    async def _dead_letter_then_acknowledge(self, reason: Reason) -> None:
+        subscription = self._subscription
         try:
             await subscription.dead_letter(subscription.queue, self.message, reason)
         except Exception as error:
@@ -215,19 +225,23 @@ class PulsarDelivery:
             await subscription.close_done.wait()
             return  # closed: Pulsar gives it back, whole
         received = self._received
-        try:
-            await subscription.requeue_copy(
-                subscription.queue, self.message, enqueued_at(received, received.properties), True
-            )
-        except Exception as error:
-            log.warning(
-                "requeueing a chunked message of '%s' by copy failed (%s); it comes back when "
-                "its consumer closes",
-                subscription.queue,
-                error,
-            )
-        else:
-            self._acknowledge()
+        with subscription.two_step():
+            try:
+                await subscription.requeue_copy(
+                    subscription.queue,
+                    self.message,
+                    enqueued_at(received, received.properties),
+                    True,
+                )
+            except Exception as error:
+                log.warning(
+                    "requeueing a chunked message of '%s' by copy failed (%s); it comes back "
+                    "when its consumer closes",
+                    subscription.queue,
+                    error,
+                )
+            else:
+                self._acknowledge()
 
     async def _requeue_copy(self) -> None:
         """Requeue one message of a batch (or a chunked one): a copy goes in, then the
@@ -237,6 +251,10 @@ class PulsarDelivery:
         when its last delivery is settled, and closing before that acknowledgement would
         give the whole entry back (duplicates of the others of the batch)."""
         self._settled = True  # the original is done with (the copy is marked requeued)
+        with self._subscription.two_step():
+            await self._copy_then_acknowledge()
+
+    async def _copy_then_acknowledge(self) -> None:
         try:
             received = self._received
             await self._subscription.requeue_copy(
@@ -313,12 +331,32 @@ class PulsarQueueSubscription:
         # no longer one of the queue's consumers (``leave``).
         self._close_done = trio.Event()
         self.left = False
+        # Two-step settlements under way (``two_step``) and the event set when none is left.
+        self._two_steps = 0
+        self._no_two_steps = trio.Event()
+        self._no_two_steps.set()
         # A priority queue's consumer orders what it reads ahead (priority.py); before its
         # first delivery it reads the queue's backlog, up to its window.
         self.prioritized = consumer.options.priority_of is not None
         self._fill = fill
         # Per topic: its last entry when the queue was purged on this replica (purge_queue).
         self.purged_at: dict[str, tuple[int, int]] = {}
+
+    @contextlib.contextmanager
+    def two_step(self) -> Iterator[None]:
+        """Around a settlement in two steps, a copy stored and then the original acknowledged
+        (requeue by copy, dead-lettering): the close waits for it. A Pulsar consumer closed
+        between the two steps drops the acknowledgement, and Pulsar gives the original back
+        beside its copy: a message the client settled, delivered again (found by the
+        settlement property test on a broker with batch-index acknowledgements)."""
+        self._two_steps += 1
+        self._no_two_steps = trio.Event()
+        try:
+            yield
+        finally:
+            self._two_steps -= 1
+            if not self._two_steps:
+                self._no_two_steps.set()
 
     def held_through_a_purge(self, received: ReceivedMessage) -> bool:
         """Whether ``received`` was read before a purge of its queue here. RabbitMQ's purge
@@ -512,6 +550,8 @@ class PulsarQueueSubscription:
 
     async def _close(self) -> None:
         self.leave()
+        with trio.move_on_after(TWO_STEP_WAIT):
+            await self._no_two_steps.wait()
         if self.expiry is not None:
             await self.expiry.idle()
         if not self.consumer.options.batch_index_ack and not self.ended:
