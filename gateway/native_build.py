@@ -26,8 +26,10 @@ from types import ModuleType
 from typing import Final
 
 __all__ = [
+    "SANITIZE_ENV",
     "BuildError",
     "CannotBuild",
+    "asan_library",
     "compile_extension",
     "install",
     "load_built",
@@ -61,22 +63,54 @@ def module_path(name: str, source_dir: Path, depends_on: bytes = b"") -> Path | 
     if not files:
         return None
     digest = hashlib.sha256(depends_on + b"\0" + sys.version.encode())
+    sanitize = os.environ.get(SANITIZE_ENV, "")
+    if sanitize:  # an instrumented build is another module (unchanged keys otherwise)
+        digest.update(b"\0sanitize=" + sanitize.encode())
     for file in files:
         digest.update(file.name.encode() + b"\0" + file.read_bytes())
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     return _cache_root() / digest.hexdigest()[:16] / f"{name}{suffix}"
 
 
+# STARLIGHT_NATIVE_SANITIZE=address builds the modules with AddressSanitizer (the test that
+# runs them so, tests/integration/test_native_asan.py, builds into a cache of its own; the
+# process then needs libasan preloaded: ``asan_library``).
+SANITIZE_ENV: Final = "STARLIGHT_NATIVE_SANITIZE"
+_SANITIZE_FLAGS: Final = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1")
+
+
+def asan_library() -> Path | None:
+    """gcc's libasan.so (to LD_PRELOAD into a Python running ASan-built modules), or None
+    without gcc or without libasan."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return None
+    result = subprocess.run(
+        [gcc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=False
+    )
+    found = Path(result.stdout.strip())
+    return (
+        found.resolve()
+        if result.returncode == 0 and found.is_absolute() and found.exists()
+        else None
+    )
+
+
 def compile_extension(files: Sequence[Path], path: Path, link: Sequence[str] = ()) -> None:
-    """gcc ``files`` into the extension module ``path``, with ``link``'s linker arguments."""
+    """gcc ``files`` into the extension module ``path``, with ``link``'s linker arguments
+    (instrumented by AddressSanitizer when ``STARLIGHT_NATIVE_SANITIZE=address``)."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise CannotBuild("no C compiler (gcc) on PATH")
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
+    sanitize = os.environ.get(SANITIZE_ENV, "")
+    if sanitize not in ("", "address"):
+        raise BuildError(f"{SANITIZE_ENV}={sanitize!r}: only 'address' is supported")
+    flags = list(_SANITIZE_FLAGS) if sanitize else ["-O2"]
     command = [
         gcc,
-        "-O2",
+        *flags,
         "-Wall",
         "-shared",
         "-fPIC",

@@ -202,17 +202,30 @@ static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
     }
     if (count == 0) Py_RETURN_NONE;
     sent_t *sent = malloc(sizeof(sent_t));
-    if (!sent) return PyErr_NoMemory();
+    pulsar_message_t **messages = malloc((size_t)count * sizeof(pulsar_message_t *));
+    if (!sent || !messages) {
+        free(sent);
+        free(messages);
+        return PyErr_NoMemory();
+    }
     sent->sender = sender;
     sent->token = token;
     pthread_mutex_lock(&sender->lock);
     sender->refs++;
     pthread_mutex_unlock(&sender->lock);
+    for (Py_ssize_t i = 0; i < count; i++)
+        messages[i] = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
+    /* Without the GIL: pulsar-client's I/O thread may hold the producer's lock while a
+       receipt's callback waits for the GIL (wake_python); sending with the GIL held then
+       deadlocks (seen under AddressSanitizer, tests/integration/test_native_asan.py). The
+       Outgoing objects stay alive in ``items``, which the caller holds. */
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
-        pulsar_message_t *message = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
-        if (i == count - 1) pulsar_producer_send_async(native, message, on_sent, sent);
-        else pulsar_producer_send_async(native, message, on_sent_quietly, NULL);
+        if (i == count - 1) pulsar_producer_send_async(native, messages[i], on_sent, sent);
+        else pulsar_producer_send_async(native, messages[i], on_sent_quietly, NULL);
     }
+    Py_END_ALLOW_THREADS
+    free(messages);
     Py_RETURN_NONE;
 }
 
