@@ -117,7 +117,8 @@ async def pulsar(url: str, first: str, second: str) -> None:
             await producers[0].submit_grouped(b"late %d" % i, {"i": str(i)})
         await producers[0].flush()
         await consumer.remove_topic(second)
-        await trio.sleep(0.2)  # a condition-free pause: let the C listener queue them
+        with trio.fail_after(10):
+            await consumer.wait_buffered(8)  # the buffer full, the rest queued in C++
         for producer in producers:
             await producer.aclose()
         await consumer.aclose()
