@@ -224,24 +224,29 @@ class PulsarDelivery:
         with trio.move_on_after(CHUNKED_RETURN_GRACE):
             await subscription.close_done.wait()
             return  # closed: Pulsar gives it back, whole
-        received = self._received
         with subscription.two_step():
-            try:
-                await subscription.requeue_copy(
-                    subscription.queue,
-                    self.message,
-                    enqueued_at(received, received.properties),
-                    True,
-                )
-            except Exception as error:
-                log.warning(
-                    "requeueing a chunked message of '%s' by copy failed (%s); it comes back "
-                    "when its consumer closes",
-                    subscription.queue,
-                    error,
-                )
-            else:
+            if await self._stored_copy("chunked", "it comes back when its consumer closes"):
                 self._acknowledge()
+
+    async def _stored_copy(self, kind: str, otherwise: str) -> bool:
+        """Store the requeued copy of this message in its queue; False (logged, with what
+        happens ``otherwise``) if it could not be."""
+        subscription = self._subscription
+        received = self._received
+        try:
+            await subscription.requeue_copy(
+                subscription.queue, self.message, enqueued_at(received, received.properties), True
+            )
+        except Exception as error:
+            log.warning(
+                "requeueing a %s message of '%s' by copy failed (%s); %s",
+                kind,
+                subscription.queue,
+                error,
+                otherwise,
+            )
+            return False
+        return True
 
     async def _requeue_copy(self) -> None:
         """Requeue one message of a batch (or a chunked one): a copy goes in, then the
@@ -256,25 +261,12 @@ class PulsarDelivery:
 
     async def _copy_then_acknowledge(self) -> None:
         try:
-            received = self._received
-            await self._subscription.requeue_copy(
-                self._subscription.queue,
-                self.message,
-                enqueued_at(received, received.properties),
-                True,
-            )
-        except Exception as error:
-            # Not stored: Pulsar's way then, which gives the message back with the rest of
-            # its entry (duplicates, but nothing lost).
-            log.warning(
-                "requeueing a batched message of '%s' by copy failed (%s); the whole batch "
-                "comes back",
-                self._subscription.queue,
-                error,
-            )
-            self._subscription.negative_acknowledge(self._received)
-        else:
-            self._acknowledge()
+            if await self._stored_copy("batched", "the whole batch comes back"):
+                self._acknowledge()
+            else:
+                # Pulsar's way then, which gives the message back with the rest of its entry
+                # (duplicates, but nothing lost).
+                self._subscription.negative_acknowledge(self._received)
         finally:
             self._subscription.redeliveries.settled(self._key)
             self._subscription.delivery_settled(self._received.topic)
