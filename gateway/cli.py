@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import trio
 
@@ -37,11 +37,35 @@ log = logging.getLogger("gateway")
 EXIT_CONFIG_ERROR = 2
 EXIT_STARTUP_ERROR = 1
 
+# The subcommands, each with its own parser (`starlight-rabbitmq <command> --help`) and exit
+# codes, as `--help` lists them; without one the command runs the gateway.
+SUBCOMMANDS: Final = {
+    "rollup": "sum the usage events per vhost and time window (a Spark job; extra [rollup])",
+    "permissions": "set, clear or list a user's permissions on a vhost, as rabbitmqctl does",
+    "vhosts": "add, delete or list vhosts (the Pulsar namespaces they map to)",
+}
+
+
+def _subcommands_help() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"  {name:<{width}}  {summary}" for name, summary in SUBCOMMANDS.items()]
+    return "\n".join(
+        [
+            "commands:",
+            *lines,
+            "",
+            "Without a command it runs the gateway. See `starlight-rabbitmq <command> --help`.",
+        ]
+    )
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="starlight-rabbitmq",
         description="An AMQP 0-9-1 gateway that runs RabbitMQ applications on Apache Pulsar.",
+        epilog=_subcommands_help(),
+        # The epilog's table as written; the options' help is still wrapped.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "-c",
@@ -388,8 +412,8 @@ def _startup_error(error: BaseException) -> StartupError | ConfigError | None:
     return None
 
 
-# Subcommands that end the ordinary way (the rollup's Spark JVM is stopped by atexit handlers).
-_FINALIZED_SUBCOMMANDS = ("permissions", "rollup", "vhosts")
+# Subcommands end the ordinary way (the rollup's Spark JVM is stopped by atexit handlers).
+_FINALIZED_SUBCOMMANDS = tuple(SUBCOMMANDS)
 
 
 def run() -> NoReturn:

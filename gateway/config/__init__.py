@@ -9,7 +9,7 @@ user input surfaces as :class:`ConfigError`, whose message is one line naming th
 The package, one job per module:
 
 - ``keys``: what a key is (:class:`ConfigKey`, :class:`Section`, :class:`Kind`);
-- ``schema``: :class:`GatewayConfig`, one field per key (add a key here);
+- ``schema``: :class:`GatewayConfig`, one field per key, a module per topic (add a key there);
 - ``derived``: the values the gateway works out from the keys (``frame_max``, ...);
 - ``values``: parsing and validation of one value, by kind;
 - ``loading``: the file format, the environment, the rules across keys;
