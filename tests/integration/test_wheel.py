@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.processes import free_port, write_config
+from tests.integration.fleet.processes import free_port, write_stack_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -168,13 +168,11 @@ def test_smoke_publish_and_get_through_the_installed_gateway(
     for module in ("gateway.pulsar.compiled", "gateway.amqp.compiled"):
         installed.run(installed.python, "-m", module, timeout=300)
     port = free_port()
-    config = write_config(
+    config = write_stack_config(
         tmp_path,
+        pulsar_stack,
         port=port,
         namespace=namespace,
-        zookeeper=pulsar_stack.zookeeper,
-        web_url=pulsar_stack.web_url,
-        broker_url=pulsar_stack.broker_url,
     )
     log = tmp_path / "gateway.log"
     with log.open("w") as output:

@@ -18,7 +18,7 @@ from typing import Any
 import jwt
 import pytest
 
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
+from tests.integration.fleet.processes import GatewayProcess, free_port, write_stack_config
 from tests.starlight_rabbitmq_chart.rendering import Manifest, documents
 from tests.starlight_rabbitmq_chart.tools import CHART_DIR, Helm
 from tests.support.pulsar_gateway import fresh_namespace
@@ -199,13 +199,11 @@ def gateway_with_jwt_logins(pulsar_stack: Any, tmp_path: Path) -> Iterator[tuple
     token = jwt.encode({"sub": "helm-test"}, key.read_bytes(), algorithm="HS256")
     with fresh_namespace(pulsar_stack) as namespace:
         port = free_port()
-        config = write_config(
+        config = write_stack_config(
             tmp_path,
+            pulsar_stack,
             port=port,
             namespace=namespace,
-            zookeeper=pulsar_stack.zookeeper,
-            web_url=pulsar_stack.web_url,
-            broker_url=pulsar_stack.broker_url,
             extra=f"authenticationEnabled=true\ntokenSecretKey=file://{key}\n",
         )
         gateway = GatewayProcess("gateway", config, port).start()
@@ -256,13 +254,11 @@ def test_the_hook_script_passes_against_an_open_gateway(
 ) -> None:
     with fresh_namespace(pulsar_stack) as namespace:
         port = free_port()
-        config = write_config(
+        config = write_stack_config(
             tmp_path,
+            pulsar_stack,
             port=port,
             namespace=namespace,
-            zookeeper=pulsar_stack.zookeeper,
-            web_url=pulsar_stack.web_url,
-            broker_url=pulsar_stack.broker_url,
         )
         gateway = GatewayProcess("gateway", config, port).start()
         try:

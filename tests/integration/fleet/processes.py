@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 COMMAND = [sys.executable, "-m", "gateway.cli"]
@@ -50,6 +51,21 @@ def write_config(
         "metricsListener=http://127.0.0.1:0\n" + extra
     )
     return path
+
+
+def write_stack_config(
+    directory: Path, stack: Any, *, port: int, namespace: str, extra: str = ""
+) -> Path:
+    """``write_config`` for the local stack ``stack`` (its broker, web and ZooKeeper URLs)."""
+    return write_config(
+        directory,
+        port=port,
+        namespace=namespace,
+        zookeeper=stack.zookeeper,
+        web_url=stack.web_url,
+        broker_url=stack.broker_url,
+        extra=extra,
+    )
 
 
 def _is_our_worker(pid: int, config: Path) -> bool:
