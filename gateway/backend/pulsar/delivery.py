@@ -341,8 +341,11 @@ class PulsarQueueSubscription:
         between the two steps drops the acknowledgement, and Pulsar gives the original back
         beside its copy: a message the client settled, delivered again (found by the
         settlement property test on a broker with batch-index acknowledgements)."""
+        if not self._two_steps:
+            # A new event only when the first begins: a close already waiting holds the
+            # current one, which must be set when the last of them ends.
+            self._no_two_steps = trio.Event()
         self._two_steps += 1
-        self._no_two_steps = trio.Event()
         try:
             yield
         finally:
