@@ -600,10 +600,7 @@ class TrioProducer:
         messages still in flight here fail with it (the client gets its nacks and publishes
         them again); ``ProducerCache`` replaces a closed producer on the next send."""
         log.warning("send to %s timed out; replacing its producer", self.topic)
-        self._send_group()  # handed over first: the close completes it (failed)
-        self._closed = True
-        self._client._forget(self)
-        self._native.close_async(ignore_result)
+        self._start_close(ignore_result)
 
     async def flush(self) -> None:
         """Wait until every message handed to this producer so far is stored or failed (the
@@ -627,17 +624,20 @@ class TrioProducer:
     def _mark_closed(self) -> None:
         self._closed = True
 
+    def _start_close(self, callback: Callable[[Any], None]) -> None:
+        self._send_group()  # handed over first: the close completes it, stored or failed
+        self._closed = True
+        self._client._forget(self)
+        self._native.close_async(callback)
+
     async def aclose(self) -> None:
         """Close. Messages still in flight complete (persisted, or failed with ClosedError)."""
         if self._closed:
             return
-        self._send_group()  # handed over first: the close completes it, stored or failed
-        self._closed = True
-        self._client._forget(self)
         call: NativeCall[None] = NativeCall(
             f"close producer on {self.topic}", token=self._client.token
         )
-        self._native.close_async(call.result_callback)
+        self._start_close(call.result_callback)
         with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
             await call.wait(self._client.operation_deadline)
 
