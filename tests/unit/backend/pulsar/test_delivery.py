@@ -1,0 +1,124 @@
+"""PulsarDelivery's two-step settlements (a copy stored, then the original acknowledged) with
+the store failing, and PulsarQueueSubscription's close waiting for them: a fake Pulsar
+consumer records what reaches it, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+import trio
+
+from gateway.backend.interface import Message
+from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.redeliveries import Redeliveries
+from gateway.pulsar.consumer import TrioConsumer
+
+TOPIC = "persistent://public/default/amq.default__q"
+
+
+@dataclass
+class FakeOptions:
+    batch_index_ack: bool = True  # no split-batch completion at the close
+    priority_of: None = None
+
+
+@dataclass(eq=False)
+class FakeReceived:
+    id_bytes: bytes
+    in_batch: bool = True
+    chunked: bool = False
+    topic: str = TOPIC
+    payload: bytes = b"body"
+    properties: dict[str, str] = field(default_factory=dict)
+    publish_timestamp: int = 1
+    redelivery_count: int = 0
+
+
+@dataclass
+class FakeConsumer:
+    """What the subscription calls on its Pulsar consumer, in order."""
+
+    events: list[str] = field(default_factory=list)
+    options: FakeOptions = field(default_factory=FakeOptions)
+    topics: tuple[str, ...] = (TOPIC,)
+
+    def acknowledge(self, received: FakeReceived) -> None:
+        self.events.append(f"ack {received.id_bytes.decode()}")
+
+    def negative_acknowledge(self, received: FakeReceived) -> None:
+        self.events.append(f"nack {received.id_bytes.decode()}")
+
+    async def aclose(self) -> None:
+        self.events.append("close")
+
+
+async def refused(*_args: object) -> None:
+    raise RuntimeError("Pulsar refused the write")
+
+
+def subscription_of(
+    consumer: FakeConsumer,
+    *,
+    requeue_copy: Callable[..., Awaitable[None]] = refused,
+    dead_letter: Callable[..., Awaitable[None]] = refused,
+) -> PulsarQueueSubscription:
+    return PulsarQueueSubscription(
+        "q",
+        cast(TrioConsumer, consumer),
+        lambda _message, _received: True,
+        lambda _subscription: None,
+        Redeliveries(),
+        requeue_copy,
+        dead_letter,
+    )
+
+
+def delivery_of(subscription: PulsarQueueSubscription, name: str) -> PulsarDelivery:
+    received: Any = FakeReceived(name.encode())
+    return PulsarDelivery(subscription, received, Message("", "q", b"", b"body"))
+
+
+async def test_a_requeue_whose_copy_is_not_stored_gives_the_original_back() -> None:
+    consumer = FakeConsumer()
+    delivery = delivery_of(subscription_of(consumer), "m1")
+    await delivery.reject(requeue=True)
+    assert consumer.events == ["nack m1"]  # never acknowledged: the original stays
+
+
+async def test_a_drop_whose_dead_letter_is_not_stored_gives_the_original_back() -> None:
+    consumer = FakeConsumer()
+    delivery = delivery_of(subscription_of(consumer), "m1")
+    await delivery.drop("rejected")
+    assert consumer.events == ["nack m1"]
+
+
+@pytest.mark.parametrize("later", [0, 1], ids=["one", "another-after-the-close-began"])
+async def test_the_close_waits_for_copies_under_way(later: int) -> None:
+    """Closing between a copy and its original's acknowledgement would drop the
+    acknowledgement, and Pulsar would give the original back beside its copy. A requeue
+    that begins while the close waits is waited for too, and the close goes on once the last
+    of them ends."""
+    consumer = FakeConsumer()
+    stored = trio.Event()
+
+    async def slow_copy(*_args: object) -> None:
+        await stored.wait()
+
+    subscription = subscription_of(consumer, requeue_copy=slow_copy)
+    deliveries = [delivery_of(subscription, f"m{n}") for n in range(1 + later)]
+    with trio.fail_after(4):  # under TWO_STEP_WAIT: the close must not merely time out
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(deliveries[0].reject, True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(subscription.close)
+            await trio.testing.wait_all_tasks_blocked()
+            for delivery in deliveries[1:]:
+                nursery.start_soon(delivery.reject, True)
+            await trio.testing.wait_all_tasks_blocked()
+            assert consumer.events == []  # the close waits
+            stored.set()
+    *acks, last = consumer.events
+    assert sorted(acks) == [f"ack m{n}" for n in range(1 + later)] and last == "close"
