@@ -14,7 +14,7 @@ from typing import Any
 
 from pamqp import commands, frame
 
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
+from tests.integration.fleet.processes import GatewayProcess, free_port, write_stack_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -86,15 +86,7 @@ def gateway(
     """A ready gateway on a namespace of its own, killed afterwards."""
     with fresh_namespace(stack) as namespace:
         port = free_port()
-        config = write_config(
-            directory,
-            port=port,
-            namespace=namespace,
-            zookeeper=stack.zookeeper,
-            web_url=stack.web_url,
-            broker_url=stack.broker_url,
-            extra=extra,
-        )
+        config = write_stack_config(directory, stack, port=port, namespace=namespace, extra=extra)
         process = LimitedGatewayProcess("gateway", config, port, nofile=nofile)
         process.namespace = namespace
         try:
