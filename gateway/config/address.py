@@ -19,13 +19,20 @@ def loopback_host(host: str) -> bool:
     (``127.0.0.0/8``, ``::1``, an IPv4-mapped loopback). Any other name is not resolved."""
     if host.lower() == "localhost":
         return True
+    address = ip_address_of(host)
+    return address is not None and address.is_loopback
+
+
+def ip_address_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address (an IPv6 zone dropped, an IPv4-mapped IPv6 address as the
+    IPv4 one: an IPv4 client on a dual-stack socket); None if it is not one."""
     try:
-        address = ipaddress.ip_address(host.partition("%")[0])  # drop an IPv6 zone
+        address = ipaddress.ip_address(host.partition("%")[0])
     except ValueError:
-        return False
+        return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+        return address.ipv4_mapped
+    return address
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_context import TlsSettings
-from gateway.config.address import Listener
+from gateway.config.address import Listener, ip_address_of
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -36,13 +36,8 @@ class ProxyTrust:
             return self.unix
         if not self.networks:
             return False
-        try:
-            address = ipaddress.ip_address(peer_host.partition("%")[0])  # drop an IPv6 zone
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped  # an IPv4 client on a dual-stack socket
-        return any(address in network for network in self.networks)
+        address = ip_address_of(peer_host)
+        return address is not None and any(address in network for network in self.networks)
 
 
 @dataclass(frozen=True)
