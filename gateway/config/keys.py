@@ -1,7 +1,7 @@
 """What a configuration key is: its section, how its value is parsed, its documentation.
 
 :class:`ConfigKey` is attached to each field of :class:`~gateway.config.schema.GatewayConfig`
-(through :func:`_key`), so that the loader and the generated documents share one list.
+(through :func:`key_metadata`), so that the loader and the generated documents share one list.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ ENV_PREFIX: Final = "STARLIGHT_"
 #: AMQP 0-9-1 ``frame-min-size`` (spec 4.2.3): no peer may be offered a smaller frame-max.
 AMQP_FRAME_MIN_SIZE: Final = 4096
 
-_MAX_UINT32: Final = 2**32 - 1
+#: The largest AMQP long (unsigned 32 bits), the bound of keys sent in Connection.Tune.
+MAX_UINT32: Final = 2**32 - 1
 
 
 class Section(enum.Enum):
@@ -98,7 +99,7 @@ class ConfigKey:
         return ENV_PREFIX + self.name
 
 
-def _key(
+def key_metadata(
     kind: Kind,
     default: str,
     description: str,
@@ -126,14 +127,8 @@ def _key(
     return {"key": spec}
 
 
-_A = Section.AMQP
-_AUTH = Section.AUTHENTICATION
-_BC = Section.BROKER_CLIENT
-_TLS = Section.TLS
-_VH = Section.VHOST_MAPPING
-_GW = Section.GATEWAY
-
-_PKCS12_ONLY = (
+#: The note of every key store key: which formats Python reads.
+PKCS12_ONLY: Final = (
     "Only PKCS12: Java's JKS format cannot be read from Python (convert it with "
     "`keytool -importkeystore -deststoretype PKCS12`). The reference's Java default is JKS."
 )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _GW, Kind, _key
+from gateway.config.keys import Kind, Section, key_metadata
 from gateway.config.schema.rollup import RollupKeys
+
+# Every key of this module is in one section of the documentation.
+_GW = Section.GATEWAY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -13,7 +16,7 @@ class AccessKeys(RollupKeys):
     """One section of :class:`~gateway.config.schema.GatewayConfig`, in documentation order."""
 
     amqpAutoCreateVhosts: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Create the Pulsar namespace (and its tenant when missing) of a vhost that does
@@ -26,7 +29,7 @@ class AccessKeys(RollupKeys):
         )
     )
     amqpLazySubscriptions: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "true",
             """Create a queue's Pulsar subscription on a per-routing-key topic (its own
@@ -39,7 +42,7 @@ class AccessKeys(RollupKeys):
         )
     )
     amqpPriorityQueueReadAhead: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "100",
             """Messages a consumer (or the Basic.Get reader) of a priority queue
@@ -54,7 +57,7 @@ class AccessKeys(RollupKeys):
         )
     )
     authorizationEnabled: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Check that an authenticated role may use the vhost it opens; roles in
@@ -65,7 +68,7 @@ class AccessKeys(RollupKeys):
         )
     )
     amqpAllowUnauthenticatedRemote: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Let the gateway start with authenticationEnabled=false and an AMQP listener on
@@ -78,7 +81,7 @@ class AccessKeys(RollupKeys):
         )
     )
     superUserRoles: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING_LIST,
             "",
             "Roles allowed everything when authorizationEnabled is true, comma-separated.",
@@ -87,7 +90,7 @@ class AccessKeys(RollupKeys):
         )
     )
     amqpHandshakeTimeoutMs: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "10000",
             """Milliseconds a new connection has to complete the AMQP handshake (protocol

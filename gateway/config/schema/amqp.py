@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 
 from gateway.config.address import Listener
 from gateway.config.derived import DerivedValues
-from gateway.config.keys import _A, _MAX_UINT32, AMQP_FRAME_MIN_SIZE, Kind, _key
+from gateway.config.keys import AMQP_FRAME_MIN_SIZE, MAX_UINT32, Kind, Section, key_metadata
+
+# Every key of this module is in one section of the documentation.
+_A = Section.AMQP
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -16,7 +19,7 @@ class AmqpKeys(DerivedValues):
 
     # ---- General and AMQP (reference/002, first table) ----------------------------------
     configurationStoreServers: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.ZOOKEEPER,
             "",
             """ZooKeeper connection string of the configuration store that holds the AMQP
@@ -30,7 +33,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpListeners: tuple[Listener, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.LISTENERS,
             "amqp://127.0.0.1:5672",
             """Addresses the gateway listens on for AMQP clients, comma-separated
@@ -42,7 +45,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     advertisedAddress: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.HOST,
             "",
             """Host name or IP address of this gateway as seen by clients and by the other
@@ -52,7 +55,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpSessionCountLimit: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "256",
             """Maximum number of channels (sessions) open at once on one AMQP connection;
@@ -63,7 +66,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpHeartbeatDelay: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "0",
             """Heartbeat interval in seconds offered in Connection.Tune. Clients may negotiate
@@ -74,7 +77,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpHeartbeatTimeoutFactor: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "2",
             """A connection is considered broken when nothing has been received from the peer
@@ -84,18 +87,18 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpNetworkBufferSize: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "2097152",
             """Network buffer size in bytes (2 MB); also the largest frame accepted, offered as
             frame-max in Connection.Tune. At least 4096, AMQP's frame-min-size.""",
             _A,
             minimum=AMQP_FRAME_MIN_SIZE,
-            maximum=_MAX_UINT32,
+            maximum=MAX_UINT32,
         )
     )
     amqpMaxMessageSize: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "104857600",
             "Largest message body in bytes (100 MB) accepted from a publisher.",
@@ -104,7 +107,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpDebugBinaryDataLength: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "80",
             "How many bytes of binary data (bodies, frames) are written to debug logs.",
@@ -113,7 +116,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpConnectionCloseTimeout: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "2000",
             """Milliseconds to wait for Connection.Close-Ok after sending Connection.Close,
@@ -125,7 +128,7 @@ class AmqpKeys(DerivedValues):
         )
     )
     amqpBatchingEnabled: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "true",
             """Whether the Pulsar producers of the gateway batch messages. They batch only

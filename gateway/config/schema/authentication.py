@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _AUTH, Kind, _key
+from gateway.config.keys import Kind, Section, key_metadata
 from gateway.config.schema.amqp import AmqpKeys
+
+# Every key of this module is in one section of the documentation.
+_AUTH = Section.AUTHENTICATION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -14,7 +17,7 @@ class AuthenticationKeys(AmqpKeys):
 
     # ---- Authentication (reference/002, second table) -----------------------------------
     authenticationEnabled: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Whether AMQP clients must authenticate. When false, any credentials are
@@ -24,7 +27,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     amqpAuthenticationMechanisms: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.MECHANISMS,
             "PLAIN",
             """SASL mechanisms offered to clients, comma-separated, from PLAIN, AMQPLAIN and
@@ -36,7 +39,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     tokenSecretKey: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TOKEN_KEY,
             "",
             """Secret (HMAC) key that validates JWTs: `data:;base64,<key>` or
@@ -47,7 +50,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     tokenPublicKey: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TOKEN_KEY,
             "",
             """Public (RSA or EC) key that validates JWTs, in the same forms as
@@ -56,7 +59,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     tokenAuthClaim: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "JWT claim used as the principal (role). Empty: the `sub` claim.",
@@ -64,7 +67,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     tokenAudienceClaim: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """JWT claim holding the audience, e.g. `aud`. Empty: the audience is not
@@ -73,7 +76,7 @@ class AuthenticationKeys(AmqpKeys):
         )
     )
     tokenAudience: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """The audience this gateway stands for: the tokenAudienceClaim of a valid token

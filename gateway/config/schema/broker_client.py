@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _BC, _PKCS12_ONLY, Kind, _key
+from gateway.config.keys import PKCS12_ONLY, Kind, Section, key_metadata
 from gateway.config.schema.authentication import AuthenticationKeys
+
+# Every key of this module is in one section of the documentation.
+_BC = Section.BROKER_CLIENT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -14,7 +17,7 @@ class BrokerClientKeys(AuthenticationKeys):
 
     # ---- Broker client (reference/002, third table) -------------------------------------
     brokerServiceURL: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.PULSAR_URL,
             "",
             """Pulsar binary-protocol URL of the brokers (or a Pulsar proxy):
@@ -25,7 +28,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerWebServiceURL: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.WEB_URL,
             "",
             """Pulsar admin REST URL of the brokers: `http://host:8080` or
@@ -36,7 +39,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientAuthenticationPlugin: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.AUTH_PLUGIN,
             "",
             """How the gateway authenticates to Pulsar: a Pulsar client authentication class
@@ -47,7 +50,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientAuthenticationParameters: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """Parameters of brokerClientAuthenticationPlugin in the Pulsar client's string
@@ -57,7 +60,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     amqpBrokerClientAuthenticationParameters: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """If set, used instead of brokerClientAuthenticationParameters, so that the
@@ -68,7 +71,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     tlsEnabledWithBroker: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Use TLS to the brokers. Requires `pulsar+ssl://` and `https://` URLs (a
@@ -77,7 +80,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientTrustCertsFilePath: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """PEM file of the CA certificates trusted for the brokers' TLS certificates (binary
@@ -86,7 +89,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientTlsEnabledWithKeyStore: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Read the brokers' trusted CAs from brokerClientTlsTrustStore instead of
@@ -95,15 +98,15 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientTlsTrustStoreType: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STORE_TYPE,
             "PKCS12",
-            "Type of brokerClientTlsTrustStore. " + _PKCS12_ONLY,
+            "Type of brokerClientTlsTrustStore. " + PKCS12_ONLY,
             _BC,
         )
     )
     brokerClientTlsTrustStore: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Path of the PKCS#12 trust store with the CAs trusted for the brokers.",
@@ -111,7 +114,7 @@ class BrokerClientKeys(AuthenticationKeys):
         )
     )
     brokerClientTlsTrustStorePassword: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Password of brokerClientTlsTrustStore.",

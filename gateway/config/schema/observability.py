@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _GW, Kind, MetricsListener, _key
+from gateway.config.keys import Kind, MetricsListener, Section, key_metadata
 from gateway.config.schema.access import AccessKeys
+
+# Every key of this module is in one section of the documentation.
+_GW = Section.GATEWAY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -13,7 +16,7 @@ class ObservabilityKeys(AccessKeys):
     """One section of :class:`~gateway.config.schema.GatewayConfig`, in documentation order."""
 
     metricsListener: MetricsListener | None = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.METRICS_URL,
             "http://0.0.0.0:15692",
             """The HTTP listener serving /metrics (Prometheus), /healthz (the process is
@@ -26,7 +29,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     managementListener: MetricsListener | None = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.MANAGEMENT_URL,
             "",
             """The HTTP listener of RabbitMQ's management API (`/api/...`: queues, exchanges,
@@ -40,7 +43,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     managementMonitoringRoles: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING_LIST,
             "",
             """Principals with RabbitMQ's `monitoring` user tag in the management API
@@ -52,7 +55,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     amqpClusterName: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "starlight-rabbitmq",
             """The `rabbitmq_cluster` label of `rabbitmq_identity_info`: the name of the fleet
@@ -62,7 +65,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     amqpNodeName: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """The `rabbitmq_node` label of the metrics and the replica name in usage events:
@@ -73,7 +76,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     amqpServerProduct: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "RabbitMQ",
             """`product` in the server properties of Connection.Start. RabbitMQ's clients read
@@ -86,7 +89,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     amqpServerVersion: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.RABBITMQ_VERSION,
             "3.13.7",
             """`version` in the server properties of Connection.Start: the RabbitMQ version
@@ -98,7 +101,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     usageEventsEnabled: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "true",
             """Publish one usage event per active vhost every usageEventsIntervalSeconds to
@@ -108,7 +111,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     usageEventsTopic: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TOPIC,
             "persistent://public/starlight-system/usage-events",
             """The Pulsar topic of the usage events (its namespace is created if missing, with
@@ -118,7 +121,7 @@ class ObservabilityKeys(AccessKeys):
         )
     )
     usageEventsIntervalSeconds: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "10",
             "Seconds per usage-event window.",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _GW, Kind, _key
+from gateway.config.keys import Kind, Section, key_metadata
 from gateway.config.schema.vhosts import VhostMappingKeys
+
+# Every key of this module is in one section of the documentation.
+_GW = Section.GATEWAY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -16,7 +19,7 @@ class RollupKeys(VhostMappingKeys):
     # The rollup job's keys (`starlight-rabbitmq rollup -c`, docs/rollup.md): it reads the
     # gateway's file for the broker-client keys, so that it uses the same credentials.
     rollupWindowSeconds: tuple[int, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.SECONDS_LIST,
             "60,3600",
             """Rollup job: the lengths of the event-time windows it sums per vhost, in
@@ -26,7 +29,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupWatermarkSeconds: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "120",
             """Rollup job: how late (in event time) a usage event may arrive and still be
@@ -38,7 +41,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupTriggerSeconds: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "10",
             "Rollup job: seconds between micro-batches.",
@@ -48,7 +51,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupCheckpointLocation: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "rollup/checkpoint",
             """Rollup job: Spark's checkpoint directory (any Hadoop file system URL on a
@@ -58,7 +61,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupParquetPath: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "rollup/parquet",
             "Rollup job: directory of the Parquet output, partitioned by date. Empty: none.",
@@ -67,7 +70,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupPostgresUrl: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """Rollup job: `postgresql://user:password@host:port/database` of the
@@ -78,7 +81,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupPostgresTable: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "vhost_throughput",
             "Rollup job: the PostgreSQL table (created if missing), `name` or `schema.name`.",
@@ -87,7 +90,7 @@ class RollupKeys(VhostMappingKeys):
         )
     )
     rollupSubscription: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "starlight-rollup",
             """Rollup job: the durable subscription that keeps the usage events it has not

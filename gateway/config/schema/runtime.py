@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _GW, Kind, _key
+from gateway.config.keys import Kind, Section, key_metadata
 from gateway.config.schema.observability import ObservabilityKeys
+
+# Every key of this module is in one section of the documentation.
+_GW = Section.GATEWAY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -14,7 +17,7 @@ class RuntimeKeys(ObservabilityKeys):
     """One section of :class:`~gateway.config.schema.GatewayConfig`, in documentation order."""
 
     gatewayCompiledHotPath: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "true",
             """Use the gateway's compiled modules when `make install` built them: the
@@ -29,7 +32,7 @@ class RuntimeKeys(ObservabilityKeys):
         )
     )
     gatewayMemoryAllocator: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.ALLOCATOR,
             "auto",
             """The process's memory allocator: `jemalloc` (the `starlight-rabbitmq` command
@@ -44,7 +47,7 @@ class RuntimeKeys(ObservabilityKeys):
         )
     )
     amqpProxyProtocolTrustedNetworks: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.NETWORKS,
             "",
             """Peers allowed to send a PROXY protocol v2 header (HAProxy `send-proxy-v2`, a
@@ -59,7 +62,7 @@ class RuntimeKeys(ObservabilityKeys):
         )
     )
     zooKeeperSessionTimeoutMs: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "30000",
             """ZooKeeper session timeout in milliseconds for the metadata store: how long the

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _PKCS12_ONLY, _TLS, Kind, _key
+from gateway.config.keys import PKCS12_ONLY, Kind, Section, key_metadata
 from gateway.config.schema.broker_client import BrokerClientKeys
+
+# Every key of this module is in one section of the documentation.
+_TLS = Section.TLS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -14,7 +17,7 @@ class TlsKeys(BrokerClientKeys):
 
     # ---- TLS (reference/002, fourth table) ----------------------------------------------
     tlsCertRefreshCheckDurationSec: int = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.INT,
             "300",
             """How often, in seconds, the certificate and key files are checked for changes
@@ -24,7 +27,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsCertificateFilePath: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "PEM certificate (chain) presented by the amqps listeners.",
@@ -32,7 +35,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsKeyFilePath: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "PEM private key of tlsCertificateFilePath.",
@@ -40,7 +43,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsTrustCertsFilePath: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             """PEM file of the CA certificates trusted for client certificates (needed by
@@ -49,7 +52,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsAllowInsecureConnection: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Let clients connect whatever client certificate they hold: none is requested,
@@ -60,7 +63,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsHostnameVerificationEnabled: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Verify the brokers' host names against their certificates when the gateway
@@ -69,7 +72,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsRequireTrustedClientCertOnConnect: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Require a client certificate signed by a trusted CA on amqps connections;
@@ -78,7 +81,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsProtocols: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TLS_PROTOCOLS,
             "",
             """TLS versions allowed on the amqps listeners, comma-separated: TLSv1.3,
@@ -88,7 +91,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsCiphers: tuple[str, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TLS_CIPHERS,
             "",
             """Cipher suites allowed on the amqps listeners, comma-separated, e.g.
@@ -98,7 +101,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsEnabledWithKeyStore: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Read the listeners' certificate and key from tlsKeyStore and the trusted client
@@ -107,7 +110,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsProvider: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.TLS_PROVIDER,
             "",
             """TLS provider. Python always uses the OpenSSL library of its ssl module, so only
@@ -116,15 +119,15 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsKeyStoreType: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STORE_TYPE,
             "PKCS12",
-            "Type of tlsKeyStore. " + _PKCS12_ONLY,
+            "Type of tlsKeyStore. " + PKCS12_ONLY,
             _TLS,
         )
     )
     tlsKeyStore: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Path of the PKCS#12 key store with the listeners' certificate and private key.",
@@ -132,7 +135,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsKeyStorePassword: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Password of tlsKeyStore.",
@@ -141,15 +144,15 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsTrustStoreType: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STORE_TYPE,
             "PKCS12",
-            "Type of tlsTrustStore. " + _PKCS12_ONLY,
+            "Type of tlsTrustStore. " + PKCS12_ONLY,
             _TLS,
         )
     )
     tlsTrustStore: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Path of the PKCS#12 trust store with the CAs trusted for client certificates.",
@@ -157,7 +160,7 @@ class TlsKeys(BrokerClientKeys):
         )
     )
     tlsTrustStorePassword: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.STRING,
             "",
             "Password of tlsTrustStore.",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.config.keys import _VH, Kind, _key
+from gateway.config.keys import Kind, Section, key_metadata
 from gateway.config.schema.tls import TlsKeys
+
+# Every key of this module is in one section of the documentation.
+_VH = Section.VHOST_MAPPING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -14,7 +17,7 @@ class VhostMappingKeys(TlsKeys):
 
     # ---- Vhost mapping (reference/001) --------------------------------------------------
     amqpDefaultTenant: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.PULSAR_NAME,
             "public",
             "Pulsar tenant used to map the vhost `/` and short vhosts.",
@@ -22,7 +25,7 @@ class VhostMappingKeys(TlsKeys):
         )
     )
     amqpDefaultNamespace: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.PULSAR_NAME,
             "default",
             """Pulsar namespace used to map the vhost `/` (and short vhosts when
@@ -31,7 +34,7 @@ class VhostMappingKeys(TlsKeys):
         )
     )
     amqpMapShortVhostToTenant: bool = field(
-        metadata=_key(
+        metadata=key_metadata(
             Kind.BOOL,
             "false",
             """Map a short vhost `x` (no slash inside) to the namespace
