@@ -166,7 +166,7 @@ def counting_cost_ns(repeat: int = 200_000) -> float:
     size = 1024
 
     def one_message() -> None:
-        # publish (session._publish)
+        # publish (publishing.publish_now)
         counts.received += 1
         counts.received_bytes += size
         sizes.observe(size)
@@ -175,10 +175,10 @@ def counting_cost_ns(repeat: int = 200_000) -> float:
         counts.received_confirm += 1
         # confirm (one frame per message, the worst case)
         counts.confirmed += 1
-        # deliver (session._deliver_loop)
+        # deliver (consuming._deliver)
         counts.delivered_bytes += size
         counts.delivered_consume_manual_ack += 1
-        # ack (session._settle)
+        # ack (acknowledgements.ack_now)
         counts.acknowledged += 1
         counts.acknowledged_bytes += size
 

@@ -1,7 +1,7 @@
 """The session's records of one connection: what it needs from the connection
 (``SessionLink``), its channels (``SessionChannel``), their consumers and their
 unacknowledged deliveries. Plain data with the prefetch arithmetic of ``amqp/deliveries.py``;
-the behaviour is ``session.py``'s."""
+the behaviour is ``session.py``'s and its collaborators'."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Consumer:
     loop_ended: trio.Event | None = None
     unacked: int = 0
     # Its queue ended while this connection's Queue.Delete of it was under way: its
-    # Basic.Cancel waits for that delete's outcome (session.py ``_queue_delete``).
+    # Basic.Cancel waits for that delete's outcome (declarations.py ``queue_delete``).
     ended: bool = False
 
 
@@ -82,8 +82,8 @@ class SessionChannel:
     # (the common case, an ack per delivery with credit to spare), and ``signal_credit``
     # does nothing rather than replace an Event per ack.
     credit_waiters: int = 0
-    # Consumers cancelled while deliveries of theirs were unacknowledged (``_basic_cancel``):
-    # their subscriptions close once those are settled, or with the channel.
+    # Consumers cancelled while deliveries of theirs were unacknowledged (consuming.py
+    # ``basic_cancel``): their subscriptions close once those are settled, or with the channel.
     retired: list[Consumer] = field(default_factory=list)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
     reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)

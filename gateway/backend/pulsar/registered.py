@@ -25,7 +25,7 @@ class RegisteredSubscription:
         self.subscription = subscription
         # The delivery path calls the subscription's own methods: no extra call per message.
         # ``receive_nowait`` is what lets the delivery loop hand a consumer's buffered
-        # messages over in one pass (session.py ``_deliver_loop``); without it, one message
+        # messages over in one pass (server/consuming.py ``_deliver_loop``); without it, one message
         # per pass starved consumers whenever publishers kept the gateway busy.
         self.receive = subscription.receive
         self.receive_nowait = subscription.receive_nowait

@@ -12,7 +12,7 @@ from gateway.backend.interface import Message, PublishOutcome
 from gateway.backend.memory import MemoryBackend, MemoryVirtualHost
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.server.connection import ClientConnection
-from gateway.server.session import BLOCKED_AFTER
+from gateway.server.publishing import BLOCKED_AFTER
 from gateway.server.settings import ServerSettings
 from tests.support.scripted_client import ScriptedClient, commands
 
