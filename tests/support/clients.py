@@ -6,17 +6,26 @@ client keeps processing its I/O.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aio_pika
+import aiormq
 import pika
 import pika.exceptions
+from kombu.connection import Connection as KombuConnection
 from pika.adapters.blocking_connection import BlockingChannel
 
 DEFAULT_TIMEOUT = 10.0
+
+# Expired messages leave a queue's count within their TTL (rounded up to a second) + the
+# leader's sweep interval (1 s) + a round's work; generous for a loaded machine.
+COUNT_DEADLINE = 20.0
 
 
 def unique(prefix: str) -> str:
@@ -89,8 +98,28 @@ def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
     return bodies
 
 
+def wait_for_message(
+    channel: BlockingChannel, queue: str, *, auto_ack: bool = True, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[Any, pika.BasicProperties, bytes]:
+    """The next message of ``queue`` by Basic.Get, waiting for it (dead letters arrive
+    asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
+        if method is not None:
+            return method, properties, body
+        assert time.monotonic() < deadline, f"nothing arrived in {queue}"
+
+
+def confirmed_channel(connection: pika.BlockingConnection) -> BlockingChannel:
+    """A new channel of ``connection`` in confirm mode."""
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
 def message_count(channel: BlockingChannel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
+    return int(channel.queue_declare(queue, passive=True).method.message_count)
 
 
 def wait_for_count(
@@ -104,6 +133,50 @@ def wait_for_count(
             return count
         channel.connection.process_data_events(time_limit=0.1)
     return count
+
+
+def assert_count_reaches(
+    channel: BlockingChannel, queue: str, expected: int, *, timeout: float = COUNT_DEADLINE
+) -> None:
+    """Until Declare-Ok reports ``expected`` messages; unlike :func:`wait_for_count`, fails
+    after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (count := message_count(channel, queue)) != expected:
+        assert time.monotonic() < deadline, f"{queue} counts {count}, not {expected}"
+        channel.connection.process_data_events(time_limit=0.1)
+
+
+def aio_pika_outcomes(port: int, arguments: dict[str, Any], bodies: list[bytes]) -> list[str]:
+    """Declare a queue with ``arguments`` with aio-pika and publish ``bodies`` to it, confirms
+    on (aio-pika's default): "ack" or "nack" for each."""
+    queue = unique("q")
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        connection = await aio_pika.connect(amqp_url(port))
+        async with connection:
+            channel = await connection.channel()
+            await channel.declare_queue(queue, arguments=arguments)
+            for body in bodies:
+                try:
+                    await channel.default_exchange.publish(aio_pika.Message(body), queue)
+                    outcomes.append("ack")
+                except aiormq.exceptions.DeliveryError:
+                    outcomes.append("nack")
+        return outcomes
+
+    return asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def drain_kombu(connection: KombuConnection, until: Any, timeout: float = 10.0) -> None:
+    """kombu's event loop until ``until()`` holds, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError("timed out draining kombu events")
+        with contextlib.suppress(TimeoutError):
+            connection.drain_events(timeout=min(left, 0.2))
 
 
 @contextmanager

@@ -4,7 +4,6 @@ adapter (SelectConnection) for a work queue and for RPC, and kombu the way Celer
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from kombu.message import Message as KombuMessage
 
 from tests.integration.clients.conftest import PULSAR_BATCH_INDEX, PULSAR_ONLY, Running
-from tests.support.clients import SelectFlow, amqp_url, unique, wait_for_count
+from tests.support.clients import SelectFlow, amqp_url, drain_kombu, unique, wait_for_count
 
 # ------------------------------------------------------------------------- pika SelectConnection
 
@@ -126,17 +125,6 @@ def test_select_connection_rpc(running: Running) -> None:
 # ---------------------------------------------------------------------------------- kombu
 
 
-def drain(connection: kombu.Connection, until: Any, timeout: float = 10.0) -> None:
-    """kombu's event loop until ``until()`` holds, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError("timed out draining kombu events")
-        with contextlib.suppress(TimeoutError):
-            connection.drain_events(timeout=min(left, 0.2))
-
-
 def test_kombu_celery_like_task_flow(running: Running) -> None:
     exchange = kombu.Exchange(unique("tasks"), type="direct", durable=True)
     queue = kombu.Queue(unique("celery"), exchange, routing_key="celery", durable=True)
@@ -164,7 +152,7 @@ def test_kombu_celery_like_task_flow(running: Running) -> None:
         with kombu.Consumer(
             connection.channel(), queues=[queue], callbacks=[on_task], accept=["json"]
         ):
-            drain(connection, lambda: len(seen) == len(tasks))
+            drain_kombu(connection, lambda: len(seen) == len(tasks))
         assert [body for body, _, _ in seen] == tasks
         for (body, headers, info), task in zip(seen, tasks, strict=True):
             assert headers == {"task": task["task"], "id": task["id"], "retries": 0}
@@ -209,7 +197,7 @@ def test_kombu_requeue_and_reject(running: Running) -> None:
         with kombu.Consumer(
             connection.channel(), queues=[queue], callbacks=[on_job], accept=["json"]
         ):
-            drain(connection, lambda: len(events) >= 3)
+            drain_kombu(connection, lambda: len(events) >= 3)
         # Two routing keys, two topics: order across them is not promised.
         assert sorted(events) == [(1, False), (1, True), (2, False)]
         assert events.index((1, False)) < events.index((1, True))
@@ -242,7 +230,7 @@ def test_kombu_fanout_broadcast(running: Running) -> None:
         producer = kombu.Producer(connection.channel(), exchange=exchange, serializer="json")
         producer.publish({"method": "ping"}, routing_key="")
         producer.publish({"method": "shutdown"}, routing_key="ignored")
-        drain(connection, lambda: all(len(bodies) == 2 for bodies in got.values()))
+        drain_kombu(connection, lambda: all(len(bodies) == 2 for bodies in got.values()))
         for bodies in got.values():
             assert bodies == [{"method": "ping"}, {"method": "shutdown"}]
         for consumer in consumers:

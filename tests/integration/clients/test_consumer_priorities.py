@@ -18,14 +18,8 @@ import aio_pika
 import pytest
 
 from tests.integration.clients.conftest import Running
-from tests.integration.clients.test_single_active_consumer import (
-    bodies,
-    consume,
-    publish,
-    pump,
-    settle_window,
-)
 from tests.support.clients import DEFAULT_TIMEOUT, amqp_url, unique
+from tests.support.consumers import bodies, consume, publish, pump, settle_window
 
 
 def test_the_highest_priority_gets_everything_while_it_has_credit(running: Running) -> None:

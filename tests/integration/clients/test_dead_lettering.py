@@ -20,21 +20,9 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import Running
-from tests.support.clients import amqp_url, unique
+from tests.support.clients import amqp_url, unique, wait_for_message
 
 DEADLINE = 10.0
-
-
-def get(
-    channel: BlockingChannel, queue: str, *, auto_ack: bool = True
-) -> tuple[Any, pika.BasicProperties, bytes]:
-    """The next message of ``queue``, waiting for it (dead letters arrive asynchronously)."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
-        if method is not None:
-            return method, properties, body
-        assert time.monotonic() < deadline, f"nothing arrived in {queue}"
 
 
 def empty(channel: BlockingChannel, queue: str) -> bool:
@@ -67,10 +55,10 @@ def test_a_rejected_message_goes_to_the_dead_letter_exchange(running: Running) -
         b"poison",
         pika.BasicProperties(content_type="text/plain", headers={"app": "kept"}),
     )
-    method, _, _ = get(channel, work, auto_ack=False)
+    method, _, _ = wait_for_message(channel, work, auto_ack=False)
     channel.basic_reject(method.delivery_tag, requeue=False)
 
-    method, properties, body = get(channel, dead)
+    method, properties, body = wait_for_message(channel, dead)
     assert (method.exchange, method.routing_key, body) == (dlx, "failed", b"poison")
     assert not method.redelivered
     assert properties.content_type == "text/plain"
@@ -103,12 +91,12 @@ def test_nacked_messages_keep_their_routing_key_and_count_up_on_each_death(
     channel.queue_declare(work, arguments={"x-dead-letter-exchange": ""})
     for n in range(3):
         channel.basic_publish("", work, f"m{n}".encode())
-    taken = [get(channel, work, auto_ack=False) for _ in range(3)]
+    taken = [wait_for_message(channel, work, auto_ack=False) for _ in range(3)]
     assert [body for _, _, body in taken] == [b"m0", b"m1", b"m2"]
     channel.basic_nack(taken[-1][0].delivery_tag, multiple=True, requeue=False)
     bodies = set()
     for _ in range(3):
-        method, properties, body = get(channel, work, auto_ack=False)
+        method, properties, body = wait_for_message(channel, work, auto_ack=False)
         bodies.add(body)
         assert (method.exchange, method.routing_key) == ("", work)
         [death] = properties.headers["x-death"]
@@ -116,7 +104,7 @@ def test_nacked_messages_keep_their_routing_key_and_count_up_on_each_death(
         channel.basic_reject(method.delivery_tag, requeue=False)
     assert bodies == {b"m0", b"m1", b"m2"}
     for _ in range(3):
-        method, properties, body = get(channel, work, auto_ack=True)
+        method, properties, body = wait_for_message(channel, work, auto_ack=True)
         [death] = properties.headers["x-death"]
         assert (death["queue"], death["reason"], death["count"]) == (work, "rejected", 2)
         assert death["routing-keys"] == [work]
@@ -134,11 +122,11 @@ def test_deaths_in_several_queues_are_listed_most_recent_first(running: Running)
         first, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": second}
     )
     channel.basic_publish("", first, b"m")
-    method, _, _ = get(channel, first, auto_ack=False)
+    method, _, _ = wait_for_message(channel, first, auto_ack=False)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    method, _, _ = get(channel, second, auto_ack=False)
+    method, _, _ = wait_for_message(channel, second, auto_ack=False)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    method, properties, _ = get(channel, last)
+    method, properties, _ = wait_for_message(channel, last)
     assert (method.exchange, method.routing_key) == ("", last)
     deaths = properties.headers["x-death"]
     assert [(d["queue"], d["exchange"], d["routing-keys"]) for d in deaths] == [
@@ -155,7 +143,7 @@ def test_a_missing_dead_letter_exchange_drops_the_message(running: Running) -> N
     work = unique("work")
     channel.queue_declare(work, arguments={"x-dead-letter-exchange": unique("absent")})
     channel.basic_publish("", work, b"gone")
-    method, _, _ = get(channel, work, auto_ack=False)
+    method, _, _ = wait_for_message(channel, work, auto_ack=False)
     channel.basic_nack(method.delivery_tag, requeue=False)
     wait_empty(channel, work)
     channel.connection.close()
@@ -169,9 +157,9 @@ def test_requeued_and_acknowledged_messages_are_not_dead_lettered(running: Runni
         work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}
     )
     channel.basic_publish("", work, b"m")
-    method, _, _ = get(channel, work, auto_ack=False)
+    method, _, _ = wait_for_message(channel, work, auto_ack=False)
     channel.basic_reject(method.delivery_tag, requeue=True)
-    method, _, body = get(channel, work, auto_ack=False)
+    method, _, body = wait_for_message(channel, work, auto_ack=False)
     assert method.redelivered and body == b"m"
     channel.basic_ack(method.delivery_tag)
     assert channel.basic_get(dead, auto_ack=True) == (None, None, None)

@@ -27,10 +27,15 @@ from hypothesis import strategies as st
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import PULSAR_ONLY, Running
-from tests.integration.clients.test_dead_lettering import get
-from tests.integration.clients.test_length_limits import aio_pika_outcomes, confirmed, drain
-from tests.integration.clients.test_ttl import COUNT_DEADLINE
-from tests.support.clients import channel_closed, unique
+from tests.support.clients import (
+    COUNT_DEADLINE,
+    aio_pika_outcomes,
+    channel_closed,
+    confirmed_channel,
+    drain,
+    unique,
+    wait_for_message,
+)
 
 MEMORY = pytest.mark.parametrize("running", ["memory"], indirect=True)
 
@@ -49,7 +54,7 @@ def count(channel: BlockingChannel, queue: str) -> int:
 
 
 def dead_lettered(channel: BlockingChannel, dead: str, n: int) -> list[bytes]:
-    letters = [get(channel, dead) for _ in range(n)]
+    letters = [wait_for_message(channel, dead) for _ in range(n)]
     for _, properties, _ in letters:
         [death] = properties.headers["x-death"]
         assert death["reason"] == "maxlen"
@@ -71,7 +76,7 @@ def dead_lettering(channel: BlockingChannel, **arguments: Any) -> tuple[str, str
 
 @MEMORY
 def test_drop_head_keeps_the_newest_bodies_that_fit(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = dead_lettering(channel, max_length_bytes=10)
     for n in range(4):
         assert published(channel, queue, f"m{n}xx".encode())  # 4 bytes each
@@ -83,7 +88,7 @@ def test_drop_head_keeps_the_newest_bodies_that_fit(running: Running) -> None:
 
 @MEMORY
 def test_a_body_over_the_limit_pushes_everything_out_itself_included(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = dead_lettering(channel, max_length_bytes=5)
     assert published(channel, queue, b"ab")
     assert published(channel, queue, b"abcdefgh")  # confirmed: drop-head never nacks
@@ -94,7 +99,7 @@ def test_a_body_over_the_limit_pushes_everything_out_itself_included(running: Ru
 
 def rejecting(running: Running, max_bytes: int) -> tuple[BlockingChannel, str]:
     """A confirming channel and a new queue of ``max_bytes`` that rejects publishes."""
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     channel.queue_declare(
         queue, arguments={"x-max-length-bytes": max_bytes, "x-overflow": "reject-publish"}
@@ -111,7 +116,7 @@ def test_reject_publish_nacks_what_does_not_fit_in_bytes(running: Running) -> No
     assert not published(channel, queue, b"x")
     assert published(channel, queue, b"")  # an empty body always fits
     # Unacknowledged messages do not count: the first one held frees its 6 bytes.
-    method, _, body = get(channel, queue, auto_ack=False)
+    method, _, body = wait_for_message(channel, queue, auto_ack=False)
     assert body == b"123456"
     assert published(channel, queue, b"abcdef")
     assert not published(channel, queue, b"x")
@@ -143,7 +148,7 @@ def test_expired_messages_do_not_count(running: Running) -> None:
 
 @MEMORY
 def test_reject_publish_dlx_dead_letters_what_does_not_fit(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = dead_lettering(channel, max_length_bytes=4, overflow="reject-publish-dlx")
     assert published(channel, queue, b"kept")
     assert not published(channel, queue, b"refused")
@@ -154,7 +159,7 @@ def test_reject_publish_dlx_dead_letters_what_does_not_fit(running: Running) -> 
 
 @MEMORY
 def test_with_both_limits_whichever_is_hit_first_applies(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     channel.queue_declare(
         queue,
@@ -179,10 +184,10 @@ def test_with_both_limits_whichever_is_hit_first_applies(running: Running) -> No
 def test_a_requeue_over_the_limit_drops_the_head(running: Running) -> None:
     """rabbit_amqqueue_process:requeue_and_run drops the head after putting messages back:
     the requeued message goes back to the head, and is the one to go."""
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = dead_lettering(channel, max_length_bytes=10)
     assert published(channel, queue, b"first!")
-    method, _, _ = get(channel, queue, auto_ack=False)
+    method, _, _ = wait_for_message(channel, queue, auto_ack=False)
     assert published(channel, queue, b"second")  # fits: the first is not ready
     channel.basic_nack(method.delivery_tag, requeue=True)
     assert dead_lettered(channel, dead, 1) == [b"first!"]
@@ -223,7 +228,7 @@ def test_publishes_follow_rabbitmqs_rules(
     """Against a plain model of RabbitMQ's rules: reject-publish nacks exactly the publishes
     that would take the queue over a limit; drop-head drops exactly the oldest; after each
     publish the ready bytes are within the limit."""
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     arguments: dict[str, Any] = {"x-max-length-bytes": max_bytes, "x-overflow": overflow}
     if max_length is not None:

@@ -10,50 +10,36 @@ count rather than expect it at once.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
-import aio_pika
-import aiormq
 import pika
 import pika.exceptions
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import Running
-from tests.integration.clients.test_dead_lettering import get
-from tests.integration.clients.test_ttl import wait_count
-from tests.support.clients import amqp_url, unique
-
-
-def confirmed(running: Running) -> BlockingChannel:
-    channel = running.connect().channel()
-    channel.confirm_delivery()
-    return channel
-
-
-def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
+from tests.support.clients import (
+    aio_pika_outcomes,
+    assert_count_reaches,
+    confirmed_channel,
+    drain,
+    unique,
+    wait_for_message,
+)
 
 
 def test_drop_head_keeps_the_newest(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     channel.queue_declare(queue, arguments={"x-max-length": 2})
     for n in range(5):
         channel.basic_publish("", queue, f"m{n}".encode())
-    wait_count(channel, queue, 2)
+    assert_count_reaches(channel, queue, 2)
     assert drain(channel, queue) == [b"m3", b"m4"]
     channel.connection.close()
 
 
 def test_drop_head_dead_letters_the_oldest(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = unique("q"), unique("dead")
     channel.queue_declare(dead)
     channel.queue_declare(
@@ -66,9 +52,9 @@ def test_drop_head_dead_letters_the_oldest(running: Running) -> None:
     )
     for n in range(3):
         channel.basic_publish("", queue, f"m{n}".encode())
-    wait_count(channel, queue, 1)
+    assert_count_reaches(channel, queue, 1)
     assert drain(channel, queue) == [b"m2"]
-    letters = [get(channel, dead) for _ in range(2)]
+    letters = [wait_for_message(channel, dead) for _ in range(2)]
     assert [body for _, _, body in letters] == [b"m0", b"m1"]
     for _, properties, _ in letters:
         [death] = properties.headers["x-death"]
@@ -77,7 +63,7 @@ def test_drop_head_dead_letters_the_oldest(running: Running) -> None:
 
 
 def test_reject_publish_nacks_what_does_not_fit(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     channel.queue_declare(queue, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
     channel.basic_publish("", queue, b"m0")
@@ -85,7 +71,7 @@ def test_reject_publish_nacks_what_does_not_fit(running: Running) -> None:
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish("", queue, b"m2")
     # Unacknowledged messages do not count: one taken and held makes room for one.
-    method, _, body = get(channel, queue, auto_ack=False)
+    method, _, body = wait_for_message(channel, queue, auto_ack=False)
     assert body == b"m0"
     channel.basic_publish("", queue, b"m3")
     with pytest.raises(pika.exceptions.NackError):
@@ -96,7 +82,7 @@ def test_reject_publish_nacks_what_does_not_fit(running: Running) -> None:
 
 
 def test_a_full_queue_does_not_keep_the_message_from_the_others(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     fanout, full, other = unique("fan"), unique("full"), unique("other")
     channel.exchange_declare(fanout, "fanout")
     channel.queue_declare(full, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
@@ -106,13 +92,13 @@ def test_a_full_queue_does_not_keep_the_message_from_the_others(running: Running
     channel.basic_publish(fanout, "", b"first")
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish(fanout, "", b"second")
-    assert [get(channel, other)[2] for _ in range(2)] == [b"first", b"second"]
+    assert [wait_for_message(channel, other)[2] for _ in range(2)] == [b"first", b"second"]
     assert drain(channel, full) == [b"first"]
     channel.connection.close()
 
 
 def test_reject_publish_dlx_dead_letters_the_refused(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue, dead = unique("q"), unique("dead")
     channel.queue_declare(dead)
     channel.queue_declare(
@@ -127,7 +113,7 @@ def test_reject_publish_dlx_dead_letters_the_refused(running: Running) -> None:
     channel.basic_publish("", queue, b"kept")
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish("", queue, b"refused")
-    _, properties, body = get(channel, dead)
+    _, properties, body = wait_for_message(channel, dead)
     assert body == b"refused"
     [death] = properties.headers["x-death"]
     assert (death["queue"], death["reason"]) == (queue, "maxlen")
@@ -136,7 +122,7 @@ def test_reject_publish_dlx_dead_letters_the_refused(running: Running) -> None:
 
 
 def test_overflow_without_a_limit_does_nothing(running: Running) -> None:
-    channel = confirmed(running)
+    channel = confirmed_channel(running.connect())
     queue = unique("q")
     channel.queue_declare(queue, arguments={"x-overflow": "reject-publish"})
     for n in range(3):
@@ -145,28 +131,6 @@ def test_overflow_without_a_limit_does_nothing(running: Running) -> None:
     while channel.queue_declare(queue, passive=True).method.message_count != 3:
         assert time.monotonic() < deadline
     channel.connection.close()
-
-
-def aio_pika_outcomes(port: int, arguments: dict[str, int | str], bodies: list[bytes]) -> list[str]:
-    """Declare a queue with ``arguments`` with aio-pika and publish ``bodies`` to it, confirms
-    on (aio-pika's default): "ack" or "nack" for each."""
-    queue = unique("q")
-
-    async def scenario() -> list[str]:
-        outcomes = []
-        connection = await aio_pika.connect(amqp_url(port))
-        async with connection:
-            channel = await connection.channel()
-            await channel.declare_queue(queue, arguments=arguments)
-            for body in bodies:
-                try:
-                    await channel.default_exchange.publish(aio_pika.Message(body), queue)
-                    outcomes.append("ack")
-                except aiormq.exceptions.DeliveryError:
-                    outcomes.append("nack")
-        return outcomes
-
-    return asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
 def test_aio_pika_publish_to_a_full_queue_is_nacked(running: Running) -> None:

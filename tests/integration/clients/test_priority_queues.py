@@ -23,34 +23,15 @@ from kombu.message import Message as KombuMessage
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import Running
-from tests.integration.clients.test_client_flows import drain as drain_kombu
-from tests.support.clients import amqp_url, channel_closed, unique, wait_for, wait_for_count
-
-# (body, priority property): a mix with missing priorities, ties and the maximum.
-MIX: list[tuple[str, int | None]] = [
-    ("a", None),
-    ("b", 1),
-    ("c", 5),
-    ("d", 10),
-    ("e", 5),
-    ("f", None),
-    ("g", 3),
-    ("h", 10),
-    ("i", 1),
-    ("j", 0),
-    ("k", 7),
-    ("l", 3),
-]
-
-
-def rabbitmq_order(messages: list[tuple[str, int | None]], maximum: int) -> list[str]:
-    """The order RabbitMQ delivers a backlog in: highest (capped) priority first, FIFO within."""
-
-    def effective(priority: int | None) -> int:
-        return min(priority or 0, maximum)
-
-    ranked = sorted(enumerate(messages), key=lambda item: (-effective(item[1][1]), item[0]))
-    return [body for _index, (body, _priority) in ranked]
+from tests.support.clients import (
+    amqp_url,
+    channel_closed,
+    drain_kombu,
+    unique,
+    wait_for,
+    wait_for_count,
+)
+from tests.support.priorities import MIX, rabbitmq_order
 
 
 def publish_all(

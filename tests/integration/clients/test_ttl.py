@@ -23,25 +23,19 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import Running
-from tests.integration.clients.test_dead_lettering import get
-from tests.support.clients import amqp_url, channel_closed, unique
-
-# Expired messages leave the count within TTL (rounded up to a second) + the sweep interval
-# (1 s) + a round's work; generous for a loaded machine.
-COUNT_DEADLINE = 20.0
+from tests.support.clients import (
+    amqp_url,
+    assert_count_reaches,
+    channel_closed,
+    unique,
+    wait_for_message,
+)
 
 
 def wait_past(moment: float, connection: pika.BlockingConnection) -> None:
     """Until the clock is past ``moment`` (the client keeps processing its I/O)."""
     while time.time() <= moment:
         connection.process_data_events(time_limit=min(0.05, max(0.0, moment - time.time())))
-
-
-def wait_count(channel: BlockingChannel, queue: str, expected: int) -> None:
-    deadline = time.monotonic() + COUNT_DEADLINE
-    while (count := channel.queue_declare(queue, passive=True).method.message_count) != expected:
-        assert time.monotonic() < deadline, f"{queue} counts {count}, not {expected}"
-        channel.connection.process_data_events(time_limit=0.1)
 
 
 def test_expired_messages_are_never_delivered_and_leave_the_count(running: Running) -> None:
@@ -55,10 +49,10 @@ def test_expired_messages_are_never_delivered_and_leave_the_count(running: Runni
     published = time.time()  # confirmed: stored (and stamped) before now
     wait_past(published + 0.4, channel.connection)
     assert channel.basic_get(short, auto_ack=True) == (None, None, None)
-    _, _, body = get(channel, long)
+    _, _, body = wait_for_message(channel, long)
     assert body == b"m"
     channel.basic_publish("", short, b"unread")
-    wait_count(channel, short, 0)  # gone with no consumer ever reading it
+    assert_count_reaches(channel, short, 0)  # gone with no consumer ever reading it
     channel.connection.close()
 
 
@@ -71,7 +65,7 @@ def test_the_lower_of_queue_and_message_ttl_wins(running: Running) -> None:
     channel.basic_publish("", queue, b"long", pika.BasicProperties(expiration="600000"))
     published = time.time()
     wait_past(published + 0.3, channel.connection)
-    _, properties, body = get(channel, queue)
+    _, properties, body = wait_for_message(channel, queue)
     assert body == b"long"
     assert properties.expiration == "600000"  # delivered as published
     assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
@@ -85,10 +79,11 @@ def test_a_requeued_message_keeps_its_expiry(running: Running) -> None:
     channel.queue_declare(queue, arguments={"x-message-ttl": 2000})
     channel.basic_publish("", queue, b"m")
     published = time.time()
-    method, _, _ = get(channel, queue, auto_ack=False)  # held: an unacked message lives on
+    # Held: an unacked message lives on.
+    method, _, _ = wait_for_message(channel, queue, auto_ack=False)
     wait_past(published + 2.1, channel.connection)
     channel.basic_reject(method.delivery_tag, requeue=True)
-    wait_count(channel, queue, 0)
+    assert_count_reaches(channel, queue, 0)
     assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
     channel.connection.close()
 
@@ -131,14 +126,15 @@ def test_expired_messages_are_dead_lettered_without_consumers(running: Running) 
         },
     )
     channel.basic_publish("", delay, b"later", pika.BasicProperties(expiration="200000"))
-    method, properties, body = get(channel, target, auto_ack=True)  # waits for the sweep
+    # Waits for the sweep.
+    method, properties, body = wait_for_message(channel, target, auto_ack=True)
     assert (method.exchange, method.routing_key, body) == ("", target, b"later")
     assert properties.expiration is None
     [death] = properties.headers["x-death"]
     assert (death["queue"], death["reason"], death["count"]) == (delay, "expired", 1)
     assert death["original-expiration"] == "200000"
     assert properties.headers["x-first-death-reason"] == "expired"
-    wait_count(channel, delay, 0)
+    assert_count_reaches(channel, delay, 0)
     channel.connection.close()
 
 
@@ -152,7 +148,7 @@ def test_an_automatic_dead_letter_loop_is_cut(running: Running) -> None:
     published = time.time()
     wait_past(published + 0.3, channel.connection)
     assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
-    wait_count(channel, queue, 0)
+    assert_count_reaches(channel, queue, 0)
     channel.connection.close()
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pika
 import pytest
 
-from tests.integration.clients.test_priority_queues import MIX, rabbitmq_order
 from tests.integration.fleet.test_changes_across_replicas import channel_on, pump_until, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.priorities import MIX, rabbitmq_order
 
 pytestmark = pytest.mark.integration
 
