@@ -17,9 +17,9 @@ from gateway.amqp.errors import AMQPError
 from gateway.backend.catalog import Catalog
 from gateway.backend.interface import Message
 from gateway.backend.pulsar.activation import lazy_exchange
+from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
-from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
@@ -178,7 +178,7 @@ class PublishRoutes:
         routed: list[str] = []
         if exchange.name == DEFAULT_EXCHANGE:
             found = await self.catalog.write(store.sync_queue(namespace, key))
-            if found is not None and is_stream(found.arguments):
+            if keeps_log(found):
                 # The topic is the stream's log itself: it needs no subscription.
                 self.prepared_keys.add((exchange.name, key))
                 return True

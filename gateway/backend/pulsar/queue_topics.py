@@ -18,8 +18,8 @@ from types import MappingProxyType
 
 from gateway.backend.catalog import Catalog
 from gateway.backend.pulsar.activation import Activation, activation_for, default_activation
+from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.metadata.store import VhostView
-from gateway.model.arguments import is_stream
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding, Exchange, ExchangeBinding
 from gateway.model.graph import RoutingGraph
 from gateway.model.naming import topic_for
@@ -147,9 +147,7 @@ class QueueTopics:
         leaving = set(without)
         topics: set[str] = set()
         entity = view.queues.get(queue)
-        if (entity is None or not is_stream(entity.arguments)) and (
-            not live or self.active(view, default_activation(queue))
-        ):
+        if not keeps_log(entity) and (not live or self.active(view, default_activation(queue))):
             topics.add(topic_for(self.namespace, DEFAULT_EXCHANGE, queue))
         covered = self.live_of_binding if live else self.of_binding
         for binding in self.bindings_of(view, queue):

@@ -33,11 +33,11 @@ import trio
 
 from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.stream_copies import LogCopier
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
-from gateway.model.arguments import is_stream
 from gateway.model.entities import Queue
 
 log = logging.getLogger("gateway.pulsar.stream_feed")
@@ -69,7 +69,7 @@ RETRY_DELAY = 1.0
 
 
 def _if_stream(queue: Queue) -> bool | None:
-    return True if is_stream(queue.arguments) else None
+    return True if keeps_log(queue) else None
 
 
 class _Feed:
@@ -139,7 +139,7 @@ class StreamFeeder:
         for name, running in list(self._feeds.items()):
             gone = view.queues.get(name)
             subscription = running.subscription
-            if subscription is not None and (gone is None or not is_stream(gone.arguments)):
+            if subscription is not None and not keeps_log(gone):
                 await subscription.end()  # deleted: its feed stops (_append returns)
         deferred, self._deferred = self._deferred, {}
         for name in self.streams(view):

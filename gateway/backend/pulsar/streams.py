@@ -31,16 +31,22 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.fieldtable import Field
-from gateway.backend.interface import ConsumerQos, Message, Stored, SubscriptionEnded
+from gateway.backend.interface import (
+    ConsumerQos,
+    Message,
+    QueueStatus,
+    Stored,
+    SubscriptionEnded,
+)
 from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
-from gateway.backend.pulsar.queue_count import flush_writes
+from gateway.backend.pulsar.queue_count import broker_ready_count, flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.stream_copies import DEDUPLICATION, LogCopier
 from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
 from gateway.metadata.store import VhostView
-from gateway.model.arguments import is_stream
 from gateway.model.entities import Queue, resource
 from gateway.model.naming import subscription_for
 from gateway.model.streams import (
@@ -81,7 +87,7 @@ def retention_policy(retention: StreamRetention) -> dict[str, int]:
 
 def stream_of(view: VhostView, queue: str) -> Queue | None:
     entity = view.queues.get(queue)
-    return entity if entity is not None and is_stream(entity.arguments) else None
+    return entity if keeps_log(entity) else None
 
 
 class PulsarStreamDelivery:
@@ -332,6 +338,12 @@ class StreamQueues:
             await self._r.store.remove_consumer(catalog.namespace, queue, registration)
         except Exception as error:  # it goes with our session at the latest
             log.warning("unregistering a consumer of stream '%s' failed: %s", queue, error)
+
+    async def status(self, view: VhostView, queue: str) -> QueueStatus:
+        """Declare-Ok's counts: the log's messages and those its feeders hold for it, and no
+        consumers (``rabbit_stream_queue:stat``)."""
+        feeding = await broker_ready_count(self._r, self.feeders(view, queue), queue)
+        return QueueStatus(queue, await self.count(queue) + feeding, 0)
 
     async def count(self, queue: str) -> int:
         """The messages in the log (RabbitMQ's count of a stream is approximate too), with

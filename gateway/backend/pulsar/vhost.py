@@ -22,7 +22,6 @@ drained or recorded subscriptions.
 from __future__ import annotations
 
 import logging
-import time
 
 import trio
 
@@ -33,6 +32,7 @@ from gateway.backend.expiration import check_expiration
 from gateway.backend.interface import (
     NO_QOS,
     ConsumerQos,
+    Delivery,
     Message,
     Owner,
     PublishOutcome,
@@ -56,6 +56,7 @@ from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
 from gateway.backend.pulsar.queue_topics import QueueTopics
+from gateway.backend.pulsar.queue_types.dispatch import type_of, type_of_queue
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
@@ -64,14 +65,12 @@ from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
-from gateway.backend.pulsar.streams import StreamQueues, stream_of
+from gateway.backend.pulsar.streams import StreamQueues
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition, VhostView
-from gateway.model.arguments import is_stream
 from gateway.model.consumers import consumer_priority, refuse_priority, single_active
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding, Queue, resource
 from gateway.model.naming import subscription_for, topic_for
-from gateway.model.streams import refuse_get, refuse_purge
 from gateway.model.ttl import queue_expires, queue_message_ttl
 from gateway.model.vhost import Namespace
 from gateway.observability.counters import COUNTERS
@@ -186,16 +185,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         subscribed = False
 
         async def subscribe_default() -> None:
-            # A publisher of this replica that knows the key and sees the queue writes at
-            # once: its subscription exists before anyone can see the queue. A stream's
-            # topic is its log (streams.py): made now, and nobody subscribes to it.
+            # Before anyone can see the queue, what it reads is made (queue_types/).
             nonlocal subscribed
-            if is_stream(command.arguments):
-                await self.streams.create(name, command.arguments)
-                subscribed = True
-            elif self._topics.active(self._view, activation):
-                await self._subscriptions.subscribe(topic, name)
-                subscribed = True
+            subscribed = await type_of(command.arguments).create(self, name, command.arguments)
 
         queue, created = await self.catalog.declare_queue(command, owner, subscribe_default)
         if created and not subscribed:
@@ -217,12 +209,20 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await self._queue_use.used(name, queue.arguments)
         if created:
             return QueueStatus(name, 0, 0, created=True)
-        return await self._status(self._view, name)
+        view = self._view
+        return await type_of_queue(view.queues.get(name)).status(self, view, name)
 
-    async def _status(self, view: VhostView, queue: str) -> QueueStatus:
-        if stream_of(view, queue) is not None:  # rabbit_stream_queue:stat counts no consumers
-            feeding = await broker_ready_count(self._r, self.streams.feeders(view, queue), queue)
-            return QueueStatus(queue, await self.streams.count(queue) + feeding, 0)
+    async def subscribe_own_topic(self, name: str) -> bool:
+        """A publisher of this replica that knows the key and sees the queue writes at once:
+        the queue's subscription on its own topic exists before anyone can see the queue,
+        if that topic is active (activation.py); True if it made it."""
+        if not self._topics.active(self._view, default_activation(name)):
+            return False
+        await self._subscriptions.subscribe(topic_for(self.namespace, DEFAULT_EXCHANGE, name), name)
+        return True
+
+    async def subscribed_status(self, view: VhostView, queue: str) -> QueueStatus:
+        """Declare-Ok's counts of a queue read through subscriptions."""
         # Consumers on every replica (registered in the metadata store while they run).
         consumers = view.consumers.get(queue, 0)
         count = await self._message_count(view, queue, after_own_acks=True)
@@ -275,13 +275,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return held
 
     async def delete_queue(self, command: cmd.QueueDelete, owner: Owner) -> int:
-        name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
+        name = command.queue
         if not await self.catalog.has_queue(name):
             return 0  # idempotent, as in RabbitMQ
         entity = await self.catalog.find_queue(name, owner)
-        if is_stream(entity.arguments):  # rabbit_stream_queue:delete ignores if-unused/-empty
-            await self.drop_queue(name)
-            return 0
+        return await type_of(entity.arguments).delete(self, command)
+
+    async def delete_subscribed(self, command: cmd.QueueDelete) -> int:
+        """Queue.Delete of a queue read through subscriptions: if-unused and if-empty are
+        checked; the messages it had ready."""
+        name, if_unused, if_empty = command.queue, command.if_unused, command.if_empty
         view = self._view
         if if_unused and (self._consumers.get(name) or view.consumers.get(name)):
             raise self.catalog.in_use("queue", name)
@@ -317,8 +320,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
             await subscription.end()
         await self._basic_gets.end(name)
         self._admission.forget(name)
-        if stream_of(view, name) is not None:
-            await self.streams.drop(name)
+        entity = view.queues.get(name)
+        if entity is not None:
+            await type_of(entity.arguments).dropped(self, name)
         if deleted:
             COUNTERS.queues_deleted += 1
         if deleted and alone:
@@ -332,9 +336,12 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return await self._subscriptions.remove(queue, topic)
 
     async def purge_queue(self, command: cmd.QueuePurge, owner: Owner) -> int:
-        name = command.queue
-        if is_stream((await self.catalog.find_queue(name, owner)).arguments):
-            raise refuse_purge(resource("queue", name, self.name))
+        entity = await self.catalog.find_queue(command.queue, owner)
+        return await type_of(entity.arguments).purge(self, entity)
+
+    async def purge_subscribed(self, name: str) -> int:
+        """Queue.Purge of a queue read through subscriptions: each subscription skips to its
+        topic's end, and what this replica's consumers hold is marked purged."""
         view = self._view
         count = await self._message_count(view, name, after_own_acks=True)
         holders = list(self._consumers.get(name, ()))
@@ -582,11 +589,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
         prefetch: int = 0,
         qos: ConsumerQos = NO_QOS,
     ) -> QueueSubscription:
-        queue, exclusive = command.queue, command.exclusive
-        entity = await self.catalog.find_queue(queue, owner)
+        entity = await self.catalog.find_queue(command.queue, owner)
         self.catalog.check_consume(entity, command)
-        if is_stream(entity.arguments):
-            return await self.streams.consume(entity, command, qos, int(time.time() * 1000))
+        return await type_of(entity.arguments).consume(self, entity, command, prefetch, qos)
+
+    async def consume_subscribed(
+        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
+    ) -> QueueSubscription:
+        """A consumer of a queue read through subscriptions: in the queue's single-active
+        line, or one of its competing consumers (highest ``x-priority`` first)."""
+        queue, exclusive = entity.name, command.exclusive
         await self._queue_use.used(queue, entity.arguments)
         if single_active(entity.arguments):
             return await self._consume_single_active(entity, command, prefetch, qos)
@@ -705,11 +717,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
             if done is not None:
                 done.set()
 
-    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[PulsarDelivery, int] | None:
-        queue = command.queue
-        entity = await self.catalog.find_queue(queue, owner)
-        if is_stream(entity.arguments):
-            raise refuse_get(resource("queue", queue, self.name))
+    async def get(self, command: cmd.BasicGet, owner: Owner) -> tuple[Delivery, int] | None:
+        entity = await self.catalog.find_queue(command.queue, owner)
+        return await type_of(entity.arguments).get(self, entity, owner)
+
+    async def get_subscribed(
+        self, entity: Queue, owner: Owner
+    ) -> tuple[PulsarDelivery, int] | None:
+        """Basic.Get from a queue read through subscriptions (basic_get.py)."""
+        queue = entity.name
         self.catalog.check_get(entity)
         await self._queue_use.used(queue, entity.arguments)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))

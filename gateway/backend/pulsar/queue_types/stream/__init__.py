@@ -1,0 +1,1 @@
+"""Stream queues: a stream is a log topic read by non-durable readers (queues.py)."""
