@@ -22,7 +22,7 @@ from gateway.amqp.fastpath import (
 )
 from gateway.amqp.fieldtable import FieldDecodeError, decode_table, skip_table
 from gateway.amqp.properties import decode_properties, validate_properties
-from tests.unit.amqp.connection.test_splitting import HAPPY
+from tests.support.client_session import HAPPY
 from tests.unit.amqp.helpers import Client, commands, method, publish
 
 # Every test here runs with the compiled frame scan, then with the Python path alone.
