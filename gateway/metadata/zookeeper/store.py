@@ -1,8 +1,9 @@
 """``ZooKeeperMetadataStore``: the ``MetadataStore`` of the fleet, assembled from its parts.
 
-This module holds the lifecycle, the views and the reads; every write goes to the module that
-owns it (see the package docstring for the map), so that the store's public methods here are
-the whole surface the rest of the gateway uses.
+This module holds the lifecycle, the views, the synced reads and the consumers' choice between
+a plain record and a line; every other method of the roles (roles.py) is one part's method as
+it is, named here with ``served_by`` (the part's signature and docstring, no call passed on by
+hand). The package docstring maps the parts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import secrets
 import socket
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -34,12 +34,10 @@ from gateway.metadata.paths import (
     encode_name,
     is_exchange_binding_id,
 )
+from gateway.metadata.served_by import served_by
 from gateway.metadata.store import (
-    DrainRecord,
     ExchangeEdges,
     MetadataUnavailable,
-    PickActive,
-    QueueCondition,
     VhostView,
 )
 from gateway.metadata.watch_lag import WatchLag
@@ -56,9 +54,7 @@ from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.consumers import Standing
 from gateway.model.entities import (
     PREDECLARED_EXCHANGES,
-    Binding,
     Exchange,
-    ExchangeBinding,
     Queue,
 )
 
@@ -131,9 +127,7 @@ class ZooKeeperMetadataStore:
         """Whether ZooKeeper is reachable (writes are accepted): for readiness checks."""
         return self._session.connected
 
-    async def wait_connected(self, connected: bool = True) -> None:
-        """Wait until the connection is up (or, with False, down), as seen by this store."""
-        await self._session.wait_connected(connected)
+    wait_connected = served_by("_session", KazooSession.wait_connected)
 
     def load_seconds(self, namespace: str) -> float | None:
         """How long the first load of ``namespace`` took (None until it finished)."""
@@ -146,13 +140,8 @@ class ZooKeeperMetadataStore:
 
     # ================================================================== lifecycle
 
-    async def connect(self) -> None:
-        """Connect now (otherwise the first call does); MetadataUnavailable if ZooKeeper
-        cannot be reached within ``connect_timeout``."""
-        await self._session.connect()
-
-    async def aclose(self) -> None:
-        await self._session.aclose()
+    connect = served_by("_session", KazooSession.connect)
+    aclose = served_by("_session", KazooSession.aclose)
 
     async def __aenter__(self) -> ZooKeeperMetadataStore:
         await self.connect()
@@ -334,58 +323,7 @@ class ZooKeeperMetadataStore:
                 log.warning("metadata: ignoring znode %r in %s: not a name we write", child, path)
         return sorted(namespaces)
 
-    # ================================================================== writes (transactions.py)
-
-    async def create_exchange(self, namespace: str, exchange: Exchange) -> Exchange:
-        return await self._transactions.create_exchange(namespace, exchange)
-
-    async def create_queue(self, namespace: str, queue: Queue) -> Queue:
-        return await self._transactions.create_queue(namespace, queue)
-
-    async def add_binding(
-        self,
-        namespace: str,
-        binding: Binding,
-        *,
-        drains: Mapping[str, DrainRecord] | None = None,
-    ) -> bool:
-        return await self._transactions.add_binding(namespace, binding, drains=drains)
-
-    async def remove_binding(
-        self,
-        namespace: str,
-        binding: Binding,
-        *,
-        drains: Mapping[str, DrainRecord] | None = None,
-    ) -> bool:
-        return await self._transactions.remove_binding(namespace, binding, drains=drains)
-
-    async def add_exchange_binding(
-        self,
-        namespace: str,
-        binding: ExchangeBinding,
-        *,
-        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
-    ) -> bool:
-        return await self._exchange_bindings.add(namespace, binding, drains=drains)
-
-    async def remove_exchange_binding(
-        self,
-        namespace: str,
-        binding: ExchangeBinding,
-        *,
-        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
-    ) -> bool:
-        return await self._exchange_bindings.remove(namespace, binding, drains=drains)
-
-    async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        return await self._transactions.register_topic_key(namespace, exchange, routing_key)
-
-    async def sync_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        return await self._transactions.sync_topic_key(namespace, exchange, routing_key)
-
-    async def unregister_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
-        return await self._transactions.unregister_topic_key(namespace, exchange, routing_key)
+    # ================================================================== consumers
 
     async def add_consumer(
         self, namespace: str, queue: str, *, exclusive: bool, standing: Standing | None = None
@@ -400,100 +338,47 @@ class ZooKeeperMetadataStore:
         else:
             await self._transactions.remove_consumer(namespace, queue, consumer)
 
-    async def activate_consumer(self, namespace: str, queue: str, pick: PickActive) -> bool:
-        return await self._lines.activate(namespace, queue, pick)
+    # ================================================================== served by the parts
+    # The roles' methods that one part implements as it is (served_by.py): the signature and
+    # the docstring are the part's.
 
-    async def deactivate_consumer(self, namespace: str, queue: str, consumer: str) -> None:
-        await self._lines.deactivate(namespace, queue, consumer)
+    # Entities
+    create_exchange = served_by("_transactions", EntityTransactions.create_exchange)
+    create_queue = served_by("_transactions", EntityTransactions.create_queue)
+    delete_exchange = served_by("_deletes", EntityDeletes.delete_exchange)
+    delete_queue = served_by("_deletes", EntityDeletes.delete_queue)
 
-    def in_line(self, namespace: str, consumer: str) -> bool:
-        return self._lines.holds(namespace, consumer)
+    # Bindings
+    add_binding = served_by("_transactions", EntityTransactions.add_binding)
+    remove_binding = served_by("_transactions", EntityTransactions.remove_binding)
+    add_exchange_binding = served_by("_exchange_bindings", ExchangeBindingWrites.add)
+    remove_exchange_binding = served_by("_exchange_bindings", ExchangeBindingWrites.remove)
 
-    async def read_drain(
-        self, namespace: str, queue: str, topic: str
-    ) -> tuple[DrainRecord, int] | None:
-        return await self._transactions.read_drain(namespace, queue, topic)
+    # TopicKeys
+    register_topic_key = served_by("_transactions", EntityTransactions.register_topic_key)
+    sync_topic_key = served_by("_transactions", EntityTransactions.sync_topic_key)
+    unregister_topic_key = served_by("_transactions", EntityTransactions.unregister_topic_key)
 
-    async def update_drain(
-        self, namespace: str, queue: str, topic: str, record: DrainRecord | None, *, version: int
-    ) -> bool:
-        return await self._transactions.update_drain(
-            namespace, queue, topic, record, version=version
-        )
+    # Consumers: the lines of single-active-consumer queues
+    activate_consumer = served_by("_lines", ConsumerLines.activate)
+    deactivate_consumer = served_by("_lines", ConsumerLines.deactivate)
+    in_line = served_by("_lines", ConsumerLines.holds)
 
-    # ================================================================== deletes (deletes.py)
+    # Drains
+    read_drain = served_by("_transactions", EntityTransactions.read_drain)
+    update_drain = served_by("_transactions", EntityTransactions.update_drain)
 
-    async def delete_exchange(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        if_unused: bool = False,
-        drains: Mapping[tuple[str, str], DrainRecord] | None = None,
-    ) -> bool:
-        return await self._deletes.delete_exchange(
-            namespace, name, if_unused=if_unused, drains=drains
-        )
+    # Leadership
+    lead = served_by("_leadership", Leadership.lead)
+    leader_of = served_by("_leadership", Leadership.leader_of)
+    live_replicas = served_by("_leadership", Leadership.replicas)
 
-    async def delete_queue(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        condition: QueueCondition | None = None,
-        subscriptions: Collection[str] = (),
-    ) -> bool:
-        return await self._deletes.delete_queue(
-            namespace, name, condition=condition, subscriptions=subscriptions
-        )
+    # Deliveries
+    record_deliveries = served_by("_deliveries", DeliveryRecords.write)
+    follow_deliveries = served_by("_deliveries", DeliveryRecords.follow)
+    delivery_recorders = served_by("_deliveries", DeliveryRecords.recorders)
+    drop_deliveries = served_by("_deliveries", DeliveryRecords.drop)
 
-    # ================================================================== leadership.py
-
-    async def lead(self, namespace: str, task: Callable[[], Awaitable[None]]) -> None:
-        await self._leadership.lead(namespace, task)
-
-    async def leader_of(self, namespace: str) -> str | None:
-        return await self._leadership.leader_of(namespace)
-
-    async def live_replicas(self, namespace: str) -> set[str]:
-        return await self._leadership.replicas(namespace)
-
-    # ================================================================== deliveries.py
-
-    async def record_deliveries(self, namespace: str, record: bytes | None) -> None:
-        await self._deliveries.write(namespace, record)
-
-    async def follow_deliveries(
-        self, namespace: str, update: Callable[[Mapping[str, bytes]], None]
-    ) -> None:
-        await self._deliveries.follow(namespace, update)
-
-    async def delivery_recorders(self, namespace: str) -> set[str]:
-        return await self._deliveries.recorders(namespace)
-
-    async def drop_deliveries(self, namespace: str, replica: str) -> None:
-        await self._deliveries.drop(namespace, replica)
-
-    # ================================================================== admin.py
-
-    async def bulk_create(
-        self,
-        namespace: str,
-        *,
-        exchanges: Iterable[Exchange] = (),
-        queues: Iterable[Queue] = (),
-        bindings: Iterable[Binding] = (),
-        concurrency: int = 16,
-    ) -> None:
-        """Create many entities in batched transactions: for imports and benchmarks."""
-        await self._admin.bulk_create(
-            namespace,
-            exchanges=exchanges,
-            queues=queues,
-            bindings=bindings,
-            concurrency=concurrency,
-        )
-
-    async def delete_namespace(self, namespace: str, *, concurrency: int = 16) -> None:
-        """Delete every znode of a namespace (not part of MetadataStore; not atomic)."""
-        await self._admin.delete_namespace(namespace, concurrency=concurrency)
+    # Not part of MetadataStore: for imports, benchmarks and `vhosts delete`
+    bulk_create = served_by("_admin", NamespaceAdmin.bulk_create)
+    delete_namespace = served_by("_admin", NamespaceAdmin.delete_namespace)
