@@ -64,8 +64,12 @@ async def client(
         yield pulsar_client
 
 
+# What the ``topic`` fixture gives: a short topic name -> the full name in the test's namespace.
+Topic = Callable[[str], str]
+
+
 @pytest.fixture
-def topic(namespace: str) -> Callable[[str], str]:
+def topic(namespace: str) -> Topic:
     """``topic("x")`` → ``persistent://public/t-…/x``."""
 
     def make(local: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable
 
 import pulsar
 import pytest
@@ -16,11 +15,9 @@ from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsum
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.producer import ProducerOptions, TrioProducer
 from tests.conftest import StackEndpoints
-from tests.integration.pulsar.conftest import wait_for
+from tests.integration.pulsar.conftest import Topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("both_paths")]
-
-Topic = Callable[[str], str]
 
 
 async def publish(producer: TrioProducer, count: int, prefix: str = "m") -> list[bytes]:

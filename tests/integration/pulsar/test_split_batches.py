@@ -16,8 +16,7 @@ from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
 from gateway.pulsar.producer import ProducerOptions
-from tests.integration.pulsar.conftest import wait_for
-from tests.integration.pulsar.test_consumer import Topic
+from tests.integration.pulsar.conftest import Topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("both_paths")]
 

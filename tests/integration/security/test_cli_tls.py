@@ -17,7 +17,7 @@ import pika.credentials
 import pika.exceptions
 import pytest
 
-from tests.integration.test_cli import COMMAND, REPO, free_port, run, wait_for_port, write_config
+from tests.support.cli import COMMAND, REPO, free_port, run, wait_for_port, write_config
 from tests.support.pki import Pki, make_pki, token_keys
 
 
