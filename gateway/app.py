@@ -15,7 +15,7 @@ from gateway.amqp.connection import ConnectionSettings
 from gateway.auth.tls_config import tls_settings_for
 from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.batching import batch_settlement
-from gateway.backend.pulsar.leader import FleetDuties
+from gateway.backend.pulsar.leader.namespace_leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.broker_access import broker_access
 from gateway.config import GatewayConfig

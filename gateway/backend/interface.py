@@ -164,7 +164,7 @@ class VirtualHost(Protocol):
     """One vhost's exchanges, queues, bindings and messages."""
 
     name: str
-    # The direct reply-to consumers of this vhost on this replica (replies.py).
+    # The direct reply-to consumers of this vhost on this replica (backend/replies.py).
     replies: ReplyRegistry
 
     # Each entity operation takes the client's command as the core decoded it (names already

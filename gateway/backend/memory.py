@@ -16,8 +16,8 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
-from gateway.backend.dead_letters import letter_for
-from gateway.backend.expiration import check_expiration
+from gateway.backend.dead_letter_message import letter_for
+from gateway.backend.expiration_property import check_expiration
 from gateway.backend.interface import (
     NO_QOS,
     ConsumerQos,

@@ -1,7 +1,7 @@
 """A message as the backends store and deliver it (re-exported by ``backend/interface.py``).
 
-Its own module so that ``replies.py`` (direct reply-to) can name it without importing the
-interface that holds a ``ReplyRegistry``.
+Its own module so that backend/replies.py (direct reply-to) can name it without importing
+the interface that holds a ``ReplyRegistry``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ RPC costs two plain publishes' worth of work.
 
 Each vhost of each replica has one ``ReplyRegistry``; ``<replica>`` names it. A reply that
 reaches another replica is handed to the registry's ``forward`` (the Pulsar backend sends it to
-the requester's replica: backend/pulsar/replies.py);
+the requester's replica: backend/pulsar/reply_forwarding.py);
 ``listen`` runs before a consumer is registered, so that the replica receives forwarded
 replies before the requester can send its first request.
 

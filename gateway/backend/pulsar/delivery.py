@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
-from gateway.backend.pulsar.expiry import DeadLetter, QueueExpiry, enqueued_at
+from gateway.backend.pulsar.message_ttl import DeadLetter, QueueExpiry, enqueued_at
 from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
 from gateway.backend.pulsar.split_batches import rests_of_split_entries
@@ -60,7 +60,8 @@ Returned = Callable[[float], Awaitable[None]]
 # is marked requeued (delivered next with redelivered=true).
 RequeueCopy = Callable[[str, Message, int, bool], Awaitable[None]]
 # How many messages a new consumer of a priority queue should find to read (the queue's
-# messages Pulsar has not dispatched to its other consumers, on any replica: priority_reads.py).
+# messages Pulsar has not dispatched to its other consumers, on any replica:
+# consumers/priority_reads.py).
 Fill = Callable[["PulsarQueueSubscription"], Awaitable[int]]
 # The longest a new consumer of a priority queue waits to have read them before its first
 # delivery (another consumer may take some meanwhile: the count is a moment's).
@@ -312,7 +313,7 @@ class PulsarQueueSubscription:
         self.outstanding = 0
         self._outstanding_from: dict[str, int] = {}
         # Called when the last outstanding delivery is settled (a single active consumer
-        # stepping down waits for it: single_active.py).
+        # stepping down waits for it: consumers/single_active.py).
         self.on_idle: Callable[[], None] | None = None
         # Set once retired (a Basic.Get consumer no longer used): runs the async work of
         # letting go of it, topic by topic as their deliveries are settled.

@@ -21,7 +21,7 @@ count, and forgets every count once a subscription's last consumer is gone. So:
   its negative acknowledgements (it drops unsent ones on close): the broker then counts the
   redelivery when another consumer is there to take it, with no race against the watch;
 * the leader of a namespace removes the records of replicas gone for a day
-  (delivery_record_pruner.py).
+  (leader/delivery_record_pruner.py).
 
 What is not covered: a replica killed (SIGKILL, OOM, lost host) less than about two
 intervals after a delivery (its record did not hold it yet), and deliveries beyond the newest

@@ -11,7 +11,7 @@ are the queue's again; only the unbound window is skipped.
 
 The records are in the metadata store (``DrainRecord``, written in the same transaction as the
 unbind), so every replica's consumers of the queue read and filter the draining topic alike,
-and the namespace's leader removes the subscription once drained (cleaner.py), whichever
+and the namespace's leader removes the subscription once drained (leader/cleaner.py), whichever
 replica did the unbind and whether it is still alive. ``Drains`` is a replica's index of them,
 rebuilt from the view when it changes, for the per-message filter; ``plan_drains`` decides the
 records an unbind (or an exchange's delete) writes.

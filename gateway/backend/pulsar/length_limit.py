@@ -19,15 +19,16 @@ messages in the backlog of the queue's subscriptions (``analyzeBacklog``), less
   queue refuses the message: it is not written if no other queue takes it, or written marked
   ``amqp-refused-by`` (the queue's consumers skip it); the publisher's confirm is a nack;
   ``reject-publish-dlx`` dead-letters it (reason ``maxlen``).
-- ``drop-head``: the namespace's leader trims (length_trim.py) every half second: the oldest
+- ``drop-head``: the namespace's leader trims (leader/length_trim.py) every half second: the oldest
   messages beyond the limit are read from the queue's head, dead-lettered (reason ``maxlen``)
   if the queue says so, and acknowledged. One trimmer for the fleet, so no message is dropped
   twice over; between a burst and the next trim the queue may hold more than the limit.
 
 ``x-max-length-bytes`` is refused on classic and quorum queues (a stream's is its retention,
-streams.py): RabbitMQ counts the body bytes of the ready messages, and Pulsar knows only the
-sizes of whole entries (metadata, properties and batches included) in a subscription's backlog,
-so no replica can tell the fleet's ready body bytes without reading every message.
+queue_types/stream/queues.py): RabbitMQ counts the body bytes of the ready messages, and Pulsar
+knows only the sizes of whole entries (metadata, properties and batches included) in a
+subscription's backlog, so no replica can tell the fleet's ready body bytes without reading every
+message.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Final
 import trio
 
 from gateway.backend.interface import Message
-from gateway.backend.pulsar.expiry import DeadLetter
+from gateway.backend.pulsar.message_ttl import DeadLetter
 from gateway.metadata.chunked import Picked
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue

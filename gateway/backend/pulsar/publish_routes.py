@@ -204,7 +204,7 @@ class PublishRoutes:
         return bool(routed)
 
     def forget_unregistered(self, keys: Mapping[str, frozenset[str]]) -> None:
-        """A key the leader unregistered (its queue long gone, cleaner.py) is prepared again
+        """A key the leader unregistered (its queue long gone, leader/cleaner.py) is prepared again
         by the next publish: a queue declared since may be waiting for that handshake."""
         self.prepared_keys = {
             (exchange, key) for exchange, key in self.prepared_keys if key in keys.get(exchange, ())

@@ -2,7 +2,7 @@
 answers for ``GET /api/queues/{vhost}/{name}`` (KEDA's scaler reads ``messages``,
 ``messages_ready`` and ``message_stats.publish_details.rate`` from it).
 
-The same reading of Pulsar as the leader's gauges (queue_stats.py), for a few queues at a
+The same reading of Pulsar as the leader's gauges (leader/queue_stats.py), for a few queues at a
 time and on demand: ``messages`` is the backlog of the queue's subscription on every topic it
 reads (every message not acknowledged: entries, not messages, when batching is on), and
 ``messages_unacknowledged`` what Pulsar has dispatched to the fleet's consumers and not seen
@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from gateway.backend.pulsar.streams import stream_of
+from gateway.backend.pulsar.queue_types.stream.queues import stream_of
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.model.naming import subscription_for
 from gateway.pulsar.admin import PulsarAdmin

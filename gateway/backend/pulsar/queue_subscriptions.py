@@ -4,7 +4,7 @@ A queue reads a topic through its Shared subscription there (docs/mapping.md). T
 creates one (once per (queue, topic) at a time on this replica, retrying when another replica
 creates it at the same moment), gives the topic to the queue's consumers of this replica,
 and takes it away and deletes the subscription again, unless a consumer on another replica
-may still read it (then the leader does, cleaner.py).
+may still read it (then the leader does, leader/cleaner.py).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class QueueSubscriptions:
         """Whether no other replica has a consumer of ``queue`` (as far as ``view`` knows).
         Only then is a subscription deleted at once: a consumer elsewhere still reading it
         would be disconnected, and its reconnection would create it again, with no record
-        left to remove it. Otherwise the leader deletes it a round later (cleaner.py)."""
+        left to remove it. Otherwise the leader deletes it a round later (leader/cleaner.py)."""
         return view.consumers.get(queue, 0) <= len(self._consumers.get(queue, ()))
 
     async def remove(self, queue: str, topic: str) -> bool:

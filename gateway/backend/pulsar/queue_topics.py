@@ -1,7 +1,7 @@
 """Which topics a queue reads, from a vhost's view of the metadata (no I/O).
 
 A queue reads the default exchange's topic named after it (not a stream: that topic is the
-stream's log, read by readers, streams.py), the topics its bindings cover
+stream's log, read by readers, queue_types/stream/queues.py), the topics its bindings cover
 (routing.py's ``binding_topics``; a lazy topic only once somebody published to its key,
 activation.py), the topics of the exchanges from which exchange bindings lead to the
 exchanges it is bound to (the graph *flattened*: model/graph.py), and topics it was unbound

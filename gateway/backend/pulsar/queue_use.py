@@ -1,4 +1,5 @@
-"""Records of queue use for queue expiry (``x-expires``; the leader's side: queue_expiry.py).
+"""Records of queue use for queue expiry (``x-expires``; the leader's side:
+leader/unused_queue_expiry.py).
 
 A redeclare, a Basic.Get or a Basic.Consume on any replica writes the time into a property
 (``amqp-used``) of the queue's own Pulsar subscription (the default exchange's topic), at most

@@ -14,9 +14,9 @@ Lifetimes across the fleet (docs/fleet.md): consumers are registered in the meta
 while they run (Declare-Ok's count, exclusive consumers and auto-delete see every replica's),
 an exclusive queue's owner record lives as long as this replica's session, drain records are
 written with the unbind that starts them, and a deleted queue's subscriptions are recorded for
-removal in the same write as the delete. The namespace's leader (leader.py) finishes what a
-dead replica left: it deletes orphaned exclusive queues, abandoned auto-delete queues, and
-drained or recorded subscriptions.
+removal in the same write as the delete. The namespace's leader (leader/namespace_leader.py)
+finishes what a dead replica left: it deletes orphaned exclusive queues, abandoned auto-delete
+queues, and drained or recorded subscriptions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
-from gateway.backend.expiration import check_expiration
+from gateway.backend.expiration_property import check_expiration
 from gateway.backend.interface import (
     NO_QOS,
     ConsumerQos,
@@ -44,28 +44,28 @@ from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import GET_READ_AHEAD, BasicGetConsumers
 from gateway.backend.pulsar.binding_changes import BindingChanges
-from gateway.backend.pulsar.dead_lettering import DeadLettering
+from gateway.backend.pulsar.consumers.priority_reads import priority_options, to_read
+from gateway.backend.pulsar.consumers.single_active import SingleActiveSubscription, join_line
+from gateway.backend.pulsar.dead_letter_publishing import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, position_of
-from gateway.backend.pulsar.expiry import QueueExpiry
 from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
+from gateway.backend.pulsar.message_ttl import QueueExpiry
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
-from gateway.backend.pulsar.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_types.dispatch import type_of, type_of_queue
+from gateway.backend.pulsar.queue_types.stream.queues import StreamQueues
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.backend.pulsar.registered import RegisteredSubscription
-from gateway.backend.pulsar.replies import ReplyForwarding
 from gateway.backend.pulsar.reply_codes import amqp_errors
+from gateway.backend.pulsar.reply_forwarding import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
-from gateway.backend.pulsar.single_active import SingleActiveSubscription, join_line
-from gateway.backend.pulsar.streams import StreamQueues
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition, VhostView
 from gateway.model.consumers import consumer_priority, refuse_priority, single_active
@@ -461,7 +461,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         )
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
-        """The TTL check of ``queue``'s consumers (expiry.py)."""
+        """The TTL check of ``queue``'s consumers (message_ttl.py)."""
         entity = view.queues.get(queue)
         ttl = None if entity is None else queue_message_ttl(entity.arguments)
         return QueueExpiry(queue, ttl, self._dead_lettering.dead_letter, self._r.nursery.start_soon)
@@ -474,9 +474,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ordered: bool = False,
         subscription_type: SubscriptionType = "shared",
     ) -> PulsarQueueSubscription:
-        """A consumer for the leader's TTL sweep (ttl_sweep.py), drop-head trim
-        (length_trim.py, ``ordered``: a priority queue's head is its highest priority) or
-        stream feed (stream_feed.py, an ``exclusive`` one) of ``queue``."""
+        """A consumer for the leader's TTL sweep (leader/message_ttl_sweep.py), drop-head trim
+        (leader/length_trim.py, ``ordered``: a priority queue's head is its highest priority) or
+        stream feed (queue_types/stream/feed.py, an ``exclusive`` one) of ``queue``."""
         return await self._subscription(
             queue,
             exclusive=False,
@@ -644,7 +644,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
     ) -> SingleActiveSubscription:
         """A consumer in the queue's line, with a Pulsar consumer only while it is the active
-        one (single_active.py)."""
+        one (consumers/single_active.py)."""
         queue = entity.name
 
         async def open_consumer() -> PulsarQueueSubscription:

@@ -10,14 +10,14 @@ import trio
 import trio.testing
 
 from gateway.backend.interface import Message, Stored
-from gateway.backend.pulsar.resources import PulsarResources
-from gateway.backend.pulsar.stream_copies import (
+from gateway.backend.pulsar.queue_types.stream.copies import (
     DEDUPLICATION,
     IDLE,
     LogCopier,
     copier_name,
 )
-from gateway.backend.pulsar.stream_offsets import offset_of
+from gateway.backend.pulsar.queue_types.stream.offsets import offset_of
+from gateway.backend.pulsar.resources import PulsarResources
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.producer import ProducerOptions
 

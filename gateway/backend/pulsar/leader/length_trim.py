@@ -7,7 +7,7 @@ import logging
 
 import trio
 
-from gateway.backend.pulsar.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.length_limit import limits_picker
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 

@@ -1,5 +1,5 @@
-"""stream_feed.py: the streams of a view, found by looking only at the chunks of the queue map
-that changed since the last look."""
+"""queue_types/stream/feed.py: the streams of a view, found by looking only at the chunks of the
+queue map that changed since the last look."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.amqp.fieldtable import Field
-from gateway.backend.pulsar.stream_feed import StreamFeeder
+from gateway.backend.pulsar.queue_types.stream.feed import StreamFeeder
 from gateway.metadata.chunked import ChunkedDict
 from gateway.model.entities import Queue
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.backend.pulsar.stream_offsets import (
+from gateway.backend.pulsar.queue_types.stream.offsets import (
     entry_start,
     exact_offset,
     message_id_of,

@@ -1,20 +1,20 @@
 """The leader's copies of the messages routed to a stream through exchanges: each appended to
 the stream's log once, even when a leader dies between storing a copy and acknowledging its
-original (stream_feed.py).
+original (feed.py).
 
 Pulsar's producer deduplication does it (the log's topic policy ``deduplicationEnabled``, set
 when the stream is created): the broker keeps, per producer name, the highest sequence id it
 has stored, and drops a message whose sequence id is not above it (answering the send as if
 stored, with no message id). The feed copies the messages of each source topic (an exchange
 topic the stream is bound to) through a producer named after that topic, the same name on every
-replica, with the original's offset in its topic as sequence id (stream_offsets.py: the
+replica, with the original's offset in its topic as sequence id (offsets.py: the
 position packed into a long, increasing along the topic). The next leader receives again the
 originals whose acknowledgement was lost and sends their copies again under the same name and
 the same ids: the broker drops those already in the log and stores the others.
 
 Why that is sound, and where it stops:
 
-- The feed reads its subscriptions with an *exclusive* consumer (stream_feed.py): Pulsar then
+- The feed reads its subscriptions with an *exclusive* consumer (feed.py): Pulsar then
   delivers a topic's messages in their order, also when it delivers them again (it rewinds a
   lone consumer's cursor to the first unacknowledged message). Through a Shared subscription a
   redelivered message could come after a later one, and the broker would drop it as below the
@@ -48,8 +48,8 @@ import trio
 
 from gateway.backend.interface import Message, Stored
 from gateway.backend.pulsar.messages import to_pulsar
+from gateway.backend.pulsar.queue_types.stream.offsets import exact_offset
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.backend.pulsar.stream_offsets import exact_offset
 from gateway.pulsar.errors import AdminError, PulsarClientError
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.producer import SendHandle, TrioProducer

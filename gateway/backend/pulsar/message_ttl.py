@@ -7,9 +7,9 @@ RabbitMQ does; a message requeued by Pulsar's negative acknowledgement is the or
 
 Checked as each message arrives from Pulsar, before it becomes a delivery: an expired one is
 dead-lettered (reason ``expired``) when the queue has a dead-letter exchange, and acknowledged
-once the letter is stored (dead_lettering.py), or simply acknowledged. Expired messages that
-no consumer reads are removed by the leader's sweep (ttl_sweep.py), so queue counts stop
-counting them within a bounded time (docs/compatibility.md, "Message TTL").
+once the letter is stored (dead_letter_publishing.py), or simply acknowledged. Expired messages that
+no consumer reads are removed by the leader's sweep (leader/message_ttl_sweep.py), so queue counts
+stop counting them within a bounded time (docs/compatibility.md, "Message TTL").
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gateway.pulsar.errors import ClosedError, PulsarClientError
 log = logging.getLogger("gateway.pulsar.expiry")
 
 # Sends a message leaving a queue to the queue's dead-letter exchange, if it has one; returns
-# once stored (dead_lettering.py).
+# once stored (dead_letter_publishing.py).
 DeadLetter = Callable[[str, Message, Reason], Awaitable[None]]
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gateway.backend.pulsar.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.metadata.store import MetadataStore
 from gateway.model.entities import DEFAULT_EXCHANGE
 from gateway.observability.counters import COUNTERS

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from gateway.backend.catalog import Catalog
-from gateway.backend.dead_letters import letter_for
+from gateway.backend.dead_letter_message import letter_for
 from gateway.backend.interface import Message, PublishOutcome
 from gateway.backend.overflow import QueueFull
 from gateway.model.dead_letter import Reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from gateway.backend.pulsar.delivery_record_pruner import DeliveryRecordPruner
+from gateway.backend.pulsar.leader.delivery_record_pruner import DeliveryRecordPruner
 from gateway.metadata.memory import MemoryMetadataStore
 
 NAMESPACE = "t/n"

@@ -1,7 +1,7 @@
-"""The leader's cleaner and reconciler (backend/pulsar/cleaner.py) over the memory store, with
-Pulsar stood in for by the two calls they make (a topic's internal stats, creating a
-subscription) and the vhost by what they ask of it. End to end on Pulsar:
-tests/integration/fleet (drains) and tests/integration/backend."""
+"""The leader's cleaner and reconciler (backend/pulsar/leader/cleaner.py) over the memory store,
+with Pulsar stood in for by the two calls they make (a topic's internal stats, creating a
+subscription) and the vhost by what they ask of it. End to end on Pulsar: tests/integration/fleet
+(drains) and tests/integration/backend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from gateway.backend.pulsar.cleaner import (
+from gateway.backend.pulsar.leader.cleaner import (
     BINDINGS_PER_TURN,
     SubscriptionCleaner,
     SubscriptionReconciler,

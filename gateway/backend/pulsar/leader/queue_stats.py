@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import trio
 
-from gateway.backend.pulsar.streams import stream_of
+from gateway.backend.pulsar.queue_types.stream.queues import stream_of
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.model.naming import subscription_for
 from gateway.observability.counters import COUNTERS, QueueGauge

@@ -7,7 +7,7 @@ from typing import cast
 
 import trio
 
-from gateway.backend.pulsar.leader import NamespaceLeader
+from gateway.backend.pulsar.leader.namespace_leader import NamespaceLeader
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import QueueCondition

@@ -1,5 +1,5 @@
 """The leader's feed of streams: messages routed to a stream through an exchange, appended
-to the stream's log (streams.py).
+to the stream's log (queues.py).
 
 A stream bound to an exchange has a Shared subscription on each topic its bindings cover,
 made exactly as a classic queue's (before the binding is visible, on whichever replica
@@ -7,7 +7,7 @@ binds), so every message routed to the stream after Bind-Ok is kept there. The l
 namespace (one replica: the log has one order) reads those subscriptions with one consumer per
 stream and appends each message to the log, acknowledging it only once Pulsar has stored the
 copy: nothing is lost when the leader dies. Its copies are named after their originals
-(stream_copies.py), so that the broker drops a copy the log already holds: what a dead leader
+(copies.py), so that the broker drops a copy the log already holds: what a dead leader
 stored but could not acknowledge is not appended twice by the next one.
 
 The consumer is *exclusive* (the subscription type is chosen by whoever reads it; only the
@@ -34,7 +34,7 @@ import trio
 from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.queue_types.dispatch import keeps_log
-from gateway.backend.pulsar.stream_copies import LogCopier
+from gateway.backend.pulsar.queue_types.stream.copies import LogCopier
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView

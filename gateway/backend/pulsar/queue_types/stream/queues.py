@@ -11,11 +11,11 @@ two ways (docs/compatibility.md, "Stream queues", argues the choice):
 - a message routed through any other exchange lands on that exchange's topic, where the
   stream keeps Shared subscriptions exactly as a classic queue does (queue_topics.py): a
   binding made on any replica is honoured as for classic queues. The namespace's leader
-  appends them to the log (stream_feed.py).
+  appends them to the log (feed.py).
 
 A consumer is a pulsar-client Reader on the log (reader.py), started from ``x-stream-offset``;
 it acknowledges nothing, so its acks, nacks and rejects only give credit back, as on
-RabbitMQ. Offsets are the message ids packed into longs (stream_offsets.py).
+RabbitMQ. Offsets are the message ids packed into longs (offsets.py).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from gateway.backend.pulsar.messages import from_pulsar, to_pulsar
 from gateway.backend.pulsar.queue_count import broker_ready_count, flush_writes
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_types.dispatch import keeps_log
+from gateway.backend.pulsar.queue_types.stream.copies import DEDUPLICATION, LogCopier
+from gateway.backend.pulsar.queue_types.stream.offsets import entry_start, offset_of
 from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.backend.pulsar.stream_copies import DEDUPLICATION, LogCopier
-from gateway.backend.pulsar.stream_offsets import entry_start, offset_of
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue, resource
 from gateway.model.naming import subscription_for
@@ -207,7 +207,7 @@ class StreamQueues:
                 topic, "retention", retention_policy(stream_retention(arguments))
             )
             # The leader's copies of messages routed through exchanges are named after their
-            # originals: the broker drops a copy the log already holds (stream_copies.py).
+            # originals: the broker drops a copy the log already holds (copies.py).
             await admin.set_topic_policy(topic, DEDUPLICATION, True)
             # Without subscriptions the broker would delete the log after a minute idle.
             await admin.set_topic_policy(
@@ -235,7 +235,7 @@ class StreamQueues:
         return self._topics.read_by(view, queue)
 
     def copier(self, queue: str, in_flight: int) -> LogCopier:
-        """What the leader's feed appends the stream's copies with (stream_copies.py)."""
+        """What the leader's feed appends the stream's copies with (copies.py)."""
         return LogCopier(
             self._r, self.log_topic(queue), lambda message: self.append(queue, message), in_flight
         )

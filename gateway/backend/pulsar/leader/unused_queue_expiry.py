@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.backend.pulsar.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.queue_use import LAST_USED, now_ms
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked

@@ -14,7 +14,7 @@ from typing import Final
 
 import trio
 
-from gateway.backend.pulsar.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.metadata.store import MetadataStore
 
 log = logging.getLogger("gateway.leader")

@@ -18,13 +18,13 @@ an ephemeral sequential znode per candidate, the lowest leads). The leader of a 
   session by more than that loses them;
 - the subscription **cleaner** and the **reconciler** (cleaner.py);
 - the **key sweeper** of keys left by deleted queues (key_sweeper.py);
-- the **TTL sweep** of expired messages no consumer reads (ttl_sweep.py);
+- the **TTL sweep** of expired messages no consumer reads (message_ttl_sweep.py);
 - the **drop-head trim** of queues over their ``x-max-length`` (length_trim.py);
-- **queue expiry**: deletes queues unused for their ``x-expires`` (queue_expiry.py);
+- **queue expiry**: deletes queues unused for their ``x-expires`` (unused_queue_expiry.py);
 - the **delivery record pruner**: removes the delivery records of replicas gone for a day
   (delivery_record_pruner.py);
 - the **stream feed**: appends messages routed to streams through exchanges to their logs
-  (stream_feed.py).
+  (queue_types/stream/feed.py).
 
 Leadership moves when the leader dies (its candidate node goes with its session) or loses
 ZooKeeper (it stops leading at once, and stands again when it is back). A new leader starts
@@ -41,19 +41,19 @@ from functools import partial
 
 import trio
 
-from gateway.backend.pulsar.cleaner import (
+from gateway.backend.pulsar.leader.cleaner import (
     SubscriptionCleaner,
     SubscriptionReconciler,
     repeat_rounds,
 )
-from gateway.backend.pulsar.delivery_record_pruner import DeliveryRecordPruner
-from gateway.backend.pulsar.key_sweeper import DefaultKeySweeper
-from gateway.backend.pulsar.length_trim import LengthTrimmer
-from gateway.backend.pulsar.queue_expiry import QueueExpirer
-from gateway.backend.pulsar.queue_stats import QueueStatsRefresher
+from gateway.backend.pulsar.leader.delivery_record_pruner import DeliveryRecordPruner
+from gateway.backend.pulsar.leader.key_sweeper import DefaultKeySweeper
+from gateway.backend.pulsar.leader.length_trim import LengthTrimmer
+from gateway.backend.pulsar.leader.message_ttl_sweep import ExpirySweeper
+from gateway.backend.pulsar.leader.queue_stats import QueueStatsRefresher
+from gateway.backend.pulsar.leader.unused_queue_expiry import QueueExpirer
+from gateway.backend.pulsar.queue_types.stream.feed import StreamFeeder
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.backend.pulsar.stream_feed import StreamFeeder
-from gateway.backend.pulsar.ttl_sweep import ExpirySweeper
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.errors import ConditionNotMet

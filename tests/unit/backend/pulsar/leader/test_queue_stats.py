@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 import trio
 
-from gateway.backend.pulsar.queue_stats import (
+from gateway.backend.pulsar.leader.queue_stats import (
     QUEUE_STATS_INTERVAL,
     QUEUES_PER_TURN,
     WALK_SHARE,

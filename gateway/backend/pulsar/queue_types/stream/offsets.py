@@ -49,7 +49,7 @@ def offset_of(message_id: MessageId) -> int:
 def exact_offset(message_id: MessageId) -> int | None:
     """``offset_of(message_id)`` when the id is within the limits above, else None: an offset
     that other messages share (past a limit) cannot stand for this one alone, and the leader's
-    feed names each copy it appends by its original's offset (stream_copies.py)."""
+    feed names each copy it appends by its original's offset (copies.py)."""
     if (
         0 <= message_id.ledger_id <= _LEDGER_MAX
         and 0 <= message_id.entry_id <= _ENTRY_MAX

@@ -1,4 +1,4 @@
-"""The leader's sweep of expired messages (expiry.py checks them on delivery; this removes
+"""The leader's sweep of expired messages (message_ttl.py checks them on delivery; this removes
 those no consumer reads, so queue counts stop counting them within a bounded time).
 
 Every ``interval`` seconds:
@@ -29,7 +29,7 @@ import time
 
 import trio
 
-from gateway.backend.pulsar.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.store import MetadataStore
@@ -112,7 +112,7 @@ class ExpirySweeper:
             delivery = None
             with trio.move_on_after(SWEEP_WAIT):
                 # Expired messages never come out of receive: they are dead-lettered and
-                # acknowledged on the way (expiry.py).
+                # acknowledged on the way (message_ttl.py).
                 delivery = await subscription.receive()
             if delivery is None:
                 return trio.current_time()  # empty (for now): look again next round
