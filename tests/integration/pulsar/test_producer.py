@@ -183,14 +183,16 @@ async def test_grouped_sends_complete_together_in_send_order(
     producer = await client.create_producer(
         name, ProducerOptions(batching_enabled=False, max_pending_messages=100)
     )
-    # Submitted without yielding in between: one group, one handle for all of them.
+    # Nothing in flight: the first message goes at once, a group of its own; the others,
+    # submitted without yielding in between, are one group, one handle for all of them.
     first = [await producer.submit_grouped(f"a{i}".encode(), {"i": str(i)}) for i in range(5)]
-    assert all(h is first[0] for h in first) and first[0].count == 5
-    assert producer.in_flight == 5 and not first[0].done()
-    await first[0].durable()
-    assert first[0].ok and producer.in_flight == 0
+    assert first[0].count == 1 and first[0].messages == []  # handed to pulsar-client already
+    assert all(h is first[1] for h in first[1:]) and first[1].count == 4
+    assert producer.in_flight == 5 and not first[1].done()
+    await first[1].durable()
+    assert first[0].done() and first[1].ok and producer.in_flight == 0
     with pytest.raises(RuntimeError):
-        first[0].result()  # one id per message: a group has none to give
+        first[1].result()  # one id per message: a group has none to give
     # After a yield a new group starts; more than the in-flight limit waits for slots.
     handles = [await producer.submit_grouped(f"b{i}".encode()) for i in range(250)]
     assert len({id(h) for h in handles}) >= 3  # the waits for slots sent the groups
@@ -239,9 +241,11 @@ async def test_grouped_submits_without_waiting_join_the_group_or_decline(
     producer = await client.create_producer(
         name, ProducerOptions(batching_enabled=False, max_pending_messages=3)
     )
-    first = await producer.submit_grouped(b"m0")
-    rest = [producer.submit_grouped_nowait(f"m{i}".encode()) for i in (1, 2)]
-    assert all(h is first for h in rest) and first.count == 3  # one group, no yield between
+    alone = await producer.submit_grouped(b"m0")  # nothing in flight: sent at once
+    first = producer.submit_grouped_nowait(b"m1")
+    rest = [producer.submit_grouped_nowait(b"m2")]
+    assert first is not alone and alone.count == 1
+    assert all(h is first for h in rest) and first is not None and first.count == 2
     # No free slot: declined, nothing sent, nothing taken.
     assert producer.submit_grouped_nowait(b"refused") is None and producer.in_flight == 3
     # Too large to group: declined too (submit_grouped sends it alone).
