@@ -496,7 +496,7 @@ class MemoryVirtualHost(CatalogVirtualHost):
         return self.catalog.destinations(self.catalog.view, exchange, message)
 
     def _dead_letter(self, queue: str, message: Message, reason: Reason) -> None:
-        """RabbitMQ's dead-lettering (the Pulsar backend's dead_lettering.py, in memory)."""
+        """RabbitMQ's dead-lettering (the Pulsar backend's dead_letter_publishing.py, in memory)."""
         view = self.catalog.view
         entity = view.queues.get(queue)
         letter = None if entity is None else letter_for(message, entity, reason)
