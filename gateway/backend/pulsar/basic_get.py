@@ -3,6 +3,11 @@
 None is created per call (a Pulsar consumer costs a round trip to open), and it goes when idle
 so that it does not hold messages back from the queue's other consumers. Get-Ok's
 message_count is counted by the broker on the first Get of a burst, then counted down.
+
+A getter starts reading ahead one message per topic. A client that polls (a run of Gets,
+each asked with nothing it got left unsettled) then gets a hot one reading ahead
+``GET_HOT_READ_AHEAD``: its Gets are answered from memory instead of each waiting on
+pulsar-client's refill, which costs a flow permit and a dispatch per message.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ log = logging.getLogger("gateway.pulsar.vhost")
 # back to it again, out of reach of the queue's new consumer (the Java client's settlement
 # scenario "get, then consume with prefetch 1" stalled): one it is.
 GET_READ_AHEAD = 1
+# What a hot getter reads ahead per topic (module docstring): flow permits go back in batches
+# of half of it. The swap happens only with nothing outstanding, so what a client holds never
+# keeps the hot getter open (see HOT_AFTER); it closes after GETTER_IDLE like any other.
+GET_HOT_READ_AHEAD = 32
+# Gets in a row, each asked with nothing got from the getter left unsettled, after which the
+# getter is swapped for a hot one. A client holding a Get's message across a Basic.Consume
+# (the Java client's "get, then consume with prefetch 1") does so on its first Gets, with a
+# getter reading ahead one; a hot getter retired while its client holds a message keeps what
+# its pulsar-client queue holds (up to GET_HOT_READ_AHEAD) until that message is settled.
+HOT_AFTER = 8
 # How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
 GET_WAIT = 0.25
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
@@ -41,11 +56,12 @@ class BasicGetConsumers:
     def __init__(
         self,
         start_soon: Callable[[Callable[[], Awaitable[None]]], None],
-        open_consumer: Callable[[str], Awaitable[PulsarQueueSubscription]],
+        open_consumer: Callable[[str, int], Awaitable[PulsarQueueSubscription]],
         count_ready: Callable[[str], Awaitable[int]],
     ) -> None:
         self._start_soon = start_soon
-        # open_consumer(queue): a consumer of every topic of the queue, reading ahead by one.
+        # open_consumer(queue, read_ahead): a consumer of every topic of the queue, reading
+        # ahead by that many messages per topic.
         self._open_consumer = open_consumer
         # count_ready(queue): the queue's ready messages (Queue.Declare-Ok's count).
         self._count_ready = count_ready
@@ -58,6 +74,14 @@ class BasicGetConsumers:
         #: Per queue, its getters taken out of ``by_queue`` and not closed yet (retired ones
         #: waiting for their deliveries to be settled, or closing): ``end`` closes them too.
         self.leaving: dict[str, set[PulsarQueueSubscription]] = {}
+        #: Per queue, Gets in a row asked with nothing outstanding (HOT_AFTER).
+        self.settled_gets: dict[str, int] = {}
+        #: The hot getters (GET_HOT_READ_AHEAD), among ``by_queue``.
+        self.hot: set[PulsarQueueSubscription] = set()
+        # Per queue, the Gets under way (a getter is swapped only when no other is).
+        self._getting: dict[str, int] = {}
+        # Per queue, a swap for a hot getter under way (set when done).
+        self._heating: dict[str, trio.Event] = {}
         self._sweeping = False
 
     async def get(
@@ -65,9 +89,27 @@ class BasicGetConsumers:
     ) -> tuple[PulsarDelivery, int] | None:
         """One message of ``queue`` and the count left, or None (Get-Empty).
         ``recheck_queue`` raises the channel error if the queue went meanwhile."""
+        getting = self._getting
+        getting[queue] = getting.get(queue, 0) + 1
+        try:
+            return await self._get(queue, recheck_queue)
+        finally:
+            if getting[queue] == 1:
+                del getting[queue]
+            else:
+                getting[queue] -= 1
+
+    async def _get(
+        self, queue: str, recheck_queue: Callable[[], Awaitable[object]]
+    ) -> tuple[PulsarDelivery, int] | None:
         getter = self.by_queue.get(queue)
+        if getter is not None and not getter.closed and self._polled(queue, getter):
+            await self._heat(queue, getter)
+            getter = self.by_queue.get(queue)
         if getter is None or getter.closed:
-            getter = await self._open_consumer(queue)
+            if getter is not None:
+                self.hot.discard(getter)
+            getter = await self._open_consumer(queue, GET_READ_AHEAD)
             self.by_queue[queue] = getter
             if not self._sweeping:
                 self._sweeping = True
@@ -87,6 +129,36 @@ class BasicGetConsumers:
             self.left_after_get.pop(queue, None)
             return None
         return delivery, await self._messages_left(queue, fallback=getter.consumer.buffered)
+
+    def _polled(self, queue: str, getter: PulsarQueueSubscription) -> bool:
+        """Count this Get in the queue's run of Gets asked with nothing outstanding; whether
+        the run is long enough for a cold ``getter`` to be swapped for a hot one now."""
+        if getter.outstanding:
+            self.settled_gets.pop(queue, None)
+            return False
+        settled = self.settled_gets[queue] = self.settled_gets.get(queue, 0) + 1
+        return settled >= HOT_AFTER and getter not in self.hot and self._getting[queue] == 1
+
+    async def _heat(self, queue: str, cold: PulsarQueueSubscription) -> None:
+        """Swap the queue's cold getter, with nothing outstanding, for a hot one. The cold
+        one is closed first, so that what it read ahead goes back to Pulsar (not counted as
+        a redelivery) and the hot one reads it in its place in line. It stays in
+        ``by_queue`` meanwhile: a Basic.Consume or the queue's deletion that retires it
+        meanwhile leaves the hot one unused (closed), and ``end`` waits for the swap."""
+        done = self._heating[queue] = trio.Event()
+        try:
+            await cold.close()
+            if self.by_queue.get(queue) is not cold:
+                return
+            hot = await self._open_consumer(queue, GET_HOT_READ_AHEAD)
+            if self.by_queue.get(queue) is not cold:
+                await hot.close()
+                return
+            self.by_queue[queue] = hot
+            self.hot.add(hot)
+        finally:
+            del self._heating[queue]
+            done.set()
 
     async def _messages_left(self, queue: str, *, fallback: int) -> int:
         """Get-Ok's message_count: the messages ready in ``queue`` after the one just taken.
@@ -115,9 +187,15 @@ class BasicGetConsumers:
         getter = self.by_queue.pop(queue, None)
         self.used.pop(queue, None)
         self.left_after_get.pop(queue, None)
+        self.settled_gets.pop(queue, None)
         if getter is not None:
             self._leaving(queue, getter)
-            getter.retire(self._start_soon)
+            # A hot getter with nothing outstanding closes with what it read ahead still
+            # buffered: Pulsar gives that back uncounted, where handing it back one by one
+            # would raise up to GET_HOT_READ_AHEAD messages' redelivery counts (which other
+            # replicas read as "delivered before").
+            hand_back = getter not in self.hot or bool(getter.outstanding)
+            getter.retire(self._start_soon, hand_back=hand_back)
 
     async def end(self, queue: str) -> None:
         """The queue was deleted: its Basic.Get consumers, the current one and those retired
@@ -132,8 +210,12 @@ class BasicGetConsumers:
         getter = self.by_queue.pop(queue, None)
         self.used.pop(queue, None)
         self.left_after_get.pop(queue, None)
+        self.settled_gets.pop(queue, None)
         if getter is not None:
             self._leaving(queue, getter)
+        heating = self._heating.get(queue)
+        if heating is not None:
+            await heating.wait()  # its hot getter is closed unused by then (``_heat``)
         for leaving in list(self.leaving.get(queue, ())):
             await leaving.end()  # one closing already: until it is closed
 
@@ -145,6 +227,7 @@ class BasicGetConsumers:
         async def forget() -> None:
             await getter.close_done.wait()
             held.discard(getter)
+            self.hot.discard(getter)
             if not held and self.leaving.get(queue) is held:
                 del self.leaving[queue]
 
@@ -169,3 +252,4 @@ class BasicGetConsumers:
         for getter in list(self.by_queue.values()):
             await getter.close()
         self.by_queue.clear()
+        self.hot.clear()

@@ -42,7 +42,7 @@ from gateway.backend.interface import (
 from gateway.backend.pulsar.acks_applied import acks_applied
 from gateway.backend.pulsar.activation import default_activation
 from gateway.backend.pulsar.admission import Admission
-from gateway.backend.pulsar.basic_get import GET_READ_AHEAD, BasicGetConsumers
+from gateway.backend.pulsar.basic_get import BasicGetConsumers
 from gateway.backend.pulsar.binding_changes import BindingChanges
 from gateway.backend.pulsar.consumers.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.consumers.single_active import SingleActiveSubscription, join_line
@@ -66,6 +66,7 @@ from gateway.backend.pulsar.reply_codes import amqp_errors
 from gateway.backend.pulsar.reply_forwarding import ReplyForwarding
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.sending import Sending
+from gateway.backend.pulsar.write_failures import PublishFailures
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition, VhostView
 from gateway.model.consumers import consumer_priority, refuse_priority, single_active
@@ -106,7 +107,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._drains = Drains(self._topics.prefix)
         self._basic_gets = BasicGetConsumers(
             lambda task: self._r.nursery.start_soon(task),
-            lambda queue: self._subscription(queue, exclusive=False, read_ahead=GET_READ_AHEAD),
+            lambda queue, ahead: self._subscription(queue, exclusive=False, read_ahead=ahead),
             lambda queue: self._message_count(self._view, queue),
         )
         self._subscriptions = QueueSubscriptions(
@@ -133,6 +134,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, namespace, resources, self._publish_routes, self._limits
         )
         self._queue_use = QueueUse(namespace, resources.admin)
+        # A failed write of a publish fails with the AMQP error (write_failures.py).
+        self._failures = PublishFailures()
         self.streams = StreamQueues(name, resources, self._topics)
 
     # ------------------------------------------------------------------ helpers
@@ -382,7 +385,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             view = self._view
         self.catalog.check_publishable(exchange)
         check_expiration(message)
-        return await self._sending.send(exchange, message, mandatory=mandatory, view=view)
+        outcome = await self._sending.send(exchange, message, mandatory=mandatory, view=view)
+        return self._failures.outcome(outcome)
 
     def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
         view = self._view
@@ -391,7 +395,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return None  # declared elsewhere a moment ago? publish() asks ZooKeeper
         self.catalog.check_publishable(exchange)
         check_expiration(message)
-        return self._sending.send_now(exchange, message, view)
+        outcome = self._sending.send_now(exchange, message, view)
+        return None if outcome is None else self._failures.outcome(outcome)
 
     async def _ready_now(self, queue: str) -> int:
         """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""
