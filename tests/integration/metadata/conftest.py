@@ -115,6 +115,13 @@ def namespace() -> str:
     return f"public/t-{uuid.uuid4().hex[:8]}"
 
 
+async def opened(fleet: Fleet, namespace: str) -> MetadataStore:
+    """A new replica of ``fleet`` with ``namespace`` open."""
+    store = await fleet.replica()
+    await store.open(namespace)
+    return store
+
+
 async def wait_for(
     store: MetadataStore,
     namespace: str,

@@ -8,8 +8,11 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from gateway.metadata.roles import Deliveries
 from gateway.metadata.store import MetadataStore
-from tests.integration.metadata.conftest import DEADLINE, Fleet
+from tests.integration.metadata.conftest import DEADLINE, Fleet, opened
+
+ROLE = Deliveries  # test_contract_roles.py: every role has its contract
 
 
 class Followed:
@@ -33,12 +36,6 @@ class Followed:
             return self.records
 
 
-async def _opened(fleet: Fleet, namespace: str) -> MetadataStore:
-    store = await fleet.replica()
-    await store.open(namespace)
-    return store
-
-
 async def _until_live(store: MetadataStore, namespace: str, replicas: set[str]) -> None:
     with trio.fail_after(DEADLINE):
         while await store.live_replicas(namespace) != replicas:
@@ -48,8 +45,8 @@ async def _until_live(store: MetadataStore, namespace: str, replicas: set[str]) 
 async def test_delivery_records_reach_the_others_and_outlive_their_replica(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     followed = Followed()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(b.follow_deliveries, namespace, followed.update)
@@ -88,9 +85,9 @@ async def test_delivery_records_reach_the_others_and_outlive_their_replica(
 async def test_a_follower_sees_records_written_before_it_started(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
     await a.record_deliveries(namespace, b"x" * 100_000)
-    c = await _opened(fleet, namespace)  # a replica that starts later (or restarts)
+    c = await opened(fleet, namespace)  # a replica that starts later (or restarts)
     followed = Followed()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(c.follow_deliveries, namespace, followed.update)

@@ -11,10 +11,13 @@ import trio
 
 from gateway.amqp.fieldtable import Field
 from gateway.metadata.errors import ConditionNotMet, MissingEntity
+from gateway.metadata.roles import Bindings
 from gateway.metadata.store import DrainRecord, ExchangeEdges, MetadataStore
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 from gateway.model.graph import RouteSnapshot
 from tests.integration.metadata.conftest import Fleet, wait_for
+
+ROLE = Bindings  # test_contract_roles.py: every role has its contract
 
 ODD = ["a/b", "50%", "a,b", ".", "ünï cødé ✓", ",lead", "%"]
 

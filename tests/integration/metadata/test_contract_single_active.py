@@ -10,16 +10,13 @@ import pytest
 import trio
 
 from gateway.metadata.errors import ConditionNotMet, MissingEntity
+from gateway.metadata.roles import Consumers
 from gateway.metadata.store import MetadataStore, PickActive, QueueCondition
 from gateway.model.consumers import LinePlace, Standing, successor
 from gateway.model.entities import Queue
-from tests.integration.metadata.conftest import Fleet, wait_for
+from tests.integration.metadata.conftest import Fleet, opened, wait_for
 
-
-async def _opened(fleet: Fleet, namespace: str) -> MetadataStore:
-    store = await fleet.replica()
-    await store.open(namespace)
-    return store
+ROLE = Consumers  # test_contract_roles.py: every role has its contract
 
 
 def first_waiting(places: Sequence[LinePlace]) -> LinePlace | None:
@@ -29,8 +26,8 @@ def first_waiting(places: Sequence[LinePlace]) -> LinePlace | None:
 async def test_consumers_stand_in_registration_order_fleet_wide(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing(0, 5))
     await wait_for(b, namespace, lambda v: "sac" in v.queues)
@@ -50,8 +47,8 @@ async def test_consumers_stand_in_registration_order_fleet_wide(
 async def test_only_the_chosen_consumer_of_this_replica_is_activated(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
     on_a = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
@@ -87,8 +84,8 @@ async def test_only_the_chosen_consumer_of_this_replica_is_activated(
 async def test_of_two_joining_an_empty_line_at_once_one_is_active(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     await wait_for(b, namespace, lambda v: "sac" in v.queues)
 
@@ -105,8 +102,8 @@ async def test_of_two_joining_an_empty_line_at_once_one_is_active(
 async def test_two_replicas_activating_at_once_make_one_active(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
     await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
@@ -135,7 +132,7 @@ async def test_two_replicas_activating_at_once_make_one_active(
 
 
 async def test_stepping_down_keeps_the_place(fleet: Fleet, namespace: str) -> None:
-    a = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
     await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing(priority=5))
@@ -154,8 +151,8 @@ async def test_stepping_down_keeps_the_place(fleet: Fleet, namespace: str) -> No
 async def test_a_line_goes_with_its_replica_and_with_its_queue(
     fleet: Fleet, namespace: str
 ) -> None:
-    a = await _opened(fleet, namespace)
-    b = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
+    b = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac", auto_delete=True))
     await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
     assert [p.active for p in a.view(namespace).lines["sac"]] == [True]
@@ -175,7 +172,7 @@ async def test_a_line_goes_with_its_replica_and_with_its_queue(
 
 
 async def test_in_line_follows_the_record_not_the_view(fleet: Fleet, namespace: str) -> None:
-    a = await _opened(fleet, namespace)
+    a = await opened(fleet, namespace)
     await a.create_queue(namespace, Queue("sac"))
     first = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing())
     second = await a.add_consumer(namespace, "sac", exclusive=False, standing=Standing(2))

@@ -1,6 +1,6 @@
 """store.py: how the assembled store ends — waiters for changes leave when it is closed, and a
 closed store refuses work with a clear error. (Everything else the store does is the contract
-of tests/integration/metadata/test_contract.py, run on both stores.)"""
+of tests/integration/metadata/test_contract_<role>.py, run on both stores.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """transactions.py: the znodes each write touches, drain records written beside another
 write (a wrong guess corrected), the records of a queue as listed, and what a write leaves in
 the view and in the ephemeral records to claim again. The store-level behaviour of every
-write is in tests/integration/metadata/test_contract.py (on both stores)."""
+write is in tests/integration/metadata/test_contract_<role>.py (on both stores)."""
 
 from __future__ import annotations
 
