@@ -33,6 +33,11 @@ class ChannelState(Enum):
     OPEN = "open"
     # We sent Channel.Close: only Close-Ok (or the client's own Close) is looked at.
     CLOSING = "closing"
+    # The client sent Channel.Close: our Close-Ok waits until the shell has given back what
+    # the channel held (``ServerConnection.accept_channel_close``); until then the number is
+    # not free, and whatever else arrives on it is discarded (§4.2.4: after Close, only
+    # Close-Ok).
+    CLOSE_RECEIVED = "close-received"
 
 
 # What the next frame on the channel must be (ints, not an Enum: checked on every frame).

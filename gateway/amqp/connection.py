@@ -111,6 +111,7 @@ _CLOSING = ConnectionState.CLOSING
 _CLOSED = ConnectionState.CLOSED
 _CHANNEL_OPEN_STATE = ChannelState.OPEN
 _CHANNEL_CLOSING_STATE = ChannelState.CLOSING
+_CHANNEL_CLOSE_RECEIVED_STATE = ChannelState.CLOSE_RECEIVED
 
 _HEARTBEAT_STATES = frozenset(
     {
@@ -269,7 +270,7 @@ class ServerConnection(ConnectionHandshake):
         if channel is None:
             self._unopened_channel_frame(frame_type, number, payload, events)
             return
-        if channel.state is _CHANNEL_CLOSING_STATE:
+        if channel.state is not _CHANNEL_OPEN_STATE:
             self._closing_channel_frame(channel, frame_type, payload, events)
             return
         if frame_type == FRAME_METHOD:
@@ -320,8 +321,13 @@ class ServerConnection(ConnectionHandshake):
     def _closing_channel_frame(
         self, channel: Channel, frame_type: int, payload: bytes, events: list[ev.Event]
     ) -> None:
-        """After our Channel.Close everything but Close-Ok/Close is discarded (§4.2.4)."""
-        if frame_type != FRAME_METHOD or len(payload) < 4:
+        """After our Channel.Close everything but Close-Ok/Close is discarded (§4.2.4); after
+        the client's, everything (it has nothing more to say before our Close-Ok)."""
+        if (
+            frame_type != FRAME_METHOD
+            or len(payload) < 4
+            or channel.state is _CHANNEL_CLOSE_RECEIVED_STATE
+        ):
             return
         (index,) = _INDEX.unpack_from(payload, 0)
         if index == _CHANNEL_CLOSE_OK:
@@ -377,8 +383,8 @@ class ServerConnection(ConnectionHandshake):
                 index,
             )
         if isinstance(method, commands.Channel.Close):
-            self._write_method(number, _CHANNEL_CLOSE_OK_PAYLOAD)
-            del self._channels[number]
+            # Close-Ok once the shell has given back what the channel held: accept_channel_close.
+            channel.state = _CHANNEL_CLOSE_RECEIVED_STATE
             events.append(
                 ev.ChannelClosed(number, int(method.reply_code or 0), method.reply_text, True)
             )
@@ -630,6 +636,22 @@ class ServerConnection(ConnectionHandshake):
         if ch is None or ch.state is not _CHANNEL_OPEN_STATE:
             return
         self._start_channel_close(ch, error)
+
+    def accept_channel_close(self, channel: int) -> bool:
+        """Answer the client's Channel.Close (``ChannelClosed(by_client=True)``) with Close-Ok,
+        once the shell has dropped the channel's work and given its unacknowledged messages
+        back: RabbitMQ requeues them before its Close-Ok, so a client that opens a consumer or
+        counts the queue as soon as it has Close-Ok finds them there. The channel number is
+        free again from here. False when there is nothing to answer (the connection closed or
+        is closing meanwhile, or the channel was not waiting for it)."""
+        ch = self._channels.get(channel)
+        if ch is None or ch.state is not _CHANNEL_CLOSE_RECEIVED_STATE:
+            return False
+        del self._channels[channel]
+        if self._state is not _OPEN:
+            return False
+        self._write_method(channel, _CHANNEL_CLOSE_OK_PAYLOAD)
+        return True
 
     def close_connection(self, error: AMQPError) -> None:
         """Server-initiated Connection.Close (e.g. 320 CONNECTION_FORCED on shutdown); then

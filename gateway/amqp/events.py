@@ -78,9 +78,12 @@ class ChannelOpened:
 class ChannelClosed:
     """The channel is gone; free its resources.
 
-    ``by_client=True``: the client sent Channel.Close and Close-Ok was queued (the reply code
-    and text are the client's). ``by_client=False``: a Channel.Close we sent (``close_channel``
-    or a soft error found by the core) has been acknowledged (our code and text).
+    ``by_client=True``: the client sent Channel.Close (the reply code and text are the
+    client's); answer it with ``accept_channel_close`` once the channel's work is dropped and
+    its unacknowledged messages are back in their queues (RabbitMQ's order: a client that has
+    Close-Ok finds them there). ``by_client=False``: a Channel.Close we sent
+    (``close_channel`` or a soft error found by the core) has been acknowledged (our code and
+    text).
     """
 
     channel: int

@@ -82,6 +82,13 @@ class AMQPSession:
             self._channels[event.channel] = SessionChannel(event.channel)
             self._counts.channels += 1
             COUNTERS.channels_opened += 1
+        elif isinstance(event, ev.ChannelClosed) and event.by_client:
+            try:
+                await self.channel_closed(event.channel)
+            finally:
+                # Close-Ok only now, with the channel's unacknowledged messages back in their
+                # queues, as RabbitMQ: a client may consume or count them as soon as it has it.
+                self._protocol.accept_channel_close(event.channel)
         elif isinstance(event, ev.ChannelErrored | ev.ChannelClosed):
             if isinstance(event, ev.ChannelErrored):
                 COUNTERS.protocol_error(event.error.reply_code)

@@ -352,6 +352,9 @@ def transcript(client: Client, chunks: list[bytes]) -> list[tuple[list[object], 
     steps = []
     for chunk in chunks:
         events = client.send(chunk)
+        for event in events:
+            if isinstance(event, ev.ChannelClosed) and event.by_client:
+                client.conn.accept_channel_close(event.channel)  # as the shell does
         shown = [
             ("CommandReceived", e.channel, e.command) if isinstance(e, ev.CommandReceived) else e
             for e in events

@@ -11,7 +11,7 @@ from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
 from gateway.amqp.codec import encode_method_frame, make_method
 from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerConnection
-from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
+from gateway.amqp.errors import AMQPError, ChannelError, ConnectionException, ReplyCode
 from gateway.amqp.fieldtable import table_to_plain
 from gateway.amqp.properties import MessageProperties
 from tests.unit.amqp.helpers import (
@@ -259,9 +259,50 @@ def test_channel_open_close_by_client() -> None:
         method(1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
     )
     assert events == [ev.ChannelClosed(1, 200, "bye", True)]
-    client.expect_one(commands.Channel.CloseOk, 1)
+    # Close-Ok waits for the shell, which gives the channel's messages back first.
+    assert client.received() == []
     assert client.conn.open_channels == frozenset()
+    assert client.conn.accept_channel_close(1)
+    client.expect_one(commands.Channel.CloseOk, 1)
+    assert not client.conn.accept_channel_close(1)  # answered once
+    assert client.received() == []
     client.open_channel(1)  # the number can be reused
+
+
+def test_until_close_ok_a_channel_closed_by_the_client_discards_everything() -> None:
+    """§4.2.4: after Channel.Close only Close-Ok counts; the client's Close-Ok to come is
+    ours, so every frame on the channel is dropped, and its number is not free yet."""
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    close = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    assert client.send(method(1, close)) == [ev.ChannelClosed(1, 200, "bye", True)]
+    in_flight = (
+        method(1, commands.Queue.Declare(queue="q"))
+        + publish(1, b"x")
+        + method(1, commands.Basic.Ack(delivery_tag=1))
+        + method(1, close)
+        + method(1, commands.Channel.Open())
+    )
+    assert client.send(in_flight) == []
+    assert not client.conn.send_method(1, commands.Basic.QosOk())
+    assert not client.conn.send_deliver(1, "ctag", 1, False, "", "q", b"\x00\x00", b"m")
+    assert client.received() == []
+    assert client.conn.accept_channel_close(1)
+    client.expect_one(commands.Channel.CloseOk, 1)
+    client.open_channel(1)
+
+
+def test_no_close_ok_once_the_connection_is_closing() -> None:
+    client = Client()
+    client.handshake()
+    client.open_channel(1)
+    close = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    client.send(method(1, close))
+    client.conn.close_connection(ConnectionException(ReplyCode.CONNECTION_FORCED, "shutdown"))
+    client.expect_connection_close(320)
+    assert not client.conn.accept_channel_close(1)
+    assert client.received() == []
 
 
 def test_server_initiated_channel_close_discards_until_close_ok() -> None:
