@@ -20,7 +20,6 @@ from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
 from gateway.backend.interface import Message, PublishOutcome, Stored, VirtualHost
-from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.replies import REPLY_PREFIX, REPLY_TO_BYTES
 from gateway.model.publishing import check_user_id
 from gateway.observability.counters import COUNTERS, VhostCounters
@@ -96,7 +95,15 @@ class Publishing:
         def fail(error: BaseException) -> None:
             if self._channels.get(state.number) is not state:
                 return  # closed meanwhile (its number may be a new channel's by now)
-            amqp = error if isinstance(error, AMQPError) else to_amqp_error(error, "publishing")
+            # The backend's writes fail with the AMQP error for the client; anything else is
+            # the gateway's own failure.
+            amqp = (
+                error
+                if isinstance(error, AMQPError)
+                else amqp_error(
+                    ReplyCode.INTERNAL_ERROR, f"publishing: {type(error).__name__}: {error}"
+                )
+            )
             with contextlib.suppress(RuntimeError):  # the connection is ending anyway
                 link.nursery.start_soon(link.fail, state.number, amqp)
 

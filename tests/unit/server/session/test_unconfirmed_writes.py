@@ -18,6 +18,7 @@ from gateway.auth.authenticator import AcceptAnyone, PeerIdentity
 from gateway.backend.interface import Message, PublishOutcome, Stored
 from gateway.backend.memory import MemoryBackend, MemoryVirtualHost
 from gateway.backend.overflow import RefusedStored
+from gateway.backend.pulsar.write_failures import PublishFailures
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.pulsar.errors import SendError
 from gateway.server.connection import ClientConnection
@@ -63,20 +64,21 @@ class Reporting(Pending):
 
 class ScriptedVirtualHost(MemoryVirtualHost):
     """Every publish gets the next ``Stored`` the test queued (through the fast path, or the
-    awaited one when ``awaited``)."""
+    awaited one when ``awaited``), failing with the AMQP error as the Pulsar backend's do."""
 
     def __init__(self, name: str, namespace: str, store: MemoryMetadataStore) -> None:
         super().__init__(name, namespace, store)
         self.outcomes: list[Stored] = []
         self.awaited = False
+        self.failures = PublishFailures()
 
     async def publish(self, message: Message, *, mandatory: bool = False) -> PublishOutcome:
-        return PublishOutcome(routed=True, stored=self.outcomes.pop(0))
+        return self.failures.outcome(PublishOutcome(routed=True, stored=self.outcomes.pop(0)))
 
     def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
         if self.awaited:
             return None
-        return PublishOutcome(routed=True, stored=self.outcomes.pop(0))
+        return self.failures.outcome(PublishOutcome(routed=True, stored=self.outcomes.pop(0)))
 
 
 class ScriptedBackend(MemoryBackend):
