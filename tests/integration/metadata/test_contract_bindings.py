@@ -13,10 +13,7 @@ from gateway.amqp.fieldtable import Field
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.roles import Bindings
 from gateway.metadata.store import MetadataStore
-from gateway.model.entities import (
-    Binding,
-    Queue,
-)
+from gateway.model.entities import Binding, Queue
 from tests.integration.metadata.conftest import Fleet, opened, wait_for
 
 ROLE = Bindings  # test_contract_roles.py: every role has its contract

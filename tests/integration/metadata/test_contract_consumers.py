@@ -13,9 +13,7 @@ import trio.testing
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.roles import Consumers
 from gateway.metadata.store import MetadataStore, QueueCondition
-from gateway.model.entities import (
-    Queue,
-)
+from gateway.model.entities import Queue
 from tests.integration.metadata.conftest import DEADLINE, Fleet, opened, wait_for
 
 ROLE = Consumers  # test_contract_roles.py: every role has its contract

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 from gateway.metadata.roles import Drains
 from gateway.metadata.store import REMOVE, DrainRecord
-from gateway.model.entities import (
-    Binding,
-    Exchange,
-    ExchangeType,
-    Queue,
-)
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from tests.integration.metadata.conftest import Fleet, opened, wait_for
 
 ROLE = Drains  # test_contract_roles.py: every role has its contract

@@ -15,12 +15,7 @@ from gateway.amqp.fieldtable import Field
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.roles import Entities
 from gateway.metadata.store import QueueCondition
-from gateway.model.entities import (
-    Binding,
-    Exchange,
-    ExchangeType,
-    Queue,
-)
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from tests.integration.metadata.conftest import Fleet, opened, wait_for
 
 ROLE = Entities  # test_contract_roles.py: every role has its contract

@@ -5,12 +5,7 @@ handshake of a pattern binding on one replica with a new key's first message on 
 from __future__ import annotations
 
 from gateway.metadata.roles import TopicKeys
-from gateway.model.entities import (
-    Binding,
-    Exchange,
-    ExchangeType,
-    Queue,
-)
+from gateway.model.entities import Binding, Exchange, ExchangeType, Queue
 from tests.integration.metadata.conftest import Fleet, opened
 
 ROLE = TopicKeys  # test_contract_roles.py: every role has its contract

@@ -11,13 +11,7 @@ import trio.testing
 from gateway.amqp.fieldtable import Field
 from gateway.metadata.roles import Views
 from gateway.metadata.store import VhostView
-from gateway.model.entities import (
-    PREDECLARED_EXCHANGES,
-    Binding,
-    Exchange,
-    ExchangeType,
-    Queue,
-)
+from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, Exchange, ExchangeType, Queue
 from tests.integration.metadata.conftest import Fleet, opened, wait_for
 
 ROLE = Views  # test_contract_roles.py: every role has its contract
