@@ -58,6 +58,7 @@ from gateway.backend.pulsar.queue_count import broker_ready_count
 from gateway.backend.pulsar.queue_subscriptions import QueueSubscriptions
 from gateway.backend.pulsar.queue_topics import QueueTopics
 from gateway.backend.pulsar.queue_types.dispatch import type_of, type_of_queue
+from gateway.backend.pulsar.queue_types.interface import ConsumeRequest
 from gateway.backend.pulsar.queue_types.stream.queues import StreamQueues
 from gateway.backend.pulsar.queue_use import QueueUse
 from gateway.backend.pulsar.redeliveries import Redeliveries
@@ -596,17 +597,17 @@ class PulsarVirtualHost(CatalogVirtualHost):
     ) -> QueueSubscription:
         entity = await self.catalog.find_queue(command.queue, owner)
         self.catalog.check_consume(entity, command)
-        return await type_of(entity.arguments).consume(self, entity, command, prefetch, qos)
+        request = ConsumeRequest(command, prefetch, qos)
+        return await type_of(entity.arguments).consume(self, entity, request)
 
-    async def consume_subscribed(
-        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
-    ) -> QueueSubscription:
+    async def consume_subscribed(self, entity: Queue, request: ConsumeRequest) -> QueueSubscription:
         """A consumer of a queue read through subscriptions: in the queue's single-active
         line, or one of its competing consumers (highest ``x-priority`` first)."""
+        command, prefetch = request.command, request.prefetch
         queue, exclusive = entity.name, command.exclusive
         await self._queue_use.used(queue, entity.arguments)
         if single_active(entity.arguments):
-            return await self._consume_single_active(entity, command, prefetch, qos)
+            return await self._consume_single_active(entity, command, prefetch, request.qos)
         priority = consumer_priority(command.arguments)
         if "x-priority" in command.arguments and not priority_levels().available:
             where = resource("queue", queue, self.name)

@@ -13,6 +13,7 @@ that of queues kept as a log read by readers (``StreamLogs``, what streams use).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.amqp import commands as cmd
@@ -21,7 +22,17 @@ from gateway.backend.interface import ConsumerQos, Delivery, Owner, QueueStatus,
 from gateway.metadata.store import QueueCondition, VhostView
 from gateway.model.entities import Queue
 
-__all__ = ["QueueHost", "QueueType", "StreamLogs"]
+__all__ = ["ConsumeRequest", "QueueHost", "QueueType", "StreamLogs"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeRequest:
+    """A Basic.Consume as the vhost received it: the command, the consumer's prefetch and the
+    channel's Basic.Qos (``VirtualHost.consume``)."""
+
+    command: cmd.BasicConsume
+    prefetch: int
+    qos: ConsumerQos
 
 
 class StreamLogs(Protocol):
@@ -67,9 +78,7 @@ class QueueHost(Protocol):
         """Skip every ready message of the queue's subscriptions; how many there were."""
         ...
 
-    async def consume_subscribed(
-        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
-    ) -> QueueSubscription:
+    async def consume_subscribed(self, entity: Queue, request: ConsumeRequest) -> QueueSubscription:
         """A consumer on the queue's subscriptions (single active or competing)."""
         ...
 
@@ -115,12 +124,7 @@ class QueueType(Protocol):
         ...
 
     async def consume(
-        self,
-        host: QueueHost,
-        entity: Queue,
-        command: cmd.BasicConsume,
-        prefetch: int,
-        qos: ConsumerQos,
+        self, host: QueueHost, entity: Queue, request: ConsumeRequest
     ) -> QueueSubscription:
         """Basic.Consume, after the catalog's checks."""
         ...

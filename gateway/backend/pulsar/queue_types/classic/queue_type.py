@@ -9,8 +9,8 @@ from typing import Final
 
 from gateway.amqp import commands as cmd
 from gateway.amqp.fieldtable import Field
-from gateway.backend.interface import ConsumerQos, Delivery, Owner, QueueStatus, QueueSubscription
-from gateway.backend.pulsar.queue_types.interface import QueueHost
+from gateway.backend.interface import Delivery, Owner, QueueStatus, QueueSubscription
+from gateway.backend.pulsar.queue_types.interface import ConsumeRequest, QueueHost
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue
 
@@ -39,14 +39,9 @@ class ClassicQueueType:
         return await host.purge_subscribed(entity.name)
 
     async def consume(
-        self,
-        host: QueueHost,
-        entity: Queue,
-        command: cmd.BasicConsume,
-        prefetch: int,
-        qos: ConsumerQos,
+        self, host: QueueHost, entity: Queue, request: ConsumeRequest
     ) -> QueueSubscription:
-        return await host.consume_subscribed(entity, command, prefetch, qos)
+        return await host.consume_subscribed(entity, request)
 
     async def get(
         self, host: QueueHost, entity: Queue, owner: Owner

@@ -10,8 +10,8 @@ from typing import Final
 
 from gateway.amqp import commands as cmd
 from gateway.amqp.fieldtable import Field
-from gateway.backend.interface import ConsumerQos, Delivery, Owner, QueueStatus, QueueSubscription
-from gateway.backend.pulsar.queue_types.interface import QueueHost
+from gateway.backend.interface import Delivery, Owner, QueueStatus, QueueSubscription
+from gateway.backend.pulsar.queue_types.interface import ConsumeRequest, QueueHost
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue, resource
 from gateway.model.streams import refuse_get, refuse_purge
@@ -43,14 +43,10 @@ class StreamQueueType:
         raise refuse_purge(resource("queue", entity.name, host.name))
 
     async def consume(
-        self,
-        host: QueueHost,
-        entity: Queue,
-        command: cmd.BasicConsume,
-        prefetch: int,
-        qos: ConsumerQos,
+        self, host: QueueHost, entity: Queue, request: ConsumeRequest
     ) -> QueueSubscription:
-        return await host.streams.consume(entity, command, qos, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        return await host.streams.consume(entity, request.command, request.qos, now_ms)
 
     async def get(
         self, host: QueueHost, entity: Queue, owner: Owner
