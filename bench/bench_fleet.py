@@ -5,7 +5,7 @@
 
 Needs the local stack up (``python3 scripts/stack.py up``); it is used as found, never stopped.
 Every gateway is a ``python -m gateway.cli -c <conf>`` process of its own, on a port of its own
-(tests/integration/fleet/processes.py starts it), all on one fresh Pulsar namespace of the
+(tests/support/gateway_process.py starts it), all on one fresh Pulsar namespace of the
 stack and one **private ZooKeeper** for their metadata: a ZooKeeper 3.9.4 server started here
 from the stack's own jars (``ZooKeeperServerMain``, fsync off like the stack's, its own heap
 ``--zookeeper-heap``, its garbage collector ``--zookeeper-gc``: ZGC), removed at the end. Not
@@ -150,7 +150,7 @@ from pamqp import body, commands, frame, header  # noqa: E402
 from gateway.metadata.paths import Layout  # noqa: E402
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore  # noqa: E402
 from gateway.model.entities import Binding, Queue  # noqa: E402
-from tests.integration.fleet.processes import (  # noqa: E402
+from tests.support.gateway_process import (  # noqa: E402
     GatewayProcess,
     free_port,
     write_config,

@@ -43,7 +43,7 @@ import pika
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
+from tests.support.gateway_process import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import namespace_of_its_own
 from tests.support.zookeeper import kazoo_client
 

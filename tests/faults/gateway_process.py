@@ -14,7 +14,7 @@ from typing import Any
 
 from pamqp import commands, frame
 
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_stack_config
+from tests.support.gateway_process import GatewayProcess, free_port, write_stack_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"

@@ -22,8 +22,8 @@ from typing import Any
 from tests.faults.gateway_process import LimitedGatewayProcess, wait_until
 from tests.faults.outages import Consumer, Publisher
 from tests.faults.proxies import ProxyThread
-from tests.integration.fleet.processes import free_port, write_config
 from tests.support.clients import connect, unique
+from tests.support.gateway_process import free_port, write_config
 from tests.support.own_stack import OwnStack, new_stack
 from tests.support.pulsar_gateway import fresh_namespace
 

@@ -33,8 +33,8 @@ from gateway.model.naming import subscription_for
 from tests.faults.gateway_process import wait_until
 from tests.faults.outages import Consumer, Publisher
 from tests.faults.pulsar_cluster import OwnCluster, own_cluster, wait_for_owner
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.clients import connect, unique
+from tests.support.gateway_process import GatewayProcess, free_port, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from gateway.metadata.paths import Folder, Layout
 from tests.faults.gateway_process import wait_until
 from tests.faults.outages import Consumer, Publisher
 from tests.faults.proxies import ProxyThread
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
 from tests.support.clients import connect, unique
+from tests.support.gateway_process import GatewayProcess, free_port, write_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.integration.test_proxy_extension import (
+from tests.support.clients import get_bodies, unique
+from tests.support.proxy_extension import (
     GATEWAY_COMMAND,
     START_TIMEOUT,
     RunningProxy,
@@ -28,7 +29,6 @@ from tests.integration.test_proxy_extension import (
     pulsar_proxy,
     wait_until,
 )
-from tests.support.clients import get_bodies, unique
 from tests.support.pulsar_gateway import fresh_namespace
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.processes import free_port, write_stack_config
+from tests.support.gateway_process import free_port, write_stack_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -18,9 +18,9 @@ from typing import Any
 import jwt
 import pytest
 
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_stack_config
 from tests.starlight_rabbitmq_chart.rendering import Manifest, documents
 from tests.starlight_rabbitmq_chart.tools import CHART_DIR, Helm
+from tests.support.gateway_process import GatewayProcess, free_port, write_stack_config
 from tests.support.pulsar_gateway import fresh_namespace
 
 HOOK_SCRIPT = CHART_DIR / "files" / "connection_check.py"

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from gateway.backend.pulsar.delivery_records import decode_record
-from gateway.metadata.paths import Layout
-from tests.integration.fleet.clients import wait_subscription_consumers
-from tests.integration.fleet.processes import GatewayProcess, free_port, write_config
+from tests.support.fleet import SESSION_TIMEOUT_MS, Fleet
+from tests.support.gateway_thread import GatewayInThread
 from tests.support.pulsar_gateway import fresh_namespace
+from tests.support.thread_replicas import two_replicas
 from tests.support.zookeeper import kazoo_client
 
 
@@ -37,76 +36,6 @@ def chroot(pulsar_stack: Any) -> Iterator[str]:
         client.delete(path, recursive=True)
 
 
-class Fleet:
-    """Starts gateway processes on one namespace; ``close()`` kills whatever is left."""
-
-    def __init__(
-        self,
-        directory: Path,
-        stack: Any,
-        namespace: str,
-        *,
-        zookeeper: str | None = None,
-        extra_config: str = "",
-    ) -> None:
-        self._directory = directory
-        self._stack = stack
-        self.namespace = namespace
-        # The replicas' configurationStoreServers (the stack's, or a chroot of it).
-        self.zookeeper: str = zookeeper or stack.zookeeper
-        self._extra_config = extra_config
-        self.processes: list[GatewayProcess] = []
-
-    def start(
-        self,
-        name: str,
-        *args: str,
-        port: int | None = None,
-        zookeeper: str | None = None,
-        extra: str = "",
-    ) -> GatewayProcess:
-        """Start one (not waiting for it to be ready: start several, then wait); ``extra``:
-        configuration lines of this one only."""
-        port = port or free_port()
-        config = write_config(
-            self._directory,
-            port=port,
-            namespace=self.namespace,
-            zookeeper=zookeeper or self.zookeeper,
-            web_url=self._stack.web_url,
-            broker_url=self._stack.broker_url,
-            extra=self._extra_config + extra,
-        )
-        process = GatewayProcess(name, config, port, args)
-        self.processes.append(process)
-        return process.start()
-
-    def replicas(self, count: int) -> list[GatewayProcess]:
-        """``count`` single-process replicas, each on a port of its own, all ready."""
-        started = [self.start(f"replica-{index + 1}") for index in range(count)]
-        return [replica.wait_ready() for replica in started]
-
-    def wait_consumers(self, binding: tuple[str, str | None], queue: str, count: int) -> None:
-        """Until Pulsar sees ``count`` consumers of ``queue`` on ``binding``'s topic."""
-        wait_subscription_consumers(self._stack.web_url, self.namespace, binding, queue, count)
-
-    def recorded_deliveries(self) -> dict[str, int]:
-        """Replica id -> how many deliveries its record in ZooKeeper holds (the fleet's
-        memory of what each replica delivered and has not seen settled)."""
-        folder = Layout().deliveries(f"public/{self.namespace}")
-        with kazoo_client(self.zookeeper) as client:
-            if not client.exists(folder):
-                return {}
-            return {
-                child: len(decode_record(client.get(f"{folder}/{child}")[0]))
-                for child in client.get_children(folder)
-            }
-
-    def close(self) -> None:
-        for process in self.processes:
-            process.close()
-
-
 @pytest.fixture
 def fleet(tmp_path: Path, pulsar_stack: Any, namespace: str) -> Iterator[Fleet]:
     fleet = Fleet(tmp_path, pulsar_stack, namespace)
@@ -114,3 +43,29 @@ def fleet(tmp_path: Path, pulsar_stack: Any, namespace: str) -> Iterator[Fleet]:
         yield fleet
     finally:
         fleet.close()
+
+
+@pytest.fixture
+def short_session_fleet(
+    tmp_path: Path, pulsar_stack: Any, namespace: str, chroot: str
+) -> Iterator[Fleet]:
+    """A fleet whose replicas have a short ZooKeeper session (a killed one's ephemeral records
+    go within seconds), in a chroot of this test's own (no other run's replica leads)."""
+    fleet = Fleet(
+        tmp_path,
+        pulsar_stack,
+        namespace,
+        zookeeper=chroot,
+        extra_config=f"zooKeeperSessionTimeoutMs={SESSION_TIMEOUT_MS}\n",
+    )
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+@pytest.fixture
+def replicas(pulsar_stack: Any) -> Iterator[tuple[GatewayInThread, GatewayInThread]]:
+    """Two replicas in threads of this process, on a fresh namespace."""
+    with two_replicas(pulsar_stack) as pair:
+        yield pair

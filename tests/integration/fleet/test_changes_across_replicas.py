@@ -5,41 +5,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
 
 from tests.support.gateway_thread import GatewayInThread
-from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
+from tests.support.thread_replicas import channel_on, pump_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def replicas(pulsar_stack: Any) -> Iterator[tuple[GatewayInThread, GatewayInThread]]:
-    with fresh_namespace(pulsar_stack) as namespace:
-        config = stack_config(
-            pulsar_stack.web_url, pulsar_stack.broker_url, pulsar_stack.zookeeper, namespace
-        )
-        with (
-            GatewayInThread(backend_factory=backend_factory(config)) as a,
-            GatewayInThread(backend_factory=backend_factory(config)) as b,
-        ):
-            yield a, b
-
-
-def channel_on(gateway: GatewayInThread) -> Any:
-    params = pika.ConnectionParameters(host="127.0.0.1", port=gateway.port)
-    return pika.BlockingConnection(params).channel()
-
-
-def pump_until(channel: Any, condition: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        channel.connection.process_data_events(time_limit=0.05)
 
 
 def test_a_binding_made_on_one_replica_feeds_consumers_on_the_other(

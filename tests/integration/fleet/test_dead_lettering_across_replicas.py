@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.test_changes_across_replicas import channel_on, pump_until, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.thread_replicas import channel_on, pump_until
 
 pytestmark = pytest.mark.integration
-
-__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 
 def test_a_message_rejected_on_one_replica_reaches_a_dlx_declared_on_the_other(

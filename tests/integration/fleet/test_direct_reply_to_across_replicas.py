@@ -8,12 +8,11 @@ from typing import Any
 import pika
 import pytest
 
-from tests.integration.fleet.test_changes_across_replicas import channel_on, pump_until, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.thread_replicas import channel_on, pump_until
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["replicas"]  # the fixture, shared with test_two_replicas
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

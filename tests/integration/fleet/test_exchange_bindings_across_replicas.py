@@ -14,15 +14,12 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.fleet.test_changes_across_replicas import channel_on, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.thread_replicas import channel_on
 
 pytestmark = pytest.mark.integration
 
 ROUNDS = 15
-
-
-__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 
 def on(gateway: GatewayInThread, *, confirm: bool = False) -> BlockingChannel:

@@ -23,10 +23,10 @@ import pika.exceptions
 import pytest
 
 from gateway.metadata.paths import Layout
-from tests.integration.fleet.clients import wait_known
-from tests.integration.fleet.conftest import Fleet
-from tests.integration.fleet.processes import GatewayProcess
 from tests.support.clients import connect
+from tests.support.fleet import Fleet
+from tests.support.fleet_clients import wait_known
+from tests.support.gateway_process import GatewayProcess
 from tests.support.zookeeper import kazoo_client
 
 pytestmark = pytest.mark.integration

@@ -12,45 +12,34 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pika
 import pika.exceptions
 import pytest
-import trio
 
-from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.naming import encode_local_name, subscription_for
-from tests.integration.fleet.clients import observe_window, wait_until
-from tests.integration.fleet.conftest import Fleet
-from tests.integration.fleet.processes import GatewayProcess
 from tests.support.clients import connect
+from tests.support.fleet import (
+    REAPED_WITHIN,
+    Fleet,
+    leader_of,
+    process_of,
+    two_replicas_and_their_leader,
+)
+from tests.support.fleet_clients import observe_window, wait_until
 
 pytestmark = pytest.mark.integration
 
-SESSION_TIMEOUT_MS = 4000
-# Session expiry, then the leader's grace (its session timeout) and reaper ticks, with room
-# for a loaded machine.
-REAPED_WITHIN = 60.0
 LOCKED = "405 RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'"
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pulsar_stack: Any, namespace: str, chroot: str) -> Iterator[Fleet]:
-    fleet = Fleet(
-        tmp_path,
-        pulsar_stack,
-        namespace,
-        zookeeper=chroot,
-        extra_config=f"zooKeeperSessionTimeoutMs={SESSION_TIMEOUT_MS}\n",
-    )
-    try:
-        yield fleet
-    finally:
-        fleet.close()
+def fleet(short_session_fleet: Fleet) -> Fleet:
+    """Every replica here has a short ZooKeeper session, in a chroot of this test's own."""
+    return short_session_fleet
 
 
 # ---------------------------------------------------------------------- helpers
@@ -105,41 +94,6 @@ def subscribed(web_url: str, namespace: str, binding: tuple[str, str | None], qu
     url = f"{web_url}/admin/v2/persistent/public/{namespace}/{topic}/subscriptions"
     response = httpx.get(url, timeout=10)
     return response.status_code != 404 and subscription_for(queue) in response.json()
-
-
-def leader_of(fleet: Fleet) -> str | None:
-    async def ask() -> str | None:
-        async with ZooKeeperMetadataStore(fleet.zookeeper) as store:
-            return await store.leader_of(f"public/{fleet.namespace}")
-
-    return trio.run(ask)
-
-
-def process_of(replicas: list[GatewayProcess], replica_id: str | None) -> GatewayProcess | None:
-    """The replica whose store has ``replica_id`` (``<host>-<pid>-<random>``)."""
-    match = re.fullmatch(r".*-(\d+)-[0-9a-f]+", replica_id or "")
-    pid = int(match.group(1)) if match else -1
-    return next((replica for replica in replicas if replica.pid == pid), None)
-
-
-def two_replicas_and_their_leader(
-    fleet: Fleet,
-) -> tuple[
-    list[GatewayProcess], dict[str, pika.BlockingConnection], GatewayProcess, GatewayProcess
-]:
-    """Two replicas, a connection to each (both stand), which of them leads the namespace,
-    and the other (the survivor of the leader's death)."""
-    replicas = fleet.replicas(2)
-    connections = {replica.name: connect(replica.port) for replica in replicas}
-    wait_until(
-        lambda: process_of(replicas, leader_of(fleet)) is not None,
-        timeout=30,
-        what="a leader among the replicas",
-    )
-    leader = process_of(replicas, leader_of(fleet))
-    assert leader is not None
-    [survivor] = [replica for replica in replicas if replica is not leader]
-    return replicas, connections, leader, survivor
 
 
 # ---------------------------------------------------------------------- exclusive queues

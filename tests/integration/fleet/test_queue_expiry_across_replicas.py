@@ -9,12 +9,11 @@ from typing import Any
 import pika.exceptions
 import pytest
 
-from tests.integration.fleet.test_changes_across_replicas import channel_on, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.thread_replicas import channel_on
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 DEADLINE = 20.0
 

@@ -14,16 +14,16 @@ import pika.exceptions
 import pytest
 import trio
 
-from tests.integration.fleet.clients import (
+from tests.integration.metadata.proxy import TcpProxy
+from tests.support.clients import connect, get_bodies
+from tests.support.fleet import Fleet
+from tests.support.fleet_clients import (
     Consumer,
     observe_window,
     tally,
     wait_known,
     wait_until,
 )
-from tests.integration.fleet.conftest import Fleet
-from tests.integration.metadata.proxy import TcpProxy
-from tests.support.clients import connect, get_bodies
 
 pytestmark = pytest.mark.integration
 

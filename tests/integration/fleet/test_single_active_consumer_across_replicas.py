@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.test_changes_across_replicas import channel_on, replicas
 from tests.support.gateway_thread import GatewayInThread
+from tests.support.thread_replicas import channel_on
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["replicas"]  # the fixture, shared with test_changes_across_replicas
 
 SAC = {"x-single-active-consumer": True}
 QUORUM_SAC = {"x-queue-type": "quorum", "x-single-active-consumer": True}

@@ -18,19 +18,24 @@ import httpx
 import pytest
 
 from gateway.model.naming import encode_local_name, subscription_for
-from tests.integration.fleet.clients import wait_until
-from tests.integration.fleet.test_lifetimes import (
+from tests.support.clients import connect
+from tests.support.fleet import (
     REAPED_WITHIN,
-    fleet,
+    Fleet,
     leader_of,
     process_of,
     two_replicas_and_their_leader,
 )
-from tests.support.clients import connect
+from tests.support.fleet_clients import wait_until
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["fleet"]  # the fixture (a chroot, a short session timeout), from test_lifetimes
+
+@pytest.fixture
+def fleet(short_session_fleet: Fleet) -> Fleet:
+    """Every replica here has a short ZooKeeper session, in a chroot of this test's own."""
+    return short_session_fleet
+
 
 STREAM = {"x-queue-type": "stream"}
 # The leader dies once the log holds this many (the publisher is still publishing) ...

@@ -15,10 +15,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.integration.fleet.clients import wait_known, wait_until
-from tests.integration.fleet.conftest import Fleet
-from tests.integration.fleet.processes import COMMAND, REPO, write_config
 from tests.support.clients import connect, get_bodies
+from tests.support.fleet import Fleet
+from tests.support.fleet_clients import wait_known, wait_until
+from tests.support.gateway_process import COMMAND, REPO, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.management.conftest import ManagedFleet, managed_fleet
 from tests.support.client_suites import SuiteUnavailable, prepare_go, run_go
+from tests.support.managed_fleet import ManagedFleet, managed_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -14,7 +14,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.integration.management.conftest import Managed, ManagedFleet, managed_fleet
+from tests.support.managed_fleet import Managed, ManagedFleet, managed_fleet
 from tests.support.pki import token_keys
 
 pytestmark = pytest.mark.timeout(180)

@@ -12,7 +12,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.integration.management.conftest import Managed, ManagedFleet
+from tests.support.managed_fleet import Managed, ManagedFleet
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -29,8 +29,8 @@ import pika
 import pytest
 from flower.utils.broker import Broker
 
-from tests.integration.fleet.processes import free_port
-from tests.integration.management.conftest import Managed
+from tests.support.gateway_process import free_port
+from tests.support.managed_fleet import Managed
 
 pytestmark = pytest.mark.timeout(240)
 

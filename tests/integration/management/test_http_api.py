@@ -11,7 +11,7 @@ import httpx
 import pika
 import pytest
 
-from tests.integration.management.conftest import Managed, ManagedFleet
+from tests.support.managed_fleet import Managed, ManagedFleet
 
 pytestmark = pytest.mark.timeout(180)
 

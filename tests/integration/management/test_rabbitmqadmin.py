@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.management.conftest import Managed
-from tests.integration.management.test_connections import closed_by_broker, connect, find
+from tests.support.managed_fleet import Managed, closed_by_broker, connect_named, find_connection
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -188,9 +187,9 @@ def test_vhosts_permissions_and_definitions(gateway: Managed, tmp_path: Path) ->
 
 def test_close_a_connection(gateway: Managed) -> None:
     name = f"ra-conn-{uuid.uuid4().hex[:6]}"
-    connection = connect(gateway, name)
+    connection = connect_named(gateway, name)
     try:
-        found = find(gateway, name)
+        found = find_connection(gateway, name)
         ok(admin(gateway, "close", "connection", f"name={found['name']}"))
         assert closed_by_broker(connection) == (
             320,

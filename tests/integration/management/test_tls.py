@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.management.conftest import managed_fleet
+from tests.support.managed_fleet import managed_fleet
 from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.timeout(180)

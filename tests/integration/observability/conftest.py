@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.conftest import Fleet, chroot, namespace
+from tests.integration.fleet.conftest import chroot, namespace
+from tests.support.fleet import Fleet
 
 __all__ = ["chroot", "fleet", "graceful_stop", "namespace"]
 

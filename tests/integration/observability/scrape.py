@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.fleet.processes import GatewayProcess
+from tests.support.gateway_process import GatewayProcess
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

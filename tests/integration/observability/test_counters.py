@@ -11,7 +11,6 @@ import httpx
 import pika
 import pytest
 
-from tests.integration.fleet.conftest import Fleet
 from tests.integration.observability import traffic
 from tests.integration.observability.scrape import (
     Samples,
@@ -20,6 +19,7 @@ from tests.integration.observability.scrape import (
     value,
     wait_metrics,
 )
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.integration.fleet.conftest import Fleet
-from tests.integration.fleet.processes import free_port
 from tests.integration.observability.scrape import metrics_port
+from tests.support.fleet import Fleet
+from tests.support.gateway_process import free_port
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,7 +11,6 @@ import httpx
 import pika
 import pytest
 
-from tests.integration.fleet.conftest import Fleet
 from tests.integration.observability.scrape import (
     metrics_port,
     readyz,
@@ -19,6 +18,7 @@ from tests.integration.observability.scrape import (
     value,
     wait_metrics,
 )
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.observability.usage_event import AVRO_SCHEMA, UsageEvent
 from gateway.server.usage_publisher import pulsar_sequence_id, usage_schema
-from tests.integration.fleet.conftest import Fleet
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fleet.conftest import Fleet
 from tests.integration.observability.scrape import metrics_port, wait_metrics
 from tests.support.clients import connect
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pika
 import pytest
 
-from tests.integration.fleet.conftest import Fleet
 from tests.integration.observability.scrape import metrics_port, scrape, value, wait_metrics
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.integration
 

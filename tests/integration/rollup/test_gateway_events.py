@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from gateway.rollup.pulsar_source import ROW_FIELDS, SourceOptions, UsageEventStreamReader
-from tests.integration.fleet.conftest import Fleet, namespace
+from tests.integration.fleet.conftest import namespace
+from tests.support.fleet import Fleet
 
 __all__ = ["namespace"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "gateway.cli"]
 START_TIMEOUT = 90.0
 WORKER_STARTED = re.compile(r"worker (\d+) started \(pid (\d+)\)")
