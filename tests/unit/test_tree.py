@@ -17,6 +17,8 @@ GATEWAY = REPO / "gateway"
 # Unit test files that test no single module of gateway/, and why.
 NOT_ONE_MODULE = {
     "test_layers.py": "the import graph of the whole gateway/ package",
+    "test_private_names.py": "every module of gateway/: no reads of another module's private names",
+    "test_test_layout.py": "the imports of tests/ itself: no test module imports another",
     "test_tree.py": "this file: the layout of tests/unit itself",
     "test_extension_shim.py": "the Java proxy extension (extension_shim/) against the Python side",
     "amqp/test_fuzz.py": "Hypothesis fuzzing across every decoder of gateway/amqp at once",
