@@ -8,15 +8,14 @@ found it, and a stack started by `make stack-up` stays up.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Protocol
 
 import pytest
+
+from tests.support.stack_script import load_stack_module
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,23 +36,10 @@ class StackEndpoints(Protocol):
     def zookeeper(self) -> str: ...  # 127.0.0.1:2181
 
 
-def _load_stack_module() -> ModuleType:
-    # scripts/ is not a package (stack.py must run with a bare python3), so import it by path.
-    name = "starlight_local_stack"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_DIR / "scripts" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def pulsar_stack() -> Iterator[StackEndpoints]:
     """The stack's endpoints: `.broker_url`, `.web_url`, `.zookeeper`."""
-    stack = _load_stack_module()
+    stack = load_stack_module()
     started_here: bool = stack.ensure_up()
     try:
         endpoints: StackEndpoints = stack.ENDPOINTS

@@ -21,8 +21,9 @@ from urllib.parse import quote
 
 import httpx
 
-from tests.conftest import REPO_DIR, _load_stack_module
-from tests.support.own_stack import _free_ports
+from tests.conftest import REPO_DIR
+from tests.support.own_stack import free_ports
+from tests.support.stack_script import load_stack_module
 
 CLUSTER_MODULE = "starlight_local_stack_cluster"
 
@@ -32,7 +33,7 @@ def load_cluster_module() -> ModuleType:
     ``stack``: the module the test session already loaded (tests/conftest.py), not a copy."""
     if CLUSTER_MODULE in sys.modules:
         return sys.modules[CLUSTER_MODULE]
-    sys.modules.setdefault("stack", _load_stack_module())
+    sys.modules.setdefault("stack", load_stack_module())
     spec = importlib.util.spec_from_file_location(
         CLUSTER_MODULE, REPO_DIR / "scripts" / "stack_cluster.py"
     )
@@ -187,7 +188,7 @@ def wait_for_owner(cluster: OwnCluster, topic: str, broker: str, *, timeout: flo
 def own_cluster(directory: Path) -> Iterator[OwnCluster]:
     """A started cluster on free ports with its state in ``directory``, stopped after."""
     module = load_cluster_module()
-    started = OwnCluster(module.new_cluster(directory, _free_ports(7)))
+    started = OwnCluster(module.new_cluster(directory, free_ports(7)))
     began = time.monotonic()
     try:
         started.up()

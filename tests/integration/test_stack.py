@@ -17,7 +17,8 @@ import pulsar
 import pytest
 from kazoo.client import KazooClient
 
-from tests.conftest import StackEndpoints, _load_stack_module
+from tests.conftest import StackEndpoints
+from tests.support.stack_script import load_stack_module
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def test_zookeeper_create_read_delete(pulsar_stack: StackEndpoints) -> None:
 
 
 def test_profiles_never_share_a_port() -> None:
-    stack = _load_stack_module()
+    stack = load_stack_module()
     default, secured = set(stack.DEFAULT.ports), set(stack.SECURED.ports)
     assert len(default) == len(secured) == 4
     assert not default & secured
@@ -117,7 +118,7 @@ def test_profiles_never_share_a_port() -> None:
 def test_the_secured_folder_follows_stack_dir(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    stack = _load_stack_module()
+    stack = load_stack_module()
     monkeypatch.setenv("STACK_DIR", str(tmp_path))
     monkeypatch.delenv("STACK_SECURED_DIR", raising=False)
     assert stack.SECURED.state_dir() == tmp_path / "secured"
@@ -127,7 +128,7 @@ def test_the_secured_folder_follows_stack_dir(
 
 
 def test_minted_tokens_are_standard_hs256_jwts() -> None:
-    stack = _load_stack_module()
+    stack = load_stack_module()
     secret = bytes(range(32))
     token = stack.mint_token("gateway", secret)
     assert jwt.decode(token, secret, algorithms=["HS256"]) == {"sub": "gateway"}
@@ -139,7 +140,7 @@ def test_minted_tokens_are_standard_hs256_jwts() -> None:
 def test_secured_keys_do_not_repeat_template_keys(tmp_path: Path) -> None:
     """The bookie reads the same file with commons-configuration, where a repeated key becomes
     a list: the appended secured section must only add keys."""
-    stack = _load_stack_module()
+    stack = load_stack_module()
     files = stack._CredentialFiles(tmp_path)
     section = stack._secured_config(stack.SECURED, files)
 

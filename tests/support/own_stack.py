@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import _load_stack_module
+from tests.support.stack_script import load_stack_module
 
 # As the secured profile's: the C1 compiler only halves the JVM's start (scripts/stack.py).
 # A benchmark passes the default profile's instead (peak throughput needs C2).
@@ -33,7 +33,7 @@ JVM_OPTIONS = (
 )
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free right now (held open together so none repeats)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -70,21 +70,21 @@ class OwnStack:
     @property
     def pid(self) -> int | None:
         """The JVM's process id while it runs (a benchmark counts its CPU time)."""
-        record = _load_stack_module()._read_record(self.profile.state_dir())
+        record = load_stack_module()._read_record(self.profile.state_dir())
         return None if record is None else int(record.pid)
 
     def up(self) -> None:
         """Start it (again, on its data) and wait until it is healthy."""
-        _load_stack_module().ensure_up(profile=self.profile)
+        load_stack_module().ensure_up(profile=self.profile)
 
     def down(self) -> None:
         """SIGTERM: the broker closes its topics, the bookie flushes, ZooKeeper stops."""
-        _load_stack_module().down(self.profile)
+        load_stack_module().down(self.profile)
 
     def crash(self) -> None:
         """SIGKILL: nothing is closed or flushed by the JVM (the operating system keeps what
         it had written); ``up()`` finds the pid gone and starts it again on its data."""
-        stack = _load_stack_module()
+        stack = load_stack_module()
         record = stack._read_record(self.profile.state_dir())
         assert record is not None, "the stack is not running"
         os.kill(record.pid, signal.SIGKILL)
@@ -105,8 +105,8 @@ def new_stack(
     ``advertised_address``: what the broker tells clients to connect to after a lookup (it
     still listens on 127.0.0.1), for a proxy listening there on the broker's port.
     ``broker_config``: lines appended to its standalone.conf (``key=value``, later keys win)."""
-    stack = _load_stack_module()
-    broker, web, zookeeper, bookie = _free_ports(4)
+    stack = load_stack_module()
+    broker, web, zookeeper, bookie = free_ports(4)
     extra = f"advertisedAddress={advertised_address}\n" if advertised_address else ""
     extra += broker_config
     profile = stack.Profile(

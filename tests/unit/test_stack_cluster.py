@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _load_stack_module
 from tests.faults.pulsar_cluster import load_cluster_module
+from tests.support.stack_script import load_stack_module
 
 PORTS = [2301, 3301, 3302, 6701, 6702, 8101, 8102]
 
@@ -88,7 +88,7 @@ def test_status_of_a_cluster_that_never_ran_is_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("STACK_CLUSTER_DIR", str(tmp_path))
-    assert _load_stack_module().main(["status", "--profile", "cluster"]) == 3
+    assert load_stack_module().main(["status", "--profile", "cluster"]) == 3
     assert "down: zookeeper, bookie-1, bookie-2, broker-1, broker-2 not running" in (
         capsys.readouterr().out
     )

@@ -32,12 +32,12 @@ from gateway.backend.memory import MemoryBackend
 from gateway.model.vhost import Namespace
 from gateway.server.address import Listener
 from gateway.server.settings import ServerSettings
-from tests.conftest import _load_stack_module
 from tests.integration.clients.conftest import PULSAR_ONLY, Running
 from tests.support.clients import channel_closed, unique, wait_for
 from tests.support.gateway_thread import GatewayInThread
 from tests.support.own_stack import own_stack
 from tests.support.pulsar_gateway import backend_factory, fresh_namespace, stack_config
+from tests.support.stack_script import load_stack_module
 
 MIB = 1024 * 1024
 # RabbitMQ 4.x's default max_message_size.
@@ -56,7 +56,7 @@ def large_stack(
 ) -> Iterator[Any]:
     """The shared stack if its bookie takes a full chunk, else one of this module's own."""
     shared = request.getfixturevalue("pulsar_stack")
-    conf = _load_stack_module().stack_dir() / "conf" / "standalone.conf"
+    conf = load_stack_module().stack_dir() / "conf" / "standalone.conf"
     if conf.is_file() and BOOKIE_FRAME in conf.read_text().splitlines():
         yield shared
         return

@@ -14,16 +14,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import _load_stack_module
 from tests.integration.secured_pulsar.support import SecuredStack
 from tests.support.pulsar_gateway import namespace_of_its_own
+from tests.support.stack_script import load_stack_module
 
 TENANT = "public"
 
 
 @pytest.fixture(scope="session")
 def secured_pulsar(request: pytest.FixtureRequest) -> Iterator[SecuredStack]:
-    stack = _load_stack_module()
+    stack = load_stack_module()
     began = time.monotonic()
     started_here: bool = stack.ensure_up(profile=stack.SECURED)
     if started_here:
