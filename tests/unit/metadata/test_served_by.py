@@ -35,6 +35,14 @@ async def test_the_method_is_the_parts_bound_method() -> None:
     assert host.greet.__doc__ == "Says hello."
 
 
+def test_the_first_lookup_keeps_the_bound_method_on_the_store() -> None:
+    host = Host()
+    first = host.greet
+    assert vars(host)["greet"] is first
+    assert host.greet is first
+    assert Host().greet is not first  # each store its own
+
+
 def test_on_the_class_it_is_the_descriptor() -> None:
     assert isinstance(Host.greet, served_by)
     assert Host.greet.part == "_greeter"
