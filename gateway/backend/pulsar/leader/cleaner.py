@@ -36,12 +36,11 @@ from urllib.parse import quote, quote_plus
 
 import trio
 
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.store import (
     REMOVE,
     DrainRecord,
-    MetadataStore,
     MetadataUnavailable,
     Position,
     VhostView,
@@ -93,14 +92,9 @@ async def repeat_rounds(
             await trio.sleep(interval)
 
 
-class SubscriptionCleaner:
-    def __init__(
-        self, vhost: PulsarVirtualHost, store: MetadataStore, admin: PulsarAdmin, namespace: str
-    ) -> None:
-        self._vhost = vhost
-        self._store = store
-        self._admin = admin
-        self._namespace = namespace
+class SubscriptionCleaner(LeaderDuty):
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         # Removal records seen in the previous round (acted on in this one).
         self._removals: set[tuple[str, str]] = set()
 
@@ -184,19 +178,11 @@ async def acknowledged_up_to(admin: PulsarAdmin, topic: str, subscription: str) 
     return None
 
 
-class SubscriptionReconciler:
+class SubscriptionReconciler(LeaderDuty):
     def __init__(
-        self,
-        vhost: PulsarVirtualHost,
-        store: MetadataStore,
-        admin: PulsarAdmin,
-        namespace: str,
-        on_repair: Callable[[str, str], None] | None = None,
+        self, scope: LeaderScope, on_repair: Callable[[str, str], None] | None = None
     ) -> None:
-        self._vhost = vhost
-        self._store = store
-        self._admin = admin
-        self._namespace = namespace
+        super().__init__(scope)
         self._verified: set[tuple[str, str]] = set()
         self._on_repair = on_repair
 

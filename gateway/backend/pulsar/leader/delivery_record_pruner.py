@@ -15,7 +15,7 @@ from typing import Final
 import trio
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
-from gateway.metadata.store import MetadataStore
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 
 log = logging.getLogger("gateway.leader")
 
@@ -26,14 +26,11 @@ RECORD_RETENTION: Final = 24 * 3600.0
 PRUNE_INTERVAL: Final = 60.0
 
 
-class DeliveryRecordPruner:
+class DeliveryRecordPruner(LeaderDuty):
     """Removes the records of replicas gone for ``retention`` seconds."""
 
-    def __init__(
-        self, store: MetadataStore, namespace: str, *, retention: float = RECORD_RETENTION
-    ) -> None:
-        self._store = store
-        self._namespace = namespace
+    def __init__(self, scope: LeaderScope, *, retention: float = RECORD_RETENTION) -> None:
+        super().__init__(scope)
         self._retention = retention
         # Replica -> when it was first seen gone.
         self._gone: dict[str, float] = {}

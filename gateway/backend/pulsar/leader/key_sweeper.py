@@ -25,12 +25,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
-from gateway.metadata.store import MetadataStore
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.model.entities import DEFAULT_EXCHANGE
 from gateway.observability.counters import COUNTERS
 
 if TYPE_CHECKING:
-    from gateway.backend.pulsar.vhost import PulsarVirtualHost
+    pass
 
 log = logging.getLogger("gateway.pulsar.leader")
 
@@ -39,11 +39,9 @@ log = logging.getLogger("gateway.pulsar.leader")
 SWEEP_BATCH = 2000
 
 
-class DefaultKeySweeper:
-    def __init__(self, vhost: PulsarVirtualHost, store: MetadataStore, namespace: str) -> None:
-        self._vhost = vhost
-        self._store = store
-        self._namespace = namespace
+class DefaultKeySweeper(LeaderDuty):
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         # Keys whose queue was missing at the previous round.
         self._orphaned: set[str] = set()
 

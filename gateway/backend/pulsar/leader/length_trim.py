@@ -8,8 +8,8 @@ import logging
 import trio
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.backend.pulsar.length_limit import limits_picker
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
 
 log = logging.getLogger("gateway.pulsar.length_trim")
 
@@ -20,12 +20,11 @@ TRIM_INTERVAL = 0.5
 TRIM_WAIT = 1.0
 
 
-class LengthTrimmer:
+class LengthTrimmer(LeaderDuty):
     """The leader's drop-head trim of one namespace."""
 
-    def __init__(self, vhost: PulsarVirtualHost, namespace: str) -> None:
-        self._vhost = vhost
-        self._namespace = namespace
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         self._limits = limits_picker()
 
     async def run(self, interval: float = TRIM_INTERVAL) -> None:

@@ -30,14 +30,12 @@ import time
 import trio
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.metadata.chunked import Picked
-from gateway.metadata.store import MetadataStore
 from gateway.model.dead_letter import dead_letter_target
 from gateway.model.entities import Queue
 from gateway.model.naming import subscription_for
 from gateway.model.ttl import queue_message_ttl
-from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import NotFound
 
 log = logging.getLogger("gateway.pulsar.ttl_sweep")
@@ -59,14 +57,9 @@ def _swept(queue: Queue) -> Queue | None:
     return queue
 
 
-class ExpirySweeper:
-    def __init__(
-        self, vhost: PulsarVirtualHost, store: MetadataStore, admin: PulsarAdmin, namespace: str
-    ) -> None:
-        self._vhost = vhost
-        self._store = store
-        self._admin = admin
-        self._namespace = namespace
+class ExpirySweeper(LeaderDuty):
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         # Per queue with a dead-letter exchange: when its head is next worth reading (the
         # head's expiry, or a while later if it has none: only a consumer moves the head).
         self._due: dict[str, float] = {}

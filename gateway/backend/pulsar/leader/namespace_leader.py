@@ -51,6 +51,7 @@ from gateway.backend.pulsar.leader.key_sweeper import DefaultKeySweeper
 from gateway.backend.pulsar.leader.length_trim import LengthTrimmer
 from gateway.backend.pulsar.leader.message_ttl_sweep import ExpirySweeper
 from gateway.backend.pulsar.leader.queue_stats import QueueStatsRefresher
+from gateway.backend.pulsar.leader.scope import LeaderScope
 from gateway.backend.pulsar.leader.unused_queue_expiry import QueueExpirer
 from gateway.backend.pulsar.queue_types.stream.feed import StreamFeeder
 from gateway.backend.pulsar.resources import PulsarResources
@@ -160,15 +161,16 @@ class NamespaceLeader:
         self._grace = grace
         self._drain_interval = drain_interval
         self._reconcile_interval = reconcile_interval
-        self.cleaner = SubscriptionCleaner(vhost, store, admin, namespace)
-        self.queue_stats = QueueStatsRefresher(vhost, admin, namespace)
-        self.reconciler = SubscriptionReconciler(vhost, store, admin, namespace)
-        self.ttl_sweep = ExpirySweeper(vhost, store, admin, namespace)
-        self.length_trim = LengthTrimmer(vhost, namespace)
-        self.queue_expiry = QueueExpirer(vhost, admin, namespace)
-        self.key_sweeper = DefaultKeySweeper(vhost, store, namespace)
-        self.record_pruner = DeliveryRecordPruner(store, namespace)
-        self.stream_feed = StreamFeeder(vhost, store, namespace)
+        scope = LeaderScope(vhost, store, admin, namespace)
+        self.cleaner = SubscriptionCleaner(scope)
+        self.queue_stats = QueueStatsRefresher(scope)
+        self.reconciler = SubscriptionReconciler(scope)
+        self.ttl_sweep = ExpirySweeper(scope)
+        self.length_trim = LengthTrimmer(scope)
+        self.queue_expiry = QueueExpirer(scope)
+        self.key_sweeper = DefaultKeySweeper(scope)
+        self.record_pruner = DeliveryRecordPruner(scope)
+        self.stream_feed = StreamFeeder(scope)
         # Candidates of the previous tick, with when each became one: acted on when still
         # candidates in this one and for ``grace`` seconds.
         self._orphaned: dict[str, float] = {}

@@ -30,11 +30,10 @@ from collections.abc import Iterator
 
 import trio
 
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.backend.pulsar.queue_types.stream.queues import stream_of
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.model.naming import subscription_for
 from gateway.observability.counters import COUNTERS, QueueGauge
-from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.admin_stats import TopicStats
 from gateway.pulsar.errors import NotFound
 
@@ -56,19 +55,15 @@ QUEUES_PER_TURN = 1000
 WALK_SHARE = 0.1
 
 
-class QueueStatsRefresher:
+class QueueStatsRefresher(LeaderDuty):
     def __init__(
         self,
-        vhost: PulsarVirtualHost,
-        admin: PulsarAdmin,
-        namespace: str,
+        scope: LeaderScope,
         *,
         interval: float = QUEUE_STATS_INTERVAL,
         calls_per_second: float = QUEUE_STATS_CALLS_PER_SECOND,
     ) -> None:
-        self._vhost = vhost
-        self._admin = admin
-        self._namespace = namespace
+        super().__init__(scope)
         self._interval = interval
         self._pause = 1.0 / calls_per_second
         self.calls = 0  # admin calls made (tests check the bound)

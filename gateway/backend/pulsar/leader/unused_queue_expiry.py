@@ -24,15 +24,14 @@ from __future__ import annotations
 import logging
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.backend.pulsar.queue_use import LAST_USED, now_ms
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition
 from gateway.model.entities import DEFAULT_EXCHANGE, Queue
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.ttl import queue_expires
-from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import NotFound
 
 log = logging.getLogger("gateway.pulsar.queue_expiry")
@@ -42,13 +41,11 @@ __all__ = ["QueueExpirer"]
 EXPIRY_TICK = 1.0
 
 
-class QueueExpirer:
+class QueueExpirer(LeaderDuty):
     """The leader's deletion of queues unused for their ``x-expires``."""
 
-    def __init__(self, vhost: PulsarVirtualHost, admin: PulsarAdmin, namespace: str) -> None:
-        self._vhost = vhost
-        self._admin = admin
-        self._namespace = namespace
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         # Per queue with x-expires: the latest use this leader knows of (ms).
         self._used: dict[str, int] = {}
         # The queues with an expiry, and theirs (looked for only where the queues changed).

@@ -33,11 +33,11 @@ import trio
 
 from gateway.backend.interface import Stored
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.queue_types.stream.copies import LogCopier
-from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
-from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
+from gateway.metadata.store import MetadataUnavailable, VhostView
 from gateway.model.entities import Queue
 
 log = logging.getLogger("gateway.pulsar.stream_feed")
@@ -82,13 +82,11 @@ class _Feed:
         self.copier: LogCopier | None = None
 
 
-class StreamFeeder:
+class StreamFeeder(LeaderDuty):
     """The leader's feed of every stream of one namespace."""
 
-    def __init__(self, vhost: PulsarVirtualHost, store: MetadataStore, namespace: str) -> None:
-        self._vhost = vhost
-        self._store = store
-        self._namespace = namespace
+    def __init__(self, scope: LeaderScope) -> None:
+        super().__init__(scope)
         self._feeds: dict[str, _Feed] = {}
         # The streams of the last ``view.queues`` looked at (the views share unchanged parts:
         # a change of bindings or routing keys only does not look at every queue again).

@@ -16,6 +16,7 @@ from gateway.backend.pulsar.leader.cleaner import (
     acknowledged_up_to,
     repeat_rounds,
 )
+from gateway.backend.pulsar.leader.scope import LeaderScope
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import REMOVE, DrainRecord, VhostView
@@ -111,7 +112,11 @@ async def _setup(record: DrainRecord) -> tuple[MemoryMetadataStore, FakeVhost, F
 
 
 def _cleaner(store: MemoryMetadataStore, vhost: FakeVhost, admin: FakeAdmin) -> SubscriptionCleaner:
-    return SubscriptionCleaner(cast(PulsarVirtualHost, vhost), store, cast(PulsarAdmin, admin), NS)
+    return SubscriptionCleaner(_scope(store, vhost, admin))
+
+
+def _scope(store: MemoryMetadataStore, vhost: FakeVhost, admin: FakeAdmin) -> LeaderScope:
+    return LeaderScope(cast(PulsarVirtualHost, vhost), store, cast(PulsarAdmin, admin), NS)
 
 
 async def test_the_acknowledged_position_is_read_from_the_cursor() -> None:
@@ -188,11 +193,7 @@ async def test_the_reconciler_repairs_a_pattern_binding_without_its_subscription
     vhost, admin = FakeVhost(store), FakeAdmin()
     repaired: list[tuple[str, str]] = []
     reconciler = SubscriptionReconciler(
-        cast(PulsarVirtualHost, vhost),
-        store,
-        cast(PulsarAdmin, admin),
-        NS,
-        lambda queue, topic: repaired.append((queue, topic)),
+        _scope(store, vhost, admin), lambda queue, topic: repaired.append((queue, topic))
     )
     # Literal bindings subscribe before they are written: only the pattern is checked.
     assert await reconciler.expected(store.view(NS)) == {("q", PREFIX + "a.b")}
@@ -231,9 +232,7 @@ async def test_the_reconcilers_walk_over_many_bindings_lets_other_tasks_run() ->
         bindings=frozenset(Binding(f"q{i}", "d", f"k{i}") for i in range(count)),
     )
     store = MemoryMetadataStore()
-    reconciler = SubscriptionReconciler(
-        cast(PulsarVirtualHost, FakeVhost(store)), store, cast(PulsarAdmin, FakeAdmin()), NS
-    )
+    reconciler = SubscriptionReconciler(_scope(store, FakeVhost(store), FakeAdmin()))
     expected, turns = await turns_during(reconciler.expected(view))
     assert expected == set()  # direct bindings: nothing to check
     assert turns >= count // BINDINGS_PER_TURN - 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import trio
 import trio.testing
 
 from gateway.backend.pulsar.leader.delivery_record_pruner import DeliveryRecordPruner
+from gateway.backend.pulsar.leader.scope import LeaderScope
 from gateway.metadata.memory import MemoryMetadataStore
 
 NAMESPACE = "t/n"
@@ -22,7 +25,8 @@ async def test_a_gone_replicas_record_goes_after_the_retention(
             nursery.start_soon(store.lead, NAMESPACE, trio.sleep_forever)
         await trio.sleep(1)
         await dead.aclose()
-        pruner = DeliveryRecordPruner(leader, NAMESPACE, retention=100.0)
+        scope = LeaderScope(cast(Any, None), leader, cast(Any, None), NAMESPACE)
+        pruner = DeliveryRecordPruner(scope, retention=100.0)
         await pruner.prune()
         everyone = {leader.replica_id, dead.replica_id, alive.replica_id}
         assert await leader.delivery_recorders(NAMESPACE) == everyone

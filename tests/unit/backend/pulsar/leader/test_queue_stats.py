@@ -15,6 +15,7 @@ from gateway.backend.pulsar.leader.queue_stats import (
     WALK_SHARE,
     QueueStatsRefresher,
 )
+from gateway.backend.pulsar.leader.scope import LeaderScope
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.store import VhostView
 from gateway.model.entities import Queue
@@ -47,7 +48,8 @@ def _refresher(queues: int) -> tuple[QueueStatsRefresher, QuietVhost]:
     view = VhostView(queues={f"q{i}": Queue(f"q{i}") for i in range(queues)})
     vhost = QuietVhost(Catalog(view))
     admin = cast(PulsarAdmin, cast(Any, object()))  # never called: no queue has a topic
-    return QueueStatsRefresher(cast(PulsarVirtualHost, vhost), admin, NS), vhost
+    scope = LeaderScope(cast(PulsarVirtualHost, vhost), cast(Any, None), admin, NS)
+    return QueueStatsRefresher(scope), vhost
 
 
 async def test_a_round_over_many_queues_lets_other_tasks_run() -> None:
@@ -84,8 +86,9 @@ class LiveVhost(QuietVhost):
 async def test_the_walks_busy_time_leaves_out_its_awaits() -> None:
     view = VhostView(queues={f"q{i}": Queue(f"q{i}") for i in range(3)})
     admin = cast(PulsarAdmin, cast(Any, SlowAdmin(0.2)))
+    vhost = cast(PulsarVirtualHost, LiveVhost(Catalog(view)))
     refresher = QueueStatsRefresher(
-        cast(PulsarVirtualHost, LiveVhost(Catalog(view))), admin, NS, calls_per_second=1000.0
+        LeaderScope(vhost, cast(Any, None), admin, NS), calls_per_second=1000.0
     )
     started = trio.current_time()
     await refresher.refresh()

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.amqp.fieldtable import Field
+from gateway.backend.pulsar.leader.scope import LeaderScope
 from gateway.backend.pulsar.queue_types.stream.feed import StreamFeeder
 from gateway.metadata.chunked import ChunkedDict
 from gateway.model.entities import Queue
@@ -23,7 +24,7 @@ _OPS = st.lists(
 
 
 def _feeder() -> StreamFeeder:
-    return StreamFeeder(cast(Any, None), cast(Any, None), "public/ns")
+    return StreamFeeder(LeaderScope(cast(Any, None), cast(Any, None), cast(Any, None), "public/ns"))
 
 
 def _view(queues: object) -> Any:
