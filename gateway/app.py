@@ -178,7 +178,8 @@ async def open_gateway(
             backend = PulsarBackend(resources, mapper, auto_create=config.amqpAutoCreateVhosts)
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
             # A candidate for the reaper is one for a session timeout before it goes: a
-            # replica back from a partition claims its records again meanwhile (leader.py).
+            # replica back from a partition claims its records again meanwhile
+            # (backend/pulsar/leader/namespace_leader.py).
             duties = FleetDuties(resources, grace=config.zookeeper_session_timeout)
             nursery.start_soon(duties.run)
             try:
