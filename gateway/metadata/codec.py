@@ -32,7 +32,7 @@ from gateway.metadata.paths import (
     encode_topic_key,
     plain_binding_id,
 )
-from gateway.metadata.store import DrainRecord, Position
+from gateway.metadata.values import DrainRecord, Position
 from gateway.model.consumers import LinePlace
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 from gateway.model.graph import RouteSnapshot

@@ -32,7 +32,7 @@ from gateway.metadata.kazoo_handler import TrioHandler, direct
 from gateway.metadata.kazoo_internals import usable_internals
 from gateway.metadata.own_writes import OwnWrites
 from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.values import MetadataUnavailable
 
 __all__ = ["KazooSession", "chroot_ancestors"]
 

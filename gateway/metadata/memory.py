@@ -32,7 +32,7 @@ from gateway.metadata.codec import (
 )
 from gateway.metadata.errors import ConditionNotMet, ConsumerConflict, MissingEntity
 from gateway.metadata.mirror import make_view
-from gateway.metadata.store import (
+from gateway.metadata.values import (
     REMOVE,
     DrainRecord,
     ExchangeEdges,

@@ -45,7 +45,7 @@ from gateway.metadata.codec import (
     topic_key_from_child,
 )
 from gateway.metadata.paths import Folder, bucket_for
-from gateway.metadata.store import DrainRecord, VhostView
+from gateway.metadata.values import DrainRecord, VhostView
 from gateway.model.consumers import LinePlace
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, Queue
 

@@ -35,7 +35,7 @@ from gateway.metadata.codec import namespace_document
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.mixed_read import MISSING, Read
 from gateway.metadata.paths import BUCKETS, Layout
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.values import MetadataUnavailable
 from gateway.metadata.zookeeper.group_commit import GroupCommit, failed_index
 from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 

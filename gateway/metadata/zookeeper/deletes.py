@@ -45,7 +45,7 @@ from gateway.metadata.paths import (
     encode_name,
     is_exchange_binding_id,
 )
-from gateway.metadata.store import REMOVE, DrainRecord, QueueCondition
+from gateway.metadata.values import REMOVE, DrainRecord, QueueCondition
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     ATTEMPTS,

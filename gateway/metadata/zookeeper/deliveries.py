@@ -23,7 +23,7 @@ from kazoo.protocol.states import EventType
 
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.paths import decode_name, encode_name
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.values import MetadataUnavailable
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,

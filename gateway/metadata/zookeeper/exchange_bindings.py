@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from gateway.metadata.codec import encode_exchange_binding, exchange_binding_id
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.paths import Folder
-from gateway.metadata.store import DrainRecord
+from gateway.metadata.values import DrainRecord
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.ops import Create, Delete, Op
 from gateway.metadata.zookeeper.transactions import EntityTransactions, exchange_binding_refs

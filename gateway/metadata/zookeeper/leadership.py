@@ -19,7 +19,7 @@ import trio
 from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.kazoo_session import KazooSession
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.values import MetadataUnavailable
 from gateway.metadata.zookeeper.calls import ATTEMPTS, KazooCalls, nothing, too_many_races, value
 from gateway.metadata.zookeeper.ops import Create
 

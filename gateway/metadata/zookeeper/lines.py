@@ -42,7 +42,7 @@ from gateway.metadata.codec import (
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.mirror import NamespaceMirror
 from gateway.metadata.paths import Folder, bucket_for, encode_name
-from gateway.metadata.store import PickActive
+from gateway.metadata.values import PickActive
 from gateway.metadata.zookeeper.calls import AGAIN, Again, KazooCalls, retry_races, unexpected
 from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.metadata.codec import ConsumerKey, OwnerKey, consumer_from_child
 from gateway.metadata.paths import Folder, encode_name
-from gateway.metadata.store import MetadataUnavailable
+from gateway.metadata.values import MetadataUnavailable
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.ops import Check, Create
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher

@@ -24,7 +24,7 @@ from gateway.metadata.paths import (
     Layout,
 )
 from gateway.metadata.served_by import served_by
-from gateway.metadata.store import (
+from gateway.metadata.values import (
     MetadataUnavailable,
     VhostView,
 )

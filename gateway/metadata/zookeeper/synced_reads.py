@@ -22,7 +22,7 @@ from gateway.metadata.paths import (
     encode_name,
     is_exchange_binding_id,
 )
-from gateway.metadata.store import ExchangeEdges
+from gateway.metadata.values import ExchangeEdges
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.transactions import EntityTransactions
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher

@@ -53,7 +53,7 @@ from gateway.metadata.paths import (
     encode_name,
     is_exchange_binding_id,
 )
-from gateway.metadata.store import DrainRecord
+from gateway.metadata.values import DrainRecord
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,
