@@ -8,40 +8,18 @@ other, and read a topic's producers and consumers from the broker that owns it."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from tests.conftest import REPO_DIR
 from tests.support.own_stack import free_ports
-from tests.support.stack_script import load_stack_module
-
-CLUSTER_MODULE = "starlight_local_stack_cluster"
-
-
-def load_cluster_module() -> ModuleType:
-    """scripts/stack_cluster.py, imported by path (scripts/ is no package). It imports
-    ``stack``: the module the test session already loaded (tests/conftest.py), not a copy."""
-    if CLUSTER_MODULE in sys.modules:
-        return sys.modules[CLUSTER_MODULE]
-    sys.modules.setdefault("stack", load_stack_module())
-    spec = importlib.util.spec_from_file_location(
-        CLUSTER_MODULE, REPO_DIR / "scripts" / "stack_cluster.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[CLUSTER_MODULE] = module  # dataclasses look their module up while built
-    spec.loader.exec_module(module)
-    return module
+from tests.support.stack_script import load_cluster_module
 
 
 @dataclass

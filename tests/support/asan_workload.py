@@ -24,7 +24,7 @@ from gateway.pulsar import compiled as pulsar_compiled
 from gateway.pulsar.client import ClientOptions, PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions
 from gateway.pulsar.producer import ProducerOptions
-from tests.unit.amqp.helpers import Client, commands, method, publish
+from tests.support.core_client import Client, commands, method, publish
 
 
 def frames() -> None:

@@ -12,7 +12,7 @@ import struct
 
 from pamqp import commands
 
-from tests.unit.amqp.helpers import (
+from tests.support.core_client import (
     PROTOCOL_HEADER,
     heartbeat,
     method,

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.pulsar_cluster import load_cluster_module
-from tests.support.stack_script import load_stack_module
+from tests.support.stack_script import load_cluster_module, load_stack_module
 
 PORTS = [2301, 3301, 3302, 6701, 6702, 8101, 8102]
 

@@ -24,8 +24,8 @@ from gateway.amqp.compiled import FrameScan
 from gateway.amqp.connection import ConnectionSettings
 from gateway.amqp.fieldtable import FieldDecodeError
 from gateway.amqp.properties import MessageProperties, encode_properties, validate_properties
+from tests.support.core_client import Client, commands, heartbeat, method, publish
 from tests.unit.amqp.conftest import require_frame_scan, require_property_check
-from tests.unit.amqp.helpers import Client, commands, heartbeat, method, publish
 from tests.unit.amqp.strategies import message_properties
 
 FRAME_MAX = 4096

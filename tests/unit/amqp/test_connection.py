@@ -14,7 +14,7 @@ from gateway.amqp.connection import ConnectionSettings, ConnectionState, ServerC
 from gateway.amqp.errors import AMQPError, ChannelError, ConnectionException, ReplyCode
 from gateway.amqp.fieldtable import table_to_plain
 from gateway.amqp.properties import MessageProperties
-from tests.unit.amqp.helpers import (
+from tests.support.core_client import (
     PROTOCOL_HEADER,
     Client,
     body,

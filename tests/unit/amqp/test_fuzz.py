@@ -23,7 +23,7 @@ from gateway.amqp.fastpath import (
 from gateway.amqp.fieldtable import FieldDecodeError, decode_table, skip_table
 from gateway.amqp.properties import decode_properties, validate_properties
 from tests.support.client_session import HAPPY
-from tests.unit.amqp.helpers import Client, commands, method, publish
+from tests.support.core_client import Client, commands, method, publish
 
 # Every test here runs with the compiled frame scan, then with the Python path alone.
 pytestmark = pytest.mark.usefixtures("both_frame_paths")

@@ -13,6 +13,7 @@ import pytest
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionState, ServerConnection
 from gateway.amqp.errors import ReplyCode
+from tests.support.core_client import Client
 from tests.support.core_fuzzer import (
     SETTINGS,
     Violation,
@@ -22,7 +23,6 @@ from tests.support.core_fuzzer import (
     minimise,
     run_case,
 )
-from tests.unit.amqp.helpers import Client
 
 # Every test here runs with the compiled frame scan, then with the Python path alone.
 pytestmark = pytest.mark.usefixtures("both_frame_paths")

@@ -12,7 +12,7 @@ from pamqp import commands
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionSettings, ConnectionState
 from gateway.amqp.errors import ReplyCode
-from tests.unit.amqp.helpers import (
+from tests.support.core_client import (
     PROTOCOL_HEADER,
     Client,
     header,

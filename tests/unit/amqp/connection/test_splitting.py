@@ -14,7 +14,7 @@ from pamqp import commands
 from gateway.amqp import events as ev
 from gateway.amqp.connection import ConnectionSettings, ServerConnection
 from tests.support.client_session import HAPPY
-from tests.unit.amqp.helpers import (
+from tests.support.core_client import (
     PROTOCOL_HEADER,
     method,
     open_,
