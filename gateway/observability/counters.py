@@ -41,9 +41,8 @@ MESSAGE_SIZE_BUCKETS: Final = (
     100_000_000.0,
 )
 
-#: Seconds, for the gateway's own latency histograms (publish→confirm, Pulsar send).
-LATENCY_BUCKETS: Final = (
-    0.0005,
+#: Seconds, the 1-2.5-5 steps from a millisecond to ten seconds that both latency scales share.
+_MILLISECOND_TO_TEN_SECONDS: Final = (
     0.001,
     0.0025,
     0.005,
@@ -58,27 +57,14 @@ LATENCY_BUCKETS: Final = (
     5.0,
     10.0,
 )
+
+#: Seconds, for the gateway's own latency histograms (publish→confirm, Pulsar send).
+LATENCY_BUCKETS: Final = (0.0005, *_MILLISECOND_TO_TEN_SECONDS)
 
 
 #: Seconds, for starlight_metadata_watch_lag_seconds: a change usually shows in milliseconds;
 #: the long tail is a replica that was disconnected from ZooKeeper and caught up on reconnect.
-WATCH_LAG_BUCKETS: Final = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
+WATCH_LAG_BUCKETS: Final = (*_MILLISECOND_TO_TEN_SECONDS, 30.0, 60.0)
 
 
 class Histogram:
