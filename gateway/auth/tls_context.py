@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gateway.auth.cipher_names import plan_ciphers
-from gateway.auth.tls_stores import load_key_store, load_trust_store, read_file
+from gateway.auth.key_files import read_file
+from gateway.auth.tls_stores import load_key_store, load_trust_store
 from gateway.config import ConfigError
 
 __all__ = ["ClientCertificates", "TlsSettings", "build_server_context"]

@@ -21,20 +21,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from gateway.auth.key_files import read_file
 from gateway.config import ConfigError
 
-__all__ = ["load_key_store", "load_trust_store", "read_file"]
-
-
-def read_file(path: str, key_name: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise ConfigError(
-            f"{key_name}: cannot read {what} {path}: {reason}", key=key_name
-        ) from None
+__all__ = ["load_key_store", "load_trust_store"]
 
 
 def _password(text: str) -> bytes | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import urllib.parse
 from dataclasses import dataclass
 from typing import Final
@@ -29,6 +28,7 @@ from typing import Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from gateway.auth.key_files import read_file
 from gateway.config import ConfigError
 
 __all__ = ["ValidationKey", "load_public_key", "load_secret_key", "read_key_url"]
@@ -72,15 +72,7 @@ def read_key_url(url: str, key_name: str) -> bytes:
                 f"{key_name}: the data: URL does not hold valid base64", key=key_name
             ) from None
     if url.startswith("file://"):
-        path = urllib.parse.unquote(url[len("file://") :])
-        try:
-            with open(path, "rb") as handle:
-                return handle.read()
-        except (OSError, ValueError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            raise ConfigError(
-                f"{key_name}: cannot read {os.fsdecode(path)}: {reason}", key=key_name
-            ) from None
+        return read_file(urllib.parse.unquote(url[len("file://") :]), key_name)
     raise ConfigError(
         f"{key_name}: use data:;base64,<base64 key> or file:///absolute/path/to/key", key=key_name
     )
