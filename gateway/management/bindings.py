@@ -82,13 +82,8 @@ def vhost_bindings(vhost: str, view: VhostView) -> list[dict[str, Any]]:
 
 
 async def list_bindings(call: Call) -> Response:
-    if "vhost" in call.params:
-        namespace = await call.namespace(call.params["vhost"])
-        vhosts = [call.vhost_name(namespace)]
-    else:
-        vhosts = [info.name for info in await call.usable_vhosts()]
     items: list[dict[str, Any]] = []
-    for vhost in vhosts:
+    for vhost, _ in await call.listed_vhosts():
         handle = await call.pulsar_vhost(vhost)
         items.extend(vhost_bindings(vhost, handle.catalog.view))
     return json_response(200, arrange(items, call.query, []))

@@ -154,6 +154,14 @@ class Call:
     def vhost_name(self, namespace: Namespace) -> str:
         return self.context.vhosts.name_of(namespace)
 
+    async def listed_vhosts(self) -> list[tuple[str, Namespace]]:
+        """The vhosts a listing covers, with their namespaces: the one the path names, or
+        every one the user may use."""
+        if "vhost" in self.params:
+            namespace = await self.namespace(self.params["vhost"])
+            return [(self.vhost_name(namespace), namespace)]
+        return [(info.name, info.namespace) for info in await self.usable_vhosts()]
+
 
 async def amqp(operation: Awaitable[Any]) -> Any:
     """Run a backend operation; its refusal becomes RabbitMQ's HTTP answer."""

@@ -51,13 +51,8 @@ def exchange_json(vhost: str, exchange: Exchange) -> dict[str, Any]:
 
 
 async def list_exchanges(call: Call) -> Response:
-    if "vhost" in call.params:
-        namespace = await call.namespace(call.params["vhost"])
-        vhosts = [call.vhost_name(namespace)]
-    else:
-        vhosts = [info.name for info in await call.usable_vhosts()]
     items: list[dict[str, Any]] = []
-    for vhost in vhosts:
+    for vhost, _ in await call.listed_vhosts():
         view = (await call.pulsar_vhost(vhost)).catalog.view
         items.extend(exchange_json(vhost, exchange) for exchange in view.exchanges.values())
     return json_response(200, arrange(items, call.query, ["vhost", "name"]))

@@ -28,7 +28,6 @@ from gateway.management.listing import arrange, select_columns
 from gateway.model.arguments import queue_type_named
 from gateway.model.entities import Queue
 from gateway.model.json_values import json_value, table_json
-from gateway.model.vhost import Namespace
 
 __all__ = [
     "delete_queue",
@@ -91,18 +90,10 @@ def with_counts(
     )
 
 
-async def _vhosts_of(call: Call) -> list[tuple[str, Namespace]]:
-    """The vhosts a listing covers: the one named, or every one the user may use."""
-    if "vhost" in call.params:
-        namespace = await call.namespace(call.params["vhost"])
-        return [(call.vhost_name(namespace), namespace)]
-    return [(info.name, info.namespace) for info in await call.usable_vhosts()]
-
-
 async def list_queues(call: Call) -> Response:
     items: list[dict[str, Any]] = []
     handles: dict[str, PulsarVirtualHost] = {}
-    for vhost, _namespace in await _vhosts_of(call):
+    for vhost, _namespace in await call.listed_vhosts():
         handle = handles[vhost] = await call.pulsar_vhost(vhost)
         view = handle.catalog.view
         items.extend(
