@@ -17,6 +17,8 @@ Basic.Get. Their rate is one over the latency of one round trip, so this prints 
   rabbitmq-server).
 
 Issue 34's goals: confirmed publish p50 <= raw send p50 + 0.5 ms, Basic.Get p50 <= 0.5 ms.
+On a shared machine, ``--runs 3`` repeats the gateway and raw figures (one gateway process, a
+fresh queue each run) and prints each run's differences and their median.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000, help="timed calls of each kind")
     parser.add_argument("--rabbitmq", action="store_true", help="also a private RabbitMQ")
+    parser.add_argument("--runs", type=int, default=1, help="gateway and raw runs, alternating")
     args = parser.parse_args(argv)
     stack = gvp.load_stack()
     if not stack.is_up():
@@ -113,10 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     broker, web, zookeeper = stack.BROKER_URL, stack.WEB_URL, stack.ZOOKEEPER
     print(f"machine: {gvp.machine_line()}")
     rows: list[tuple[str, str]] = []
-    with gvp.fresh_namespace(web, zookeeper) as namespace:
-        with gvp.gateway_process(broker, web, zookeeper, namespace) as gateway:
+    runs: list[tuple[list[float], list[float], list[float]]] = []
+    with (
+        gvp.fresh_namespace(web, zookeeper) as namespace,
+        gvp.gateway_process(broker, web, zookeeper, namespace) as gateway,
+    ):
+        for _ in range(args.runs):
             publishes, gets = amqp_figures(gateway.port, args.messages)
-        raw = raw_sends(broker, namespace, args.messages)
+            runs.append((publishes, gets, raw_sends(broker, namespace, args.messages)))
+    if args.runs > 1:
+        print("\nrun: confirmed publish p50 - raw send p50 / Basic.Get + ack p50, ms")
+        overs = [statistics.median(p) - statistics.median(r) for p, _, r in runs]
+        get_p50s = [statistics.median(g) for _, g, _ in runs]
+        for number, (over, get) in enumerate(zip(overs, get_p50s, strict=True), 1):
+            print(f"  {number}: {over:+.2f} / {get:.2f}")
+        print(f"  median: {statistics.median(overs):+.2f} / {statistics.median(get_p50s):.2f}")
+    publishes, gets, raw = runs[-1]
     rows += [
         ("gateway confirmed publish", percentiles(publishes)),
         ("raw pulsar-client send", percentiles(raw)),
@@ -130,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             ("RabbitMQ confirmed publish", percentiles(rabbit_publishes)),
             ("RabbitMQ Basic.Get + ack", percentiles(rabbit_gets)),
         ]
-    print(f"\n{args.messages} calls each, 100-byte persistent messages; ms p50 / p99")
+    last = " (the last run)" if args.runs > 1 else ""
+    print(f"\n{args.messages} calls each, 100-byte persistent messages; ms p50 / p99{last}")
     print("| | p50 / p99 ms |\n|---|---|")
     for name, figures in rows:
         print(f"| {name} | {figures} |")
