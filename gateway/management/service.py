@@ -19,7 +19,8 @@ import trio
 from gateway import __version__
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.authorization import AuthorizingBackend
-from gateway.auth.tls_context import ClientCertificates, TlsSettings, build_server_context
+from gateway.auth.tls_config import certificate_settings_for
+from gateway.auth.tls_context import build_server_context
 from gateway.backend.interface import Backend
 from gateway.backend.vhost_admin import VhostAdmin
 from gateway.config import GatewayConfig
@@ -39,21 +40,6 @@ log = logging.getLogger("gateway.management")
 __all__ = ["run_management"]
 
 
-def _tls(config: GatewayConfig) -> TlsSettings:
-    """The AMQP listeners' certificate (tls_config.py's keys); no client certificates are
-    asked for: users log in with HTTP basic credentials."""
-    stores = config.tlsEnabledWithKeyStore
-    return TlsSettings(
-        certificate_file="" if stores else config.tlsCertificateFilePath,
-        key_file="" if stores else config.tlsKeyFilePath,
-        key_store=config.tlsKeyStore if stores else "",
-        key_store_password=config.tlsKeyStorePassword if stores else "",
-        protocols=config.tlsProtocols,
-        ciphers=config.tlsCiphers,
-        client_certificates=ClientCertificates.NONE,
-    )
-
-
 async def run_management(
     config: GatewayConfig,
     runtime: GatewayRuntime,
@@ -69,7 +55,11 @@ async def run_management(
     ``reuse_port``: a worker of ``--workers`` (the workers share the port)."""
     listener = config.managementListener
     assert listener is not None
-    tls = build_server_context(_tls(config)) if listener.scheme == "https" else None
+    tls = (
+        build_server_context(certificate_settings_for(config))
+        if listener.scheme == "https"
+        else None
+    )
     mapper = VhostMapper(
         config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
     )
