@@ -17,7 +17,7 @@ from gateway.backend.pulsar.backend import PulsarBackend
 from gateway.backend.pulsar.batching import batch_settlement
 from gateway.backend.pulsar.leader.namespace_leader import FleetDuties
 from gateway.backend.pulsar.resources import PulsarResources
-from gateway.broker_access import broker_access
+from gateway.broker_access import broker_access_with_trust_file
 from gateway.config import GatewayConfig
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
@@ -28,14 +28,12 @@ from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import ClientOptions, PulsarClient
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.credentials import (
-    TRUST_STORE_KEY,
     BrokerAccess,
     Credentials,
     CredentialsError,
     admin_client,
     client_options,
     load_credentials,
-    trust_store_as_pem_file,
 )
 from gateway.pulsar.errors import AdminError, NotFound
 from gateway.pulsar.producer import ProducerOptions
@@ -77,15 +75,8 @@ def _broker_clients_settings(
 
     A PKCS#12 trust store becomes a PEM file that ``files`` removes on exit.
     """
-    access = broker_access(config)
     try:
-        if config.brokerClientTlsEnabledWithKeyStore:
-            pem = files.enter_context(
-                trust_store_as_pem_file(
-                    config.brokerClientTlsTrustStore, config.brokerClientTlsTrustStorePassword
-                )
-            )
-            access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
+        access = broker_access_with_trust_file(config, files)
         credentials = load_credentials(access)
         options = replace(
             client_options(access, credentials), compiled=config.gatewayCompiledHotPath

@@ -7,10 +7,13 @@ the Pulsar layer only, so none of them imports another to resolve its credential
 
 from __future__ import annotations
 
-from gateway.config import GatewayConfig
-from gateway.pulsar.credentials import BrokerAccess
+from contextlib import ExitStack
+from dataclasses import replace
 
-__all__ = ["broker_access"]
+from gateway.config import GatewayConfig
+from gateway.pulsar.credentials import TRUST_STORE_KEY, BrokerAccess, trust_store_as_pem_file
+
+__all__ = ["broker_access", "broker_access_with_trust_file"]
 
 
 def broker_access(config: GatewayConfig) -> BrokerAccess:
@@ -32,3 +35,18 @@ def broker_access(config: GatewayConfig) -> BrokerAccess:
         # certificate it cannot verify (reference/002 has no broker-side twin of it).
         allow_insecure=config.tlsAllowInsecureConnection,
     )
+
+
+def broker_access_with_trust_file(config: GatewayConfig, files: ExitStack) -> BrokerAccess:
+    """:func:`broker_access`, with a PKCS#12 trust store (brokerClientTlsEnabledWithKeyStore)
+    turned into a PEM file that ``files`` removes on exit: the clients read trust from PEM
+    only. Raises ``CredentialsError`` if the store cannot be opened."""
+    access = broker_access(config)
+    if config.brokerClientTlsEnabledWithKeyStore:
+        pem = files.enter_context(
+            trust_store_as_pem_file(
+                config.brokerClientTlsTrustStore, config.brokerClientTlsTrustStorePassword
+            )
+        )
+        access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
+    return access

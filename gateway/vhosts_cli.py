@@ -20,7 +20,6 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
 from typing import Final, TextIO
 
 import trio
@@ -32,7 +31,7 @@ from gateway.backend.vhost_admin import (
     VhostInvalid,
     VhostNotFound,
 )
-from gateway.broker_access import broker_access
+from gateway.broker_access import broker_access_with_trust_file
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.metadata.permissions import DEFAULT_PREFIX, ZooKeeperPermissionStore
 from gateway.metadata.store import MetadataUnavailable
@@ -40,11 +39,9 @@ from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.vhost import VhostMapper
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.credentials import (
-    TRUST_STORE_KEY,
     CredentialsError,
     admin_client,
     load_credentials,
-    trust_store_as_pem_file,
 )
 
 __all__ = ["run_vhosts_command"]
@@ -115,15 +112,8 @@ def _quiet_libraries() -> Iterator[None]:
 
 def _admin_for(config: GatewayConfig, files: ExitStack) -> PulsarAdmin:
     """The admin client the gateway itself would use (app.py's broker-client keys)."""
-    access = broker_access(config)
     try:
-        if config.brokerClientTlsEnabledWithKeyStore:
-            pem = files.enter_context(
-                trust_store_as_pem_file(
-                    config.brokerClientTlsTrustStore, config.brokerClientTlsTrustStorePassword
-                )
-            )
-            access = replace(access, trust_certs_file=pem, trust_key=TRUST_STORE_KEY)
+        access = broker_access_with_trust_file(config, files)
         return admin_client(access, load_credentials(access))
     except CredentialsError as error:
         raise ConfigError(str(error)) from None
