@@ -45,7 +45,7 @@ from gateway.backend.pulsar.admission import Admission
 from gateway.backend.pulsar.basic_get import BasicGetConsumers
 from gateway.backend.pulsar.binding_changes import BindingChanges
 from gateway.backend.pulsar.consumers.priority_reads import priority_options, to_read
-from gateway.backend.pulsar.consumers.single_active import SingleActiveSubscription, join_line
+from gateway.backend.pulsar.consumers.strategy import strategy_of
 from gateway.backend.pulsar.dead_letter_publishing import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
@@ -70,7 +70,7 @@ from gateway.backend.pulsar.sending import Sending
 from gateway.backend.pulsar.write_failures import PublishFailures
 from gateway.metadata.errors import ConditionNotMet
 from gateway.metadata.store import QueueCondition, VhostView
-from gateway.model.consumers import consumer_priority, refuse_priority, single_active
+from gateway.model.consumers import consumer_priority, refuse_priority
 from gateway.model.entities import DEFAULT_EXCHANGE, Binding, Queue, resource
 from gateway.model.naming import subscription_for, topic_for
 from gateway.model.ttl import queue_expires, queue_message_ttl
@@ -601,13 +601,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return await type_of(entity.arguments).consume(self, entity, request)
 
     async def consume_subscribed(self, entity: Queue, request: ConsumeRequest) -> QueueSubscription:
-        """A consumer of a queue read through subscriptions: in the queue's single-active
-        line, or one of its competing consumers (highest ``x-priority`` first)."""
+        """A consumer of a queue read through subscriptions, as the queue's consumer strategy
+        has it (consumers/strategy.py): in its single-active line, or competing."""
+        await self._queue_use.used(entity.name, entity.arguments)
+        return await strategy_of(entity.arguments).consume(self, entity, request)
+
+    async def consume_competing(self, entity: Queue, request: ConsumeRequest) -> QueueSubscription:
+        """One of the queue's competing consumers (highest ``x-priority`` first)."""
         command, prefetch = request.command, request.prefetch
         queue, exclusive = entity.name, command.exclusive
-        await self._queue_use.used(queue, entity.arguments)
-        if single_active(entity.arguments):
-            return await self._consume_single_active(entity, command, prefetch, request.qos)
         priority = consumer_priority(command.arguments)
         if "x-priority" in command.arguments and not priority_levels().available:
             where = resource("queue", queue, self.name)
@@ -646,26 +648,24 @@ class PulsarVirtualHost(CatalogVirtualHost):
             except AMQPError as error:  # the next change of the view tries again
                 log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
 
-    async def _consume_single_active(
-        self, entity: Queue, command: cmd.BasicConsume, prefetch: int, qos: ConsumerQos
-    ) -> SingleActiveSubscription:
-        """A consumer in the queue's line, with a Pulsar consumer only while it is the active
-        one (consumers/single_active.py)."""
-        queue = entity.name
+    @property
+    def nursery(self) -> trio.Nursery:
+        """For work that outlives a request (a single-active line's following)."""
+        return self._r.nursery
 
-        async def open_consumer() -> PulsarQueueSubscription:
-            await self._basic_gets.close(queue)  # what it holds would never reach this one
-            subscription = await self._subscription(queue, exclusive=False, prefetch=prefetch)
-            self._consumers.setdefault(queue, set()).add(subscription)
-            await self._catch_up(queue, subscription)
-            return subscription
+    async def open_active_consumer(self, queue: str, prefetch: int) -> PulsarQueueSubscription:
+        """The Pulsar consumer of the head of ``queue``'s single-active line, while it is the
+        head (consumers/single_active.py)."""
+        await self._basic_gets.close(queue)  # what it holds would never reach this one
+        subscription = await self._subscription(queue, exclusive=False, prefetch=prefetch)
+        self._consumers.setdefault(queue, set()).add(subscription)
+        await self._catch_up(queue, subscription)
+        return subscription
 
-        async def gone(registration: str) -> None:
-            now = self._view.queues.get(queue)
-            await self._consumer_gone(queue, registration, now is not None and now.auto_delete)
-
-        nursery = self._r.nursery
-        return await join_line(self.catalog, entity, command, qos, open_consumer, gone, nursery)
+    async def line_consumer_gone(self, queue: str, registration: str) -> None:
+        """A consumer left ``queue``'s single-active line."""
+        now = self._view.queues.get(queue)
+        await self._consumer_gone(queue, registration, now is not None and now.auto_delete)
 
     async def _settled(self, subscription: PulsarQueueSubscription) -> None:
         """Until the closed consumer's unregistration (and auto-delete) is done."""

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 import trio
 
 from gateway.amqp import commands as cmd
 from gateway.backend.catalog import Catalog
 from gateway.backend.interface import ConsumerQos, SubscriptionEnded
+from gateway.backend.pulsar.consumers.interface import ConsumerHost
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.queue_types.interface import ConsumeRequest
 from gateway.metadata.errors import MissingEntity
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
 from gateway.model.arguments import queue_type_named
@@ -48,7 +51,7 @@ from gateway.model.consumers import (
 )
 from gateway.model.entities import Queue
 
-__all__ = ["SingleActiveSubscription", "join_line"]
+__all__ = ["SINGLE_ACTIVE", "SingleActiveConsumers", "SingleActiveSubscription", "join_line"]
 
 log = logging.getLogger("gateway.pulsar.single_active")
 
@@ -337,3 +340,25 @@ class SingleActiveSubscription:
         """The client settled the last delivery it held."""
         if self._stepping_down and not self.closed and self._nursery is not None:
             self._nursery.start_soon(self._take_turn, self._store.view(self._namespace))
+
+
+class SingleActiveConsumers:
+    """The consumer strategy of a single-active-consumer queue: each consumer joins the line
+    (``join_line``), with a Pulsar consumer only while it is the head."""
+
+    async def consume(
+        self, host: ConsumerHost, entity: Queue, request: ConsumeRequest
+    ) -> SingleActiveSubscription:
+        queue = entity.name
+
+        async def open_consumer() -> PulsarQueueSubscription:
+            return await host.open_active_consumer(queue, request.prefetch)
+
+        async def gone(registration: str) -> None:
+            await host.line_consumer_gone(queue, registration)
+
+        command, qos, nursery = request.command, request.qos, host.nursery
+        return await join_line(host.catalog, entity, command, qos, open_consumer, gone, nursery)
+
+
+SINGLE_ACTIVE: Final = SingleActiveConsumers()
