@@ -16,14 +16,20 @@ has queues and ``--force`` was not given).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Final, TextIO
 
 import trio
 
+from gateway.auth.admin_command import (
+    common_options,
+    load_command_config,
+    parse_arguments,
+    quiet_loggers,
+    zookeeper_store,
+)
 from gateway.backend.vhost_admin import (
     VhostAdmin,
     VhostError,
@@ -32,7 +38,7 @@ from gateway.backend.vhost_admin import (
     VhostNotFound,
 )
 from gateway.broker_access import broker_access_with_trust_file
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, GatewayConfig
 from gateway.metadata.permissions import DEFAULT_PREFIX, ZooKeeperPermissionStore
 from gateway.metadata.store import MetadataUnavailable
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
@@ -59,23 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Manage vhosts (the Pulsar tenant/namespace each maps to), as rabbitmqctl "
         "add_vhost / delete_vhost / list_vhosts do.",
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "-c",
-        "--config",
-        metavar="FILE",
-        help="the gateway's configuration file (Pulsar's admin API and credentials, "
+    common = common_options(
+        config_help="the gateway's configuration file (Pulsar's admin API and credentials, "
         "configurationStoreServers, the vhost mapping); STARLIGHT_<key> environment variables "
         "override it",
+        timeout=30.0,
+        quiet_help="no informational messages",
     )
-    common.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="give up when ZooKeeper does not answer within this time (default: 30)",
-    )
-    common.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
     actions = parser.add_subparsers(dest="action", required=True, metavar="{add,delete,list}")
     adder = actions.add_parser(
         "add", parents=[common], help="create a vhost: its Pulsar tenant (if missing) and namespace"
@@ -95,21 +91,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-@contextmanager
-def _quiet_libraries() -> Iterator[None]:
-    """kazoo logs each failed connection attempt and httpx each request: the command says
-    what went wrong once, in one line."""
-    loggers = [logging.getLogger(name) for name in ("kazoo", "httpx", "httpcore")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
 def _admin_for(config: GatewayConfig, files: ExitStack) -> PulsarAdmin:
     """The admin client the gateway itself would use (app.py's broker-client keys)."""
     try:
@@ -120,27 +101,17 @@ def _admin_for(config: GatewayConfig, files: ExitStack) -> PulsarAdmin:
 
 
 async def _execute(
-    args: argparse.Namespace, config: GatewayConfig, prefix: str, out: TextIO, err: TextIO
+    args: argparse.Namespace,
+    config: GatewayConfig,
+    mapper: VhostMapper,
+    prefix: str,
+    out: TextIO,
+    err: TextIO,
 ) -> None:
-    mapper = VhostMapper(
-        config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-    )
     with ExitStack() as files:
         admin = _admin_for(config, files)
-        store = ZooKeeperMetadataStore(
-            config.configurationStoreServers,
-            prefix=prefix,
-            session_timeout=config.zookeeper_session_timeout,
-            connect_timeout=args.timeout,
-            request_timeout=args.timeout,
-        )
-        permissions = ZooKeeperPermissionStore(
-            config.configurationStoreServers,
-            prefix=prefix,
-            session_timeout=config.zookeeper_session_timeout,
-            connect_timeout=args.timeout,
-            request_timeout=args.timeout,
-        )
+        store = zookeeper_store(ZooKeeperMetadataStore, config, prefix, args.timeout)
+        permissions = zookeeper_store(ZooKeeperPermissionStore, config, prefix, args.timeout)
         vhosts = VhostAdmin(admin, store, mapper, permissions)
         try:
             # A bad name is said before anything is asked of Pulsar.
@@ -177,21 +148,16 @@ def run_vhosts_command(
     metadata prefix in ZooKeeper (tests use one of their own)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exit_:  # argparse has printed the usage and the error
-        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    try:
-        config = load_config(args.config)
-        VhostMapper(
-            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-        )
-    except (ConfigError, ValueError) as error:
-        print(f"{PROG}: configuration error: {error}", file=err)
+    args = parse_arguments(_parser(), argv, EXIT_USAGE)
+    if isinstance(args, int):
+        return args
+    loaded = load_command_config(PROG, args.config, err)
+    if loaded is None:
         return EXIT_USAGE
+    config, mapper = loaded
     try:
-        with _quiet_libraries():
-            trio.run(_execute, args, config, prefix, out, err)
+        with quiet_loggers("kazoo", "httpx", "httpcore"):
+            trio.run(_execute, args, config, mapper, prefix, out, err)
     except ConfigError as error:
         print(f"{PROG}: configuration error: {error}", file=err)
         return EXIT_USAGE

@@ -16,16 +16,21 @@ command line, configuration, vhost or pattern.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Final, TextIO
 
 import trio
 
+from gateway.auth.admin_command import (
+    common_options,
+    load_command_config,
+    parse_arguments,
+    quiet_loggers,
+    zookeeper_store,
+)
 from gateway.auth.authorization import permission_scope
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import GatewayConfig
 from gateway.metadata.permissions import (
     DEFAULT_PREFIX,
     Access,
@@ -52,26 +57,11 @@ def _parser() -> argparse.ArgumentParser:
         "expressions over exchange and queue names), as rabbitmqctl does. They apply when "
         "authorizationEnabled=true.",
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "-c",
-        "--config",
-        metavar="FILE",
-        help="the gateway's configuration file (for configurationStoreServers and the vhost "
-        "mapping); STARLIGHT_<key> environment variables override it",
-    )
-    common.add_argument(
-        "--timeout",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="give up when ZooKeeper does not answer within this time (default: 10)",
-    )
-    common.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="no informational messages, and no header row in list",
+    common = common_options(
+        config_help="the gateway's configuration file (for configurationStoreServers and the "
+        "vhost mapping); STARLIGHT_<key> environment variables override it",
+        timeout=10.0,
+        quiet_help="no informational messages, and no header row in list",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="{set,clear,list}")
 
@@ -112,18 +102,6 @@ def _patterns(entry: PermissionEntry) -> list[str]:
     return [entry.permissions.pattern(access) for access in Access]
 
 
-@contextmanager
-def _quiet_kazoo() -> Iterator[None]:
-    """kazoo logs every failed connection attempt; the command says it once, in one line."""
-    logger = logging.getLogger("kazoo")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 class _Usage(Exception):
     """Bad input: exit code 2."""
 
@@ -137,13 +115,7 @@ async def _execute(
     err: TextIO,
 ) -> None:
     scope = None if args.vhost is None else _scope(mapper, args.vhost)
-    store = ZooKeeperPermissionStore(
-        config.configurationStoreServers,
-        prefix=prefix,
-        session_timeout=config.zookeeper_session_timeout,
-        connect_timeout=args.timeout,
-        request_timeout=args.timeout,
-    )
+    store = zookeeper_store(ZooKeeperPermissionStore, config, prefix, args.timeout)
     try:
         if args.action == "set":
             assert scope is not None
@@ -205,18 +177,13 @@ def run_permissions_command(
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exit_:  # argparse has printed the usage and the error
-        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    try:
-        config = load_config(args.config)
-        mapper = VhostMapper(
-            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-        )
-    except (ConfigError, ValueError) as error:
-        print(f"{PROG}: configuration error: {error}", file=err)
+    args = parse_arguments(_parser(), argv, EXIT_USAGE)
+    if isinstance(args, int):
+        return args
+    loaded = load_command_config(PROG, args.config, err)
+    if loaded is None:
         return EXIT_USAGE
+    config, mapper = loaded
     if not config.authorizationEnabled and not args.quiet:
         print(
             f"{PROG}: note: authorizationEnabled is false in this configuration: the gateway "
@@ -224,7 +191,7 @@ def run_permissions_command(
             file=err,
         )
     try:
-        with _quiet_kazoo():
+        with quiet_loggers("kazoo"):
             trio.run(_execute, args, config, mapper, prefix, out, err)
     except (_Usage, InvalidPermission) as error:
         print(f"{PROG}: {error}", file=err)

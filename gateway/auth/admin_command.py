@@ -1,0 +1,98 @@
+"""What the ``permissions`` and ``vhosts`` commands share: their common options, the
+configuration and vhost mapping they start from, their ZooKeeper stores, and quiet libraries.
+
+Both are short-lived administration commands that talk to the gateway's ZooKeeper with the
+gateway's own configuration file; each says what went wrong once, in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO, TypeVar
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.model.vhost import VhostMapper
+
+__all__ = [
+    "common_options",
+    "load_command_config",
+    "parse_arguments",
+    "quiet_loggers",
+    "zookeeper_store",
+]
+
+_Store = TypeVar("_Store")
+
+
+def common_options(*, config_help: str, timeout: float, quiet_help: str) -> argparse.ArgumentParser:
+    """The parent parser of every action: ``-c/--config``, ``--timeout``, ``-q/--quiet``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", metavar="FILE", help=config_help)
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=timeout,
+        metavar="SECONDS",
+        help=f"give up when ZooKeeper does not answer within this time (default: {timeout:g})",
+    )
+    common.add_argument("-q", "--quiet", action="store_true", help=quiet_help)
+    return common
+
+
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str], usage_code: int
+) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code when argparse has printed the usage and an error
+    (or the help): ``usage_code`` unless argparse named its own."""
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else usage_code
+
+
+def load_command_config(
+    prog: str, path: str | None, err: TextIO
+) -> tuple[GatewayConfig, VhostMapper] | None:
+    """The configuration at ``path`` and its vhost mapping; None, once said on ``err``, when
+    either is wrong."""
+    try:
+        config = load_config(path)
+        mapper = VhostMapper(
+            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
+        )
+    except (ConfigError, ValueError) as error:
+        print(f"{prog}: configuration error: {error}", file=err)
+        return None
+    return config, mapper
+
+
+def zookeeper_store(
+    kind: Callable[..., _Store], config: GatewayConfig, prefix: str, timeout: float
+) -> _Store:
+    """A ZooKeeper-backed store of ``kind`` on the configuration's servers, under ``prefix``,
+    giving up on connecting and on each request after the command's ``timeout``."""
+    return kind(
+        config.configurationStoreServers,
+        prefix=prefix,
+        session_timeout=config.zookeeper_session_timeout,
+        connect_timeout=timeout,
+        request_timeout=timeout,
+    )
+
+
+@contextmanager
+def quiet_loggers(*names: str) -> Iterator[None]:
+    """Silence the named libraries' loggers (kazoo logs every failed connection attempt, httpx
+    every request) for the command's run; their levels come back after."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
