@@ -149,6 +149,8 @@ class ServerConnection(ConnectionHandshake):
         self._vhost = ""
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
+        # The client sent Connection.Close and our Close-Ok waits for accept_connection_close.
+        self._close_ok_owed = False
         # True once we answered the client's Connection.Close with Close-Ok: the client closes
         # the socket next (connection.close-ok), and until it does whatever it still sends is
         # to be read and discarded, as RabbitMQ's rabbit_reader does in its `closed` state.

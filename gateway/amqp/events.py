@@ -185,10 +185,14 @@ class ConnectionErrored:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed:
-    """The close handshake is complete: flush ``data_to_send()`` and close the socket.
+    """The close handshake is complete: stop all work on the connection.
 
-    ``by_client=True``: the client's Connection.Close was answered with Close-Ok.
-    ``by_client=False``: the client acknowledged our Connection.Close.
+    ``by_client=True``: the client sent Connection.Close. ``by_client=False``: the client
+    acknowledged our Connection.Close, or sent its own Close as ours crossed it. After a
+    Close of the client's (either case), answer it with ``accept_connection_close`` once the
+    channels are closed and their unacknowledged messages are back in their queues
+    (RabbitMQ's order), flush ``data_to_send()`` and let the client close the socket
+    (``peer_closes_socket``); otherwise close the socket.
     """
 
     reply_code: int

@@ -61,6 +61,7 @@ class ConnectionHandshake:
     _close_text: str
     _user: str
     _vhost: str
+    _close_ok_owed: bool
     peer_closes_socket: bool
 
     if TYPE_CHECKING:
@@ -115,7 +116,8 @@ class ConnectionHandshake:
         method = decode_method(payload)
         state = self._state
         if isinstance(method, commands.Connection.Close):
-            self._send_close_ok()
+            # Close-Ok once the shell has closed the channels: accept_connection_close.
+            self._owe_close_ok()
             self._channels.clear()
             events.append(ev.ConnectionClosed(int(method.reply_code or 0), method.reply_text, True))
         elif isinstance(method, commands.Connection.StartOk) and state is ConnectionState.STARTING:
@@ -198,16 +200,29 @@ class ConnectionHandshake:
             31,
         )
 
-    def _send_close_ok(self) -> None:
-        """Answer the client's Connection.Close; the connection is then closed.
+    def _owe_close_ok(self) -> None:
+        """The client sent Connection.Close: the connection is closed (whatever the client
+        sends from here on is not looked at), and Close-Ok is owed until the shell's
+        ``accept_connection_close``."""
+        self._state = ConnectionState.CLOSED
+        self._close_ok_owed = True
+
+    def accept_connection_close(self) -> bool:
+        """Answer the client's Connection.Close (``ConnectionClosed`` from a Close of the
+        client's) with Close-Ok, once the shell has closed the channels and given their
+        unacknowledged messages back: RabbitMQ closes the channels before its Close-Ok, so a
+        client that has Close-Ok finds them in their queues. False when nothing is owed.
 
         Close-Ok "tells the recipient that it is safe to release resources for the connection
         and close the socket" (AMQP 0-9-1, connection.close-ok): the socket is the client's to
         close now (``peer_closes_socket``), and RabbitMQ waits for it to do so.
         """
+        if not self._close_ok_owed:
+            return False
+        self._close_ok_owed = False
         self._write_method(0, _CONNECTION_CLOSE_OK_PAYLOAD)
-        self._state = ConnectionState.CLOSED
         self.peer_closes_socket = True
+        return True
 
     def _closing_frame(self, frame_type: int, payload: bytes, events: list[ev.Event]) -> None:
         """After our Connection.Close only Close-Ok and Close matter (§4.2.2 Close)."""
@@ -218,8 +233,9 @@ class ConnectionHandshake:
             self._state = ConnectionState.CLOSED
             events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
         elif index == _CONNECTION_CLOSE:
-            # Both sides closed at once: answer theirs; ours is then moot.
-            self._send_close_ok()
+            # Both sides closed at once: theirs is answered (accept_connection_close) once
+            # the shell has closed the channels; ours is then moot.
+            self._owe_close_ok()
             events.append(ev.ConnectionClosed(self._close_code, self._close_text, False))
 
     # ------------------------------------------------------------------ handshake answers

@@ -403,9 +403,14 @@ class ClientConnection:
         elif isinstance(event, ev.ConnectionClosed):
             origin = "client" if event.by_client else "server"
             self._record_reason(f"closed by {origin}: {event.reply_code} {event.reply_text}")
-            # Before Close-Ok leaves: a client that saw Close-Ok may at once expect its
-            # exclusive queues gone and its unacknowledged messages back in their queues.
-            await self._close_session()
+            # Close-Ok only now, not queued by the core on Close: a client that has Close-Ok
+            # may at once expect its exclusive queues gone and its unacknowledged messages
+            # back in their queues, and any task flushing during a slow requeue (a consumer,
+            # the confirms) would have carried a queued Close-Ok out first.
+            try:
+                await self._close_session()
+            finally:
+                self.protocol.accept_connection_close()
         elif isinstance(event, ev.ConnectionErrored):
             COUNTERS.protocol_error(event.error.reply_code)
             self._record_reason(

@@ -697,6 +697,8 @@ def test_graceful_server_close_320() -> None:
     assert client.conn.is_closed
     # Close-Ok came to us: the socket is ours to close (connection.close-ok), at once.
     assert not client.conn.peer_closes_socket
+    assert not client.conn.accept_connection_close()  # nothing to answer
+    assert client.received() == []
 
 
 def test_client_close_is_answered() -> None:
@@ -707,8 +709,13 @@ def test_client_close_is_answered() -> None:
     )
     assert not client.conn.peer_closes_socket
     assert client.send(method(0, close)) == [ev.ConnectionClosed(200, "Normal shutdown", True)]
-    client.expect_one(commands.Connection.CloseOk, 0)
     assert client.conn.is_closed
+    # Close-Ok waits for the shell, which closes the channels (requeueing) first.
+    assert client.received() == []
+    assert not client.conn.peer_closes_socket
+    assert client.conn.accept_connection_close()
+    client.expect_one(commands.Connection.CloseOk, 0)
+    assert not client.conn.accept_connection_close()  # answered once
     # Our Close-Ok tells the client to close the socket: the shell waits for it to (RabbitMQ's
     # `closed` state), and what the client still sends is ignored meanwhile.
     assert client.conn.peer_closes_socket
@@ -725,6 +732,8 @@ def test_client_close_while_we_are_closing() -> None:
     assert client.send(method(0, close)) == [
         ev.ConnectionClosed(320, "CONNECTION_FORCED - bye", False)
     ]
+    assert client.received() == []
+    assert client.conn.accept_connection_close()
     client.expect_one(commands.Connection.CloseOk, 0)
     # We answered with Close-Ok, so the client closes the socket, as after its own close.
     assert client.conn.peer_closes_socket

@@ -3,7 +3,8 @@ queues: RabbitMQ requeues them before it answers, so a client that consumes or c
 queue as soon as it has Close-Ok finds them. On Pulsar a requeue takes a round trip or more
 (a negative acknowledgement, a copy of a batched message, the consumer's close), and any task
 of the connection that flushed meanwhile (a heartbeat, another channel's deliveries or
-confirms) used to carry the Close-Ok the core had queued on Channel.Close out before it."""
+confirms) used to carry the Close-Ok the core had queued on Channel.Close out before it.
+Connection.Close-Ok likewise waits for every channel of the connection to be released."""
 
 from __future__ import annotations
 
@@ -106,4 +107,51 @@ async def test_close_ok_comes_after_the_requeue(autojump_clock: trio.abc.Clock) 
             commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
         )
         await client.expect(commands.Connection.CloseOk)
+        await connection.finished.wait()
+
+
+async def test_connection_close_ok_comes_after_every_requeue(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Connection.Close without Channel.Close: RabbitMQ closes the channels, requeueing what
+    they held, before its Close-Ok. A consumer of the same queue on another channel receives
+    the first message requeued, fails to deliver it (the connection is closed) and flushes
+    as it waits again: that flush used to carry out the Close-Ok the core had queued on
+    Connection.Close, with the other requeues still under way."""
+    backend = SlowRequeueBackend()
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    connection = ClientConnection(
+        server_stream, ServerSettings(), AcceptAnyone(), backend, PeerIdentity("t:1")
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        client = ScriptedClient(client_stream)
+        await client.handshake()
+        await client.open_channel(1)
+        await client.send(commands.Queue.Declare(queue="q"), 1)
+        await client.expect(commands.Queue.DeclareOk, 1)
+        for n in range(COUNT):
+            content = f"m{n}".encode()
+            await client.send(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+            properties = commands.Basic.Properties()
+            await client.send(header.ContentHeader(0, len(content), properties), 1)
+            await client.send_raw(frame.marshal(body.ContentBody(content), 1))
+        for _ in range(COUNT):
+            await client.send(commands.Basic.Get(queue="q"), 1)
+            await client.expect(commands.Basic.GetOk, 1)
+            await client.expect(header.ContentHeader, 1)
+            await client.receive()  # the body
+        await client.open_channel(2)
+        await client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
+        await client.expect(commands.Basic.ConsumeOk, 2)
+
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+        # Every message is back in the queue by now.
+        assert sorted(backend.vhost.requeued) == [f"m{n}".encode() for n in range(COUNT)]
+        assert backend.vhost._messages("q").count() == COUNT
+        # The socket is the client's to close (connection.close-ok): the gateway waits.
+        await client_stream.aclose()
         await connection.finished.wait()
