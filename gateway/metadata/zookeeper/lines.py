@@ -34,9 +34,7 @@ from kazoo.exceptions import NoNodeError
 from gateway.metadata.codec import (
     consumer_child,
     consumer_from_child,
-    decode_queue,
     line_child,
-    mark_consumed,
     queue_of_child,
 )
 from gateway.metadata.errors import MissingEntity
@@ -45,6 +43,7 @@ from gateway.metadata.paths import Folder, bucket_for, encode_name
 from gateway.metadata.values import PickActive
 from gateway.metadata.zookeeper.calls import AGAIN, Again, KazooCalls, retry_races, unexpected
 from gateway.metadata.zookeeper.ops import Create, Delete, Op, SetData
+from gateway.metadata.zookeeper.transactions import read_queue_for_consumer
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from gateway.model.consumers import LinePlace, Standing
 
@@ -88,12 +87,7 @@ class ConsumerLines:
         consumer = consumer_child(queue, self._replica_id, serial)
 
         async def attempt() -> str | Again:
-            document = await self._calls.read_data(queue_path, what)
-            if document is None:
-                raise MissingEntity("queue", queue)
-            data, version = document
-            queue_entity = decode_queue(encode_name(queue), data)
-            written = mark_consumed(data) if queue_entity.auto_delete else data
+            written, version = await read_queue_for_consumer(self._calls, queue_path, queue, what)
             # Into an empty line, active at once (RabbitMQ makes the first consumer active
             # when it registers): the line is read after the version, so a consumer that
             # joined meanwhile fails the compare-and-set below.

@@ -174,6 +174,20 @@ async def list_queue_records(
     return await submit_queue_records(calls, namespace, name, what)()
 
 
+async def read_queue_for_consumer(
+    calls: KazooCalls, queue_path: str, queue: str, what: str
+) -> tuple[bytes, int]:
+    """The queue's document as a new consumer writes it back (marked consumed when the queue
+    is auto-delete: codec.py's ``mark_consumed`` says why) and the version it was read at;
+    ``MissingEntity`` if the queue is not there."""
+    document = await calls.read_data(queue_path, what)
+    if document is None:
+        raise MissingEntity("queue", queue)
+    data, version = document
+    queue_entity = decode_queue(encode_name(queue), data)
+    return (mark_consumed(data) if queue_entity.auto_delete else data), version
+
+
 class DrainWrites:
     """Drain records written in another write's transaction: created where there is none,
     replaced (set_data, plus a sentinel in the queue's bucket so that every replica looks
@@ -646,12 +660,7 @@ class EntityTransactions:
             self._watcher.own(namespace, lambda m: m.own_created(Folder.CONSUMERS, child, entity))
 
         async def attempt() -> str | Again:
-            document = await self._calls.read_data(queue_path, what)
-            if document is None:
-                raise MissingEntity("queue", queue)
-            data, version = document
-            queue_entity = decode_queue(encode_name(queue), data)
-            written = mark_consumed(data) if queue_entity.auto_delete else data
+            written, version = await read_queue_for_consumer(self._calls, queue_path, queue, what)
             if exclusive:
                 records = await list_queue_records(self._calls, namespace, queue, what)
                 if records.consumers:
