@@ -16,8 +16,12 @@ from gateway.metadata.errors import MissingEntity
 from gateway.metadata.paths import Folder
 from gateway.metadata.values import DrainRecord
 from gateway.metadata.zookeeper.calls import KazooCalls
-from gateway.metadata.zookeeper.ops import Create, Delete, Op
-from gateway.metadata.zookeeper.transactions import EntityTransactions, exchange_binding_refs
+from gateway.metadata.zookeeper.ops import Op
+from gateway.metadata.zookeeper.transactions import (
+    EntityTransactions,
+    exchange_binding_refs,
+    node_and_refs,
+)
 from gateway.model.entities import ExchangeBinding
 
 
@@ -34,9 +38,8 @@ class ExchangeBindingWrites:
         """Create (with ``binding``'s data) or delete (None) the node and its refs."""
         node = self._layout.node(namespace, Folder.EXCHANGE_BINDINGS, child)
         refs = exchange_binding_refs(self._layout, namespace, child)
-        if binding is not None:
-            return [Create(node, encode_exchange_binding(binding)), *(Create(r) for r in refs)]
-        return [Delete(node), *(Delete(ref) for ref in refs)]
+        data = None if binding is None else encode_exchange_binding(binding)
+        return node_and_refs(node, refs, data)
 
     async def add(
         self,

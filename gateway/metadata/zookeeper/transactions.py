@@ -94,18 +94,44 @@ def exchange_binding_refs(layout: Layout, namespace: str, binding: str) -> list[
     return [binding_ref(layout, namespace, Folder.EXCHANGES, end, binding) for end in ends]
 
 
+def queue_binding_refs(
+    layout: Layout, namespace: str, binding: str, queue: str, exchange: str
+) -> list[str]:
+    """A queue binding's two refs (``binding``: its id): under its queue, then its exchange."""
+    return [
+        binding_ref(layout, namespace, Folder.QUEUES, queue, binding),
+        binding_ref(layout, namespace, Folder.EXCHANGES, exchange, binding),
+    ]
+
+
+def node_and_refs(node: str, refs: list[str], data: bytes | None) -> list[Op]:
+    """Create a binding's ``node`` with ``data``, then its refs; with None, delete them (the
+    node first, in the same order)."""
+    if data is None:
+        return [Delete(node), *(Delete(ref) for ref in refs)]
+    return [Create(node, data), *(Create(ref) for ref in refs)]
+
+
+def queue_binding_ops(
+    layout: Layout, namespace: str, binding: Binding, *, create: bool
+) -> list[Op]:
+    """Create (with its data) or delete the queue binding's node and its two refs."""
+    child = binding_id(binding)
+    refs = queue_binding_refs(layout, namespace, child, binding.queue, binding.exchange)
+    data = encode_binding(binding) if create else None
+    return node_and_refs(layout.node(namespace, Folder.BINDINGS, child), refs, data)
+
+
 def unbind_ops(layout: Layout, namespace: str, binding: str) -> list[Op]:
     """Delete a binding (by id: a queue's or an exchange's) with its refs."""
     if is_exchange_binding_id(binding):
+        folder = Folder.EXCHANGE_BINDINGS
         refs = exchange_binding_refs(layout, namespace, binding)
-        node = layout.node(namespace, Folder.EXCHANGE_BINDINGS, binding)
-        return [Delete(node), *(Delete(ref) for ref in refs)]
-    parsed = decode_binding_id(binding)
-    return [
-        Delete(layout.node(namespace, Folder.BINDINGS, binding)),
-        Delete(binding_ref(layout, namespace, Folder.QUEUES, parsed.queue, binding)),
-        Delete(binding_ref(layout, namespace, Folder.EXCHANGES, parsed.exchange, binding)),
-    ]
+    else:
+        parsed = decode_binding_id(binding)
+        folder = Folder.BINDINGS
+        refs = queue_binding_refs(layout, namespace, binding, parsed.queue, parsed.exchange)
+    return node_and_refs(layout.node(namespace, folder, binding), refs, None)
 
 
 def create_ops(layout: Layout, namespace: str, entity: Exchange | Queue | Binding) -> list[Op]:
@@ -116,12 +142,7 @@ def create_ops(layout: Layout, namespace: str, entity: Exchange | Queue | Bindin
     if isinstance(entity, Queue):
         path = layout.node(namespace, Folder.QUEUES, encode_name(entity.name))
         return [Create(path, encode_queue(entity))]
-    child = binding_id(entity)
-    return [
-        Create(layout.node(namespace, Folder.BINDINGS, child), encode_binding(entity)),
-        Create(binding_ref(layout, namespace, Folder.QUEUES, entity.queue, child)),
-        Create(binding_ref(layout, namespace, Folder.EXCHANGES, entity.exchange, child)),
-    ]
+    return queue_binding_ops(layout, namespace, entity, create=True)
 
 
 def by_queue(
@@ -417,19 +438,6 @@ class EntityTransactions:
 
     # ------------------------------------------------------------------ bindings, topic keys
 
-    def _binding_ops(self, namespace: str, binding: Binding, op: type[Create | Delete]) -> list[Op]:
-        """Create or delete the binding node and its two refs (in this order)."""
-        child = binding_id(binding)
-        layout = self._layout
-        node = layout.node(namespace, Folder.BINDINGS, child)
-        refs = [
-            binding_ref(layout, namespace, Folder.QUEUES, binding.queue, child),
-            binding_ref(layout, namespace, Folder.EXCHANGES, binding.exchange, child),
-        ]
-        if op is Create:
-            return [Create(node, encode_binding(binding)), *(Create(ref) for ref in refs)]
-        return [Delete(node), *(Delete(ref) for ref in refs)]
-
     async def add_binding(
         self,
         namespace: str,
@@ -449,7 +457,7 @@ class EntityTransactions:
             Folder.BINDINGS,
             binding_id(binding),
             binding,
-            self._binding_ops(namespace, binding, Create),
+            queue_binding_ops(self._layout, namespace, binding, create=True),
             by_queue(binding.queue, drains),
             what,
             missing,
@@ -467,7 +475,7 @@ class EntityTransactions:
             namespace,
             Folder.BINDINGS,
             binding_id(binding),
-            self._binding_ops(namespace, binding, Delete),
+            queue_binding_ops(self._layout, namespace, binding, create=False),
             by_queue(binding.queue, drains),
             what,
         )
