@@ -53,11 +53,15 @@ class FakeGetter:
         spawn(self.close)
 
 
-async def _getters(nursery: trio.Nursery) -> tuple[BasicGetConsumers, list[FakeGetter]]:
+async def _getters(
+    nursery: trio.Nursery, while_hot_opens: Callable[[], Awaitable[None]] | None = None
+) -> tuple[BasicGetConsumers, list[FakeGetter]]:
     opened: list[FakeGetter] = []
 
     async def open_consumer(queue: str, read_ahead: int) -> PulsarQueueSubscription:
         await trio.lowlevel.checkpoint()  # a subscribe is a round trip
+        if read_ahead == GET_HOT_READ_AHEAD and while_hot_opens is not None:
+            await while_hot_opens()
         return cast(PulsarQueueSubscription, FakeGetter(read_ahead, opened))
 
     async def count_ready(queue: str) -> int:
@@ -105,14 +109,15 @@ async def test_a_held_get_restarts_the_run() -> None:
 
 async def test_a_consume_during_the_swap_leaves_the_hot_getter_unused() -> None:
     async with trio.open_nursery() as nursery:
-        gets, opened = await _getters(nursery)
-        for _ in range(HOT_AFTER):
-            await gets.get("q", _nothing)
+        gets: BasicGetConsumers | None = None
 
         async def consume_meanwhile() -> None:
+            assert gets is not None
             await gets.close("q")  # Basic.Consume retires the getter while the swap runs
 
-        nursery.start_soon(consume_meanwhile)
+        gets, opened = await _getters(nursery, consume_meanwhile)
+        for _ in range(HOT_AFTER):
+            await gets.get("q", _nothing)
         await gets.get("q", _nothing)
         hot = [g for g in opened if g.read_ahead == GET_HOT_READ_AHEAD]
         assert len(hot) == 1 and hot[0].closed and not gets.hot
