@@ -24,6 +24,10 @@ answer's callback on the thread that reads it. The store uses its private parts 
 
 Each fallback is logged once, as a WARNING naming what differs. The contract tests
 (tests/unit/metadata/test_kazoo_internals.py) check each internal on the installed kazoo.
+
+The other modules reach these internals only through the functions below (``submit_call``,
+``has_queued_requests``, ``is_stopped``, ``has_one_shot_watch``, ``connection_of``,
+``replace_connection``): what depends on kazoo's private parts stays in this one module.
 """
 
 from __future__ import annotations
@@ -42,9 +46,15 @@ __all__ = [
     "KazooInternalsChanged",
     "Problems",
     "call_problems",
+    "connection_of",
     "connection_problems",
     "handler_problems",
+    "has_one_shot_watch",
+    "has_queued_requests",
+    "is_stopped",
     "problems_of",
+    "replace_connection",
+    "submit_call",
     "usable_internals",
 ]
 
@@ -59,6 +69,43 @@ CONNECTION: Final = "connection"
 
 class KazooInternalsChanged(RuntimeError):
     """The installed kazoo lacks an internal the store cannot do without."""
+
+
+# The internals themselves, as the rest of the store uses them. ``client`` is a KazooClient,
+# typed Any as kazoo ships no type hints.
+
+
+def submit_call(client: Any, request: Any, async_result: Any) -> None:
+    """Queue ``request`` (any object with ``type``, ``serialize`` and ``deserialize``) on
+    ``client``'s connection; its answer or error settles ``async_result``."""
+    client._call(request, async_result)
+
+
+def has_queued_requests(client: Any) -> bool:
+    """Whether requests wait in ``client``'s queue to be sent."""
+    return bool(client._queue)
+
+
+def is_stopped(client: Any) -> bool:
+    """Whether ``client`` was stopped (its events are no longer wanted)."""
+    return bool(client._stopped.is_set())
+
+
+def has_one_shot_watch(client: Any, path: str) -> bool:
+    """Whether one of kazoo's own (one-shot) data or children watchers waits on ``path``
+    (the full path, with the chroot)."""
+    return path in client._data_watchers or path in client._child_watchers
+
+
+def connection_of(client: Any) -> Any:
+    """``client``'s ConnectionHandler."""
+    return client._connection
+
+
+def replace_connection(client: Any, connection: Any) -> None:
+    """Make ``connection`` (a ConnectionHandler of ``client``) the one ``client`` uses;
+    before ``client`` starts."""
+    client._connection = connection
 
 
 def _method(cls: Any, name: str, params: tuple[str, ...]) -> str | None:

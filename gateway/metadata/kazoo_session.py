@@ -29,7 +29,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from gateway.metadata.kazoo_handler import TrioHandler, direct
-from gateway.metadata.kazoo_internals import usable_internals
+from gateway.metadata.kazoo_internals import submit_call, usable_internals
 from gateway.metadata.own_writes import OwnWrites
 from gateway.metadata.persistent_watch import AddWatch, EventCallback, watching_connection
 from gateway.metadata.values import MetadataUnavailable
@@ -208,7 +208,7 @@ class KazooSession:
         """One request with its full path (not relative to the chroot), answered within
         ``request_timeout``."""
         result = self.client.handler.async_result()
-        self.client._call(request, result)
+        submit_call(self.client, request, result)
         return result.get(timeout=self.request_timeout)
 
     async def aclose(self) -> None:
@@ -307,7 +307,7 @@ class KazooSession:
             )
             return result
         self._connection.persistent[root] = callback
-        self.client._call(AddWatch(root), result)
+        submit_call(self.client, AddWatch(root), result)
         return result
 
     @property

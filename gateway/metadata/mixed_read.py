@@ -47,7 +47,7 @@ class Read(enum.Enum):
 
 
 class MixedRead:
-    """A kazoo request: ``client._call(MixedRead(reads), async_result)``; the result has, per
+    """A kazoo request: ``submit_call(client, MixedRead(reads), async_result)``; the result has, per
     read, ``(data, version)`` for ``Read.DATA``, the list of names for ``Read.CHILDREN``, or
     ``MISSING`` (no such node). Any other per-read error (NoAuth, ...) is raised for the
     whole request."""

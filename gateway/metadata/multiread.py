@@ -50,7 +50,7 @@ GET_CHILDREN2: Final = 12  # ZooDefs.OpCode.getChildren2
 
 class Children:
     """kazoo's ``get_children(path, include_data=True)`` without a watch, parsed faster: a
-    kazoo request (``client._call(Children(path), async_result)``) whose result is
+    kazoo request (``submit_call(client, Children(path), async_result)``) whose result is
     ``(children, ZnodeStat)``. kazoo's GetChildren2 reads each name with ``read_string`` (a
     call and a tuple per name); the buckets of a million-queue vhost hold two million."""
 
@@ -92,8 +92,8 @@ MISSING: Final = _Missing()
 
 
 class MultiRead:
-    """A kazoo request: ``client._call(MultiRead(paths), async_result)``; the result is a list
-    with, per path, its data (``bytes``) or ``MISSING``. Any other per-path error (NoAuth, ...)
+    """A kazoo request: ``submit_call(client, MultiRead(paths), async_result)``; the result is a
+    list with, per path, its data (``bytes``) or ``MISSING``. Any other per-path error (NoAuth, ...)
     is raised for the whole request.
 
     With ``mtimes=True``, :attr:`mtimes` holds, after the answer, each path's Stat mtime (None

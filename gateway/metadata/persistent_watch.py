@@ -9,12 +9,13 @@ with one read of that node, whatever the size of its bucket.
 
 kazoo 2.11 has neither the request nor the events. The request is like ``multiread.py``'s: an
 object with ``type``, ``serialize()`` and ``deserialize(buffer, offset)`` passed to the client's
-``_call``. Events arrive like any watch event (the reply header's xid is -1), and kazoo's
-connection looks their path up among its one-shot watchers; :class:`WatchingConnection` (which
-replaces the client's connection before it starts) first hands events under a registered root
-to that root's callback, on the connection thread as it reads them, so that they reach trio in
-the server's order together with the answers (kazoo_handler.py). One-shot watchers on the same
-path still get theirs: ZooKeeper sends one event per session and path, for both kinds.
+``_call`` (through kazoo_internals.submit_call). Events arrive like any watch event (the reply
+header's xid is -1), and kazoo's connection looks their path up among its one-shot watchers;
+:class:`WatchingConnection` (which replaces the client's connection before it starts) first
+hands events under a registered root to that root's callback, on the connection thread as it
+reads them, so that they reach trio in the server's order together with the answers
+(kazoo_handler.py). One-shot watchers on the same path still get theirs: ZooKeeper sends one
+event per session and path, for both kinds.
 
 The server forgets a connection's watches when the connection ends (kazoo sends no SetWatches
 on reconnecting), so the owner adds them again on every reconnect, before listing what it
@@ -31,6 +32,14 @@ from typing import Any, Final
 from kazoo.exceptions import ConnectionDropped
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Watch, int_struct, write_string
+
+from gateway.metadata.kazoo_internals import (
+    connection_of,
+    has_one_shot_watch,
+    has_queued_requests,
+    is_stopped,
+    replace_connection,
+)
 
 __all__ = [
     "ADD_WATCH",
@@ -60,7 +69,7 @@ EventCallback = Callable[[int, str], None]
 
 
 class AddWatch:
-    """A kazoo request: ``client._call(AddWatch(path), async_result)`` (``path`` with the
+    """A kazoo request: ``submit_call(client, AddWatch(path), async_result)`` (``path`` with the
     client's chroot, which kazoo adds only to the requests it knows). Answers True."""
 
     type = ADD_WATCH
@@ -136,7 +145,7 @@ class WatchingConnection(ConnectionHandler):  # type: ignore[misc]
         # the other; each took one wake-up byte, which kazoo's reads one at a time.
         for _ in range(_SENDS_PER_TURN):
             super()._send_request(read_timeout, connect_timeout)
-            if not self.client._queue:
+            if not has_queued_requests(self.client):
                 break
 
     def _write(self, msg: bytes, timeout: float) -> None:
@@ -168,7 +177,7 @@ class WatchingConnection(ConnectionHandler):  # type: ignore[misc]
             while root:
                 callback = persistent.get(root)
                 if callback is not None:
-                    if not client._stopped.is_set():
+                    if not is_stopped(client):
                         event_type = int_struct.unpack_from(buffer, offset)[0]
                         try:
                             callback(event_type, client.unchroot(path))
@@ -176,15 +185,15 @@ class WatchingConnection(ConnectionHandler):  # type: ignore[misc]
                             log.exception("a persistent watch callback failed")
                     break
                 root = root.rpartition("/")[0]
-        if path in client._data_watchers or path in client._child_watchers:
+        if has_one_shot_watch(client, path):
             super()._read_watch_event(buffer, offset)
 
 
 def watching_connection(client: Any) -> WatchingConnection:
     """Give a kazoo client (not started yet) a :class:`WatchingConnection`."""
-    old = client._connection
+    old = connection_of(client)
     connection = WatchingConnection(
         client, old.retry_sleeper, logger=old.logger, sasl_options=old.sasl_options
     )
-    client._connection = connection
+    replace_connection(client, connection)
     return connection

@@ -36,17 +36,6 @@ PUBLIC_BY_CONVENTION = frozenset({"_exit", "_make", "_replace", "_asdict", "_fie
 # or remove an entry when its accesses go.
 REMAINING: Counter[tuple[str, str]] = Counter(
     {
-        # kazoo's KazooClient._call (submitting a request object without kazoo's wrappers),
-        # read outside kazoo_internals: belongs behind a function of kazoo_internals.
-        ("gateway/metadata/kazoo_session.py", "self.client._call"): 2,
-        ("gateway/metadata/zookeeper/group_commit.py", "client._call"): 2,
-        ("gateway/metadata/zookeeper/watcher.py", "client._call"): 2,
-        # kazoo's request queue and watcher tables, read by the persistent-watch connection
-        # handler: belongs in kazoo_internals with the handler's other kazoo internals.
-        ("gateway/metadata/persistent_watch.py", "self.client._queue"): 1,
-        ("gateway/metadata/persistent_watch.py", "client._data_watchers"): 1,
-        ("gateway/metadata/persistent_watch.py", "client._child_watchers"): 1,
-        ("gateway/metadata/persistent_watch.py", "client._stopped"): 1,
         # gateway/pulsar/: the client and the producers/consumers it owns call each other's
         # private bookkeeping; an owner interface (public adopt/forget/mark_closed) is the fix.
         ("gateway/pulsar/client.py", "wrapper._client"): 1,

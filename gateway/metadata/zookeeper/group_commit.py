@@ -54,6 +54,7 @@ from kazoo.protocol.serialization import SetData as KazooSetData
 from kazoo.protocol.serialization import Transaction
 from kazoo.security import OPEN_ACL_UNSAFE
 
+from gateway.metadata.kazoo_internals import submit_call
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.mixed_read import MixedRead, Read
 from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Check, Create, Delete, Op, op_size
@@ -192,7 +193,7 @@ class GroupCommit:
                 else:
                     requests.append(KazooSetData(path, op.data, op.version))
         result = client.handler.async_result()
-        client._call(Transaction(requests), result)
+        submit_call(client, Transaction(requests), result)
         self._sent()
         self.members += len(group)
         self._session.link(result, lambda answer: self._answered(group, answer))
@@ -238,7 +239,7 @@ class GroupCommit:
         client = self._session.client
         chroot = client.chroot or ""
         result = client.handler.async_result()
-        client._call(MixedRead([(kind, chroot + path) for kind, path, _ in group]), result)
+        submit_call(client, MixedRead([(kind, chroot + path) for kind, path, _ in group]), result)
         self._sent()
         self.members += len(group)
         self._session.link(result, lambda answer: self._read(group, answer))

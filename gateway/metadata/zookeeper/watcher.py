@@ -51,6 +51,7 @@ from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
 from kazoo.protocol.states import EventType
 
 from gateway.metadata.kazoo_handler import direct
+from gateway.metadata.kazoo_internals import submit_call
 from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.load_gc import FREEZE_FROM, LOAD_GC
 from gateway.metadata.mirror import NamespaceMirror
@@ -412,7 +413,7 @@ class NamespaceWatcher:
         if not self._persistent:
             return client.get_children_async(path, watch=self._watch_listener, include_data=True)
         async_result = client.handler.async_result()
-        client._call(Children((client.chroot or "") + path), async_result)
+        submit_call(client, Children((client.chroot or "") + path), async_result)
         return async_result
 
     # ------------------------------------------------------------------ reading new children
@@ -477,7 +478,7 @@ class NamespaceWatcher:
             async_result = client.handler.async_result()
             self._session.link(async_result, apply)
             # kazoo has no public way to send a request type it does not know.
-            client._call(request, async_result)
+            submit_call(client, request, async_result)
 
     def _read_one(self, state: WatchedNamespace, folder: Folder, child: str) -> None:
         state.outstanding += 1

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 import trio
-from kazoo.exceptions import UnimplementedError
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, UnimplementedError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.serialization import Exists
 
 from gateway.metadata import kazoo_internals, kazoo_session
 from gateway.metadata.kazoo_handler import TrioHandler
@@ -24,6 +26,12 @@ from gateway.metadata.kazoo_internals import (
     HANDLER,
     INTERNALS,
     KazooInternalsChanged,
+    connection_of,
+    has_one_shot_watch,
+    has_queued_requests,
+    is_stopped,
+    replace_connection,
+    submit_call,
     usable_internals,
 )
 from gateway.metadata.kazoo_session import KazooSession
@@ -70,6 +78,24 @@ def test_kazoo_protocol_helper(module: str, name: str) -> None:
 def test_every_group_is_checked() -> None:
     assert {group for group, _ in INTERNALS.values()} == {CALLS, HANDLER, CONNECTION}
     assert "KazooClient._call" in INTERNALS and "KazooClient._connection" in INTERNALS
+
+
+def test_the_accessors_read_and_use_a_new_client() -> None:
+    client = KazooClient(hosts="127.0.0.1:1")  # not started: no thread, no socket
+    assert is_stopped(client)
+    assert not has_queued_requests(client)
+    assert not has_one_shot_watch(client, "/nothing")
+    original = connection_of(client)
+    replacement = WatchingConnection(
+        client, original.retry_sleeper, logger=original.logger, sasl_options=original.sasl_options
+    )
+    replace_connection(client, replacement)
+    assert connection_of(client) is replacement
+    # A client that is not connected refuses the request through its result, as kazoo does.
+    result = client.handler.async_result()
+    submit_call(client, Exists("/", None), result)
+    with pytest.raises(ConnectionClosedError):
+        result.get(timeout=1)
 
 
 @pytest.fixture
