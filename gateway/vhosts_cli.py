@@ -24,6 +24,9 @@ from typing import Final, TextIO
 import trio
 
 from gateway.auth.admin_command import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     common_options,
     load_command_config,
     parse_arguments,
@@ -53,9 +56,6 @@ from gateway.pulsar.credentials import (
 __all__ = ["run_vhosts_command"]
 
 PROG: Final = "starlight-rabbitmq vhosts"
-EXIT_OK: Final = 0
-EXIT_UNAVAILABLE: Final = 1
-EXIT_USAGE: Final = 2
 EXIT_REFUSED: Final = 3
 
 
@@ -148,7 +148,7 @@ def run_vhosts_command(
     metadata prefix in ZooKeeper (tests use one of their own)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = parse_arguments(_parser(), argv, EXIT_USAGE)
+    args = parse_arguments(_parser(), argv)
     if isinstance(args, int):
         return args
     loaded = load_command_config(PROG, args.config, err)

@@ -11,12 +11,15 @@ import argparse
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO, TypeVar
+from typing import Final, TextIO, TypeVar
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.model.vhost import VhostMapper
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
     "common_options",
     "load_command_config",
     "parse_arguments",
@@ -25,6 +28,13 @@ __all__ = [
 ]
 
 _Store = TypeVar("_Store")
+
+# The exit codes both commands give (the vhosts command has one more, for a refusal).
+EXIT_OK: Final = 0
+#: ZooKeeper (or Pulsar) cannot be reached, or refuses.
+EXIT_UNAVAILABLE: Final = 1
+#: A wrong command line or configuration.
+EXIT_USAGE: Final = 2
 
 
 def common_options(*, config_help: str, timeout: float, quiet_help: str) -> argparse.ArgumentParser:
@@ -43,14 +53,14 @@ def common_options(*, config_help: str, timeout: float, quiet_help: str) -> argp
 
 
 def parse_arguments(
-    parser: argparse.ArgumentParser, argv: Sequence[str], usage_code: int
+    parser: argparse.ArgumentParser, argv: Sequence[str]
 ) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code when argparse has printed the usage and an error
-    (or the help): ``usage_code`` unless argparse named its own."""
+    (or the help): EXIT_USAGE unless argparse named its own."""
     try:
         return parser.parse_args(list(argv))
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else usage_code
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
 
 
 def load_command_config(

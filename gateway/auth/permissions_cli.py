@@ -23,6 +23,9 @@ from typing import Final, TextIO
 import trio
 
 from gateway.auth.admin_command import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     common_options,
     load_command_config,
     parse_arguments,
@@ -45,9 +48,6 @@ from gateway.model.vhost import InvalidVhost, VhostMapper
 __all__ = ["run_permissions_command"]
 
 PROG: Final = "starlight-rabbitmq permissions"
-EXIT_OK: Final = 0
-EXIT_UNAVAILABLE: Final = 1
-EXIT_USAGE: Final = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,7 +177,7 @@ def run_permissions_command(
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = parse_arguments(_parser(), argv, EXIT_USAGE)
+    args = parse_arguments(_parser(), argv)
     if isinstance(args, int):
         return args
     loaded = load_command_config(PROG, args.config, err)
