@@ -66,7 +66,9 @@ class ClientOptions:
     compiled: bool = True
 
 
-def _build_native_client(options: ClientOptions) -> Any:
+def build_native_client(options: ClientOptions) -> Any:
+    """A new ``pulsar.Client`` made as ``options`` say (blocking: the C++ client starts its
+    threads). PulsarClient.create wraps one; the rollup's Pulsar source uses one as is."""
     import pulsar
 
     level = {
@@ -122,7 +124,7 @@ class PulsarClient:
     async def create(cls, options: ClientOptions | None = None) -> PulsarClient:
         options = options or ClientOptions()
         # Builds the C++ client and starts its threads: quick, but not ours to run on trio.
-        wrapper = await trio.to_thread.run_sync(_build_native_client, options)
+        wrapper = await trio.to_thread.run_sync(build_native_client, options)
         return cls(wrapper, options)
 
     @property

@@ -131,9 +131,9 @@ class SourceOptions:
 
     def client(self) -> Any:
         """A new ``pulsar.Client`` (create it in the process that uses it: forks lose it)."""
-        from gateway.pulsar.client import _build_native_client
+        from gateway.pulsar.client import build_native_client
 
-        return _build_native_client(
+        return build_native_client(
             ClientOptions(
                 service_url=self.service_url,
                 auth_token=self.token or None,

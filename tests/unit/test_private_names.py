@@ -44,13 +44,6 @@ REMAINING: Counter[tuple[str, str]] = Counter(
         ("gateway/pulsar/consumer.py", "self._client._forget"): 2,
         ("gateway/pulsar/producer.py", "client._adopt"): 1,
         ("gateway/pulsar/producer.py", "self._client._forget"): 1,
-        # The rollup's Pulsar source builds its client with gateway/pulsar/client.py's
-        # private builder: waiting for it to become public there (gateway/pulsar/ is not ours
-        # to edit at the time of writing).
-        (
-            "gateway/rollup/pulsar_source.py",
-            "from gateway.pulsar.client import _build_native_client",
-        ): 1,
     }
 )
 
