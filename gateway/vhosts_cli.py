@@ -28,9 +28,8 @@ from gateway.auth.admin_command import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     common_options,
-    load_command_config,
-    parse_arguments,
     quiet_loggers,
+    start_command,
     zookeeper_store,
 )
 from gateway.backend.vhost_admin import (
@@ -148,13 +147,10 @@ def run_vhosts_command(
     metadata prefix in ZooKeeper (tests use one of their own)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = parse_arguments(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    loaded = load_command_config(PROG, args.config, err)
-    if loaded is None:
-        return EXIT_USAGE
-    config, mapper = loaded
+    started = start_command(PROG, _parser(), argv, err)
+    if isinstance(started, int):
+        return started
+    args, config, mapper = started
     try:
         with quiet_loggers("kazoo", "httpx", "httpcore"):
             trio.run(_execute, args, config, mapper, prefix, out, err)

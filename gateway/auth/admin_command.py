@@ -21,9 +21,8 @@ __all__ = [
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "common_options",
-    "load_command_config",
-    "parse_arguments",
     "quiet_loggers",
+    "start_command",
     "zookeeper_store",
 ]
 
@@ -52,31 +51,25 @@ def common_options(*, config_help: str, timeout: float, quiet_help: str) -> argp
     return common
 
 
-def parse_arguments(
-    parser: argparse.ArgumentParser, argv: Sequence[str]
-) -> argparse.Namespace | int:
-    """The parsed arguments, or the exit code when argparse has printed the usage and an error
-    (or the help): EXIT_USAGE unless argparse named its own."""
+def start_command(
+    prog: str, parser: argparse.ArgumentParser, argv: Sequence[str], err: TextIO
+) -> tuple[argparse.Namespace, GatewayConfig, VhostMapper] | int:
+    """The parsed arguments, the configuration file they name and its vhost mapping; or the
+    exit code when there is nothing to run: argparse's own (it has printed the usage and the
+    error, or the help), or EXIT_USAGE once a wrong configuration is said on ``err``."""
     try:
-        return parser.parse_args(list(argv))
+        args = parser.parse_args(list(argv))
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-
-
-def load_command_config(
-    prog: str, path: str | None, err: TextIO
-) -> tuple[GatewayConfig, VhostMapper] | None:
-    """The configuration at ``path`` and its vhost mapping; None, once said on ``err``, when
-    either is wrong."""
     try:
-        config = load_config(path)
+        config = load_config(args.config)
         mapper = VhostMapper(
             config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
         )
     except (ConfigError, ValueError) as error:
         print(f"{prog}: configuration error: {error}", file=err)
-        return None
-    return config, mapper
+        return EXIT_USAGE
+    return args, config, mapper
 
 
 def zookeeper_store(

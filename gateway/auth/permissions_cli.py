@@ -27,9 +27,8 @@ from gateway.auth.admin_command import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     common_options,
-    load_command_config,
-    parse_arguments,
     quiet_loggers,
+    start_command,
     zookeeper_store,
 )
 from gateway.auth.authorization import permission_scope
@@ -177,13 +176,10 @@ def run_permissions_command(
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = parse_arguments(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    loaded = load_command_config(PROG, args.config, err)
-    if loaded is None:
-        return EXIT_USAGE
-    config, mapper = loaded
+    started = start_command(PROG, _parser(), argv, err)
+    if isinstance(started, int):
+        return started
+    args, config, mapper = started
     if not config.authorizationEnabled and not args.quiet:
         print(
             f"{PROG}: note: authorizationEnabled is false in this configuration: the gateway "
