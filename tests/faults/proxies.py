@@ -1,4 +1,4 @@
-"""TCP proxies a synchronous test cuts and restores: tests/integration/metadata/proxy.py's
+"""TCP proxies a synchronous test cuts and restores: tests/support/tcp_proxy.py's
 ``TcpProxy`` run by trio in a thread of its own, for gateway processes to connect through
 (to ZooKeeper, to Pulsar's admin API)."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import trio
 import trio.from_thread
 
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 
 class ProxyThread:

@@ -14,7 +14,6 @@ import pika.exceptions
 import pytest
 import trio
 
-from tests.integration.metadata.proxy import TcpProxy
 from tests.support.clients import connect, get_bodies
 from tests.support.fleet import Fleet
 from tests.support.fleet_clients import (
@@ -24,6 +23,7 @@ from tests.support.fleet_clients import (
     wait_known,
     wait_until,
 )
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

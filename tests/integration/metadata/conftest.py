@@ -16,7 +16,7 @@ from gateway.metadata.memory import MemoryMetadataStore
 from gateway.metadata.store import MetadataStore, VhostView
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from tests.conftest import StackEndpoints
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.zookeeper import delete_tree, kazoo_client, unique_prefix
 
 DEADLINE = 10.0  # seconds for anything to propagate between replicas

@@ -18,7 +18,7 @@ from gateway.metadata.paths import encode_name
 from gateway.metadata.permissions import Permissions, ZooKeeperPermissionStore
 from gateway.metadata.store import MetadataUnavailable
 from tests.integration.metadata.conftest import DEADLINE
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from gateway.metadata.store import MetadataUnavailable, QueueCondition
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore
 from gateway.model.entities import Binding, Exchange, ExchangeBinding, ExchangeType, Queue
 from tests.integration.metadata.conftest import DEADLINE, ZooKeeperFleet, wait_for
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

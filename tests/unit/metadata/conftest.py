@@ -19,7 +19,7 @@ from gateway.metadata.zookeeper.reclaim import EphemeralRecords
 from gateway.metadata.zookeeper.transactions import EntityTransactions
 from gateway.metadata.zookeeper.watcher import NamespaceWatcher
 from tests.conftest import StackEndpoints
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.zookeeper import delete_tree, kazoo_client, unique_prefix
 
 

@@ -13,7 +13,7 @@ from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.kazoo_session import KazooSession, chroot_ancestors
 from gateway.metadata.store import MetadataUnavailable
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from gateway.backend.pulsar.delivery_records import (
 )
 from gateway.backend.pulsar.redeliveries import Key, Redeliveries
 from gateway.metadata.memory import MemoryMetadataStore
-from tests.unit.backend.pulsar.test_redeliveries import received
+from tests.support.received_messages import received
 
 NAMESPACE = "t/n"
 

@@ -2,30 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import cast
-
 from gateway.backend.pulsar.redeliveries import Redeliveries
-from gateway.pulsar.consumer import ReceivedMessage
-
-
-@dataclass
-class FakeReceived:
-    """What Redeliveries reads of a ReceivedMessage."""
-
-    entry: int
-    redelivery_count: int = 0
-    topic: str = "persistent://t/n/q"
-
-    @property
-    def id_bytes(self) -> bytes:
-        return self.entry.to_bytes(8, "big")
-
-
-def received(
-    entry: int, *, redelivery_count: int = 0, topic: str = "persistent://t/n/q"
-) -> ReceivedMessage:
-    return cast(ReceivedMessage, FakeReceived(entry, redelivery_count, topic))
+from tests.support.received_messages import received
 
 
 def test_first_deliveries_are_not_redelivered() -> None:

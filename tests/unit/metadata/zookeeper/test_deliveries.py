@@ -15,7 +15,7 @@ from gateway.metadata.kazoo_session import KazooSession
 from gateway.metadata.paths import Layout
 from gateway.metadata.zookeeper.calls import KazooCalls
 from gateway.metadata.zookeeper.deliveries import DeliveryRecords
-from tests.integration.metadata.proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
