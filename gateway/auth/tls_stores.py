@@ -20,6 +20,7 @@ import tempfile
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.hazmat.primitives.serialization.pkcs12 import PKCS12KeyAndCertificates
 
 from gateway.auth.key_files import read_file
 from gateway.config import ConfigError
@@ -27,22 +28,22 @@ from gateway.config import ConfigError
 __all__ = ["load_key_store", "load_trust_store"]
 
 
-def _password(text: str) -> bytes | None:
+def _open_store(path: str, password: str, key: str, what: str) -> PKCS12KeyAndCertificates:
+    """The PKCS#12 store at ``path`` that the key ``key`` names (its password: ``key`` +
+    ``Password``); a ConfigError naming ``key`` if it cannot be read or opened."""
+    data = read_file(path, key, what)
     # An empty password means "none": keytool stores made without -storepass, and ours.
-    return text.encode("utf-8") if text else None
+    try:
+        return pkcs12.load_pkcs12(data, password.encode("utf-8") if password else None)
+    except ValueError:
+        raise ConfigError(
+            f"{key}: cannot open {path}: not a PKCS#12 store, or {key}Password is wrong", key=key
+        ) from None
 
 
 def load_key_store(context: ssl.SSLContext, path: str, password: str) -> None:
     """The certificate chain and private key of the PKCS#12 store at ``path``."""
-    data = read_file(path, "tlsKeyStore", "the key store")
-    try:
-        store = pkcs12.load_pkcs12(data, _password(password))
-    except ValueError:
-        raise ConfigError(
-            f"tlsKeyStore: cannot open {path}: not a PKCS#12 store, or tlsKeyStorePassword is "
-            "wrong",
-            key="tlsKeyStore",
-        ) from None
+    store = _open_store(path, password, "tlsKeyStore", "the key store")
     if store.key is None or store.cert is None:
         raise ConfigError(
             f"tlsKeyStore: {path} holds no private key with its certificate", key="tlsKeyStore"
@@ -72,15 +73,7 @@ def load_key_store(context: ssl.SSLContext, path: str, password: str) -> None:
 
 def load_trust_store(context: ssl.SSLContext, path: str, password: str) -> None:
     """Trust the CA certificates of the PKCS#12 store at ``path`` for client certificates."""
-    data = read_file(path, "tlsTrustStore", "the trust store")
-    try:
-        store = pkcs12.load_pkcs12(data, _password(password))
-    except ValueError:
-        raise ConfigError(
-            f"tlsTrustStore: cannot open {path}: not a PKCS#12 store, or tlsTrustStorePassword "
-            "is wrong",
-            key="tlsTrustStore",
-        ) from None
+    store = _open_store(path, password, "tlsTrustStore", "the trust store")
     certificates: list[x509.Certificate] = [entry.certificate for entry in store.additional_certs]
     if store.cert is not None:
         certificates.append(store.cert.certificate)
