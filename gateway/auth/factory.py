@@ -36,7 +36,7 @@ def token_validator_for(config: GatewayConfig) -> TokenValidator | None:
 
 def authenticator_for(config: GatewayConfig) -> Authenticator:
     """``AcceptAnyone`` with ``authenticationEnabled=false``; otherwise one authenticator per
-    mechanism of ``amqpAuthenticationMechanisms`` (config.py has checked that PLAIN/AMQPLAIN
+    mechanism of ``amqpAuthenticationMechanisms`` (config/loading.py has checked that PLAIN/AMQPLAIN
     come with a token key and EXTERNAL with an amqps listener and trusted CAs).
 
     Raises ConfigError for bad key material, before any client is accepted.

@@ -13,7 +13,7 @@ __all__ = ["certificate_settings_for", "client_certificates_for", "tls_settings_
 def client_certificates_for(config: GatewayConfig) -> ClientCertificates:
     """Whether amqps listeners ask for (or require) a client certificate.
 
-    Asked for whenever trusted CAs are configured (which EXTERNAL needs, config.py checks);
+    Asked for whenever trusted CAs are configured (which EXTERNAL needs, config/loading.py checks);
     required with tlsRequireTrustedClientCertOnConnect, which wins over
     tlsAllowInsecureConnection (the stricter of two contradictory keys). With
     tlsAllowInsecureConnection alone, none is asked for: see tls_context.py for why.

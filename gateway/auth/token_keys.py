@@ -1,8 +1,8 @@
 """The key that validates JWTs, read once at start-up from ``tokenSecretKey``/``tokenPublicKey``.
 
-Both keys come as ``data:;base64,<base64>`` or ``file:///path`` (config.py has checked the form
-only). The contents follow Pulsar's ``AuthTokenUtils``, so that the key files of a Pulsar cluster
-work unchanged:
+Both keys come as ``data:;base64,<base64>`` or ``file:///path`` (config/values.py has checked
+the form only). The contents follow Pulsar's ``AuthTokenUtils``, so that the key files of a
+Pulsar cluster work unchanged:
 
 * a secret key is the raw HMAC key bytes: the base64-decoded ``data:`` payload, or the file's
   bytes as they are (``pulsar tokens create-secret-key --output`` writes raw bytes);

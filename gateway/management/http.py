@@ -38,7 +38,7 @@ READ_SIZE = 65536
 @dataclass(frozen=True, slots=True)
 class Request:
     method: str
-    path: str  # still percent-encoded: each segment is decoded on its own (routes.py)
+    path: str  # still percent-encoded: each segment is decoded on its own (api.py)
     query: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names
     body: bytes = b""

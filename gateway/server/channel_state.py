@@ -86,7 +86,7 @@ class SessionChannel:
     # ``basic_cancel``): their subscriptions close once those are settled, or with the channel.
     retired: list[Consumer] = field(default_factory=list)
     publisher: bool = False  # has published: one of rabbitmq_global_publishers
-    reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (direct_reply.py)
+    reply: ReplyConsumer | None = None  # its amq.rabbitmq.reply-to consumer (backend/replies.py)
 
     def signal_credit(self) -> None:
         if self.credit_waiters:

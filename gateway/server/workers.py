@@ -14,7 +14,7 @@ Each worker gets one end of a socketpair (``WorkerLink``):
 - the worker writes ``ready <port>`` once it listens (after loading every vhost), which tells
   the supervisor that its start-up worked, and on which loopback port the worker serves its own
   /metrics and /readyz (0: none); the supervisor serves ``metricsListener`` with the sum of
-  the workers' metrics (``gateway/server/fleet_metrics.py``);
+  the workers' metrics (``gateway/server/supervisor_metrics.py``);
 - the worker reads EOF when the supervisor is gone (killed with SIGKILL, say), and stops
   gracefully rather than serving on unsupervised.
 

@@ -49,7 +49,7 @@ def test_schema_lists_every_gateway_key() -> None:
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     config_keys = set(schema["properties"]["config"]["properties"])
     missing = {spec.name for spec in describe_keys()} - config_keys
-    assert not missing, f"keys of gateway/config.py the chart cannot set: {sorted(missing)}"
+    assert not missing, f"keys of gateway/config/ the chart cannot set: {sorted(missing)}"
 
 
 def test_lint(helm: Helm) -> None:

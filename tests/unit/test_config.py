@@ -1,4 +1,4 @@
-"""gateway/config.py: defaults against the reference, the file format, the environment,
+"""gateway/config/: defaults against the reference, the file format, the environment,
 every kind of bad input (always a one-line ConfigError), and the generated documents."""
 
 from __future__ import annotations

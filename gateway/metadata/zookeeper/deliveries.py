@@ -4,7 +4,8 @@
 opaque record: backend/pulsar/delivery_records.py writes and reads it). It is persistent, not
 ephemeral, because it is needed most when its replica is gone: Pulsar then gives the
 replica's unacknowledged messages to consumers on other replicas, which must mark them
-``redelivered``. The leader removes records of replicas gone for long (leader.py).
+``redelivered``. The leader removes records of replicas gone for long
+(backend/pulsar/leader/delivery_record_pruner.py).
 
 Every replica follows the others' records with one-shot watches, re-armed only on the nodes
 that fired (and the folder, for records that come and go). The watcher is one bound method

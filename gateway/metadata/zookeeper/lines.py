@@ -253,5 +253,5 @@ class ConsumerLines:
 
     def forget_session(self) -> None:
         """The session expired: its records are gone; their consumers join again if they
-        still run (backend/pulsar/single_active.py)."""
+        still run (backend/pulsar/consumers/single_active.py)."""
         self._records.clear()

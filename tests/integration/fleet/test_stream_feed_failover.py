@@ -1,7 +1,7 @@
 """The leader's stream feed across a leader's death (kill -9): every message routed to the
-stream through an exchange is in its log once, in its order, although the dead leader had
-copies stored whose originals it had not acknowledged (stream_copies.py: the next leader's
-copies of those are dropped by Pulsar's deduplication).
+stream through an exchange is in its log once, in its order, although the dead leader had copies
+stored whose originals it had not acknowledged (backend/pulsar/queue_types/stream/copies.py: the
+next leader's copies of those are dropped by Pulsar's deduplication).
 
 Real gateway processes in a ZooKeeper chroot of their own with a short session timeout
 (test_lifetimes.py explains both), the stack's Pulsar.

@@ -1,6 +1,7 @@
 """Stream queues across two replicas: a binding made on one replica is honoured for messages
-published through the other (the stream's feeder subscriptions, stream_feed.py), and either
-replica's consumers read the same log from the same offsets."""
+published through the other (the stream's feeder subscriptions,
+backend/pulsar/queue_types/stream/feed.py), and either replica's consumers read the same log
+from the same offsets."""
 
 from __future__ import annotations
 
