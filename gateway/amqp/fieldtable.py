@@ -130,6 +130,16 @@ def _read_long(buf: bytes, offset: int, end: int) -> int:
     return int(length)
 
 
+def _container(buf: bytes, offset: int, end: int, what: str) -> tuple[int, int]:
+    """Where the table or array (``what``) whose long length is at ``offset`` starts and
+    stops; FieldDecodeError if it runs past ``end``."""
+    start = offset + 4
+    stop = start + _read_long(buf, offset, end)
+    if stop > end:
+        raise FieldDecodeError(f"{what} runs past the end of its container")
+    return start, stop
+
+
 def decode_value(buf: bytes, offset: int, end: int, depth: int = 0) -> tuple[Field, int]:
     """Decode one tagged value at ``offset``; return it and the offset after it."""
     if offset >= end:
@@ -196,11 +206,7 @@ def decode_table(
     """
     if end is None:
         end = len(buf)
-    length = _read_long(buf, offset, end)
-    offset += 4
-    stop = offset + length
-    if stop > end:
-        raise FieldDecodeError("table runs past the end of its container")
+    offset, stop = _container(buf, offset, end, "table")
     return decode_table_body(buf, offset, stop, depth), stop
 
 
@@ -224,11 +230,7 @@ def decode_array(
 ) -> tuple[list[Field], int]:
     if end is None:
         end = len(buf)
-    length = _read_long(buf, offset, end)
-    offset += 4
-    stop = offset + length
-    if stop > end:
-        raise FieldDecodeError("array runs past the end of its container")
+    offset, stop = _container(buf, offset, end, "array")
     items: list[Field] = []
     while offset < stop:
         value, offset = decode_value(buf, offset, stop, depth)
@@ -242,11 +244,7 @@ def skip_table(buf: bytes, offset: int, end: int, depth: int = 0) -> int:
     This is what the publish hot path runs: after it succeeds, ``decode_table`` on the same
     bytes cannot fail, so the properties can be decoded lazily without a late protocol error.
     """
-    length = _read_long(buf, offset, end)
-    offset += 4
-    stop = offset + length
-    if stop > end:
-        raise FieldDecodeError("table runs past the end of its container")
+    offset, stop = _container(buf, offset, end, "table")
     while offset < stop:
         offset += 1 + buf[offset]
         if offset > stop:
@@ -276,10 +274,7 @@ def _skip_value(buf: bytes, offset: int, end: int, depth: int) -> int:
     if tag == 0x46:  # F
         return skip_table(buf, offset, end, depth + 1)
     if tag == 0x41:  # A
-        stop = offset + 4 + _read_long(buf, offset, end)
-        if stop > end:
-            raise FieldDecodeError("array runs past the end of its container")
-        offset += 4
+        offset, stop = _container(buf, offset, end, "array")
         while offset < stop:
             offset = _skip_value(buf, offset, stop, depth + 1)
         return stop
