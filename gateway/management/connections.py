@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.management.context import Call
-from gateway.management.errors import ApiError, Response, json_response, not_authorised, not_found
+from gateway.management.errors import (
+    ApiError,
+    Response,
+    json_response,
+    not_authorised,
+    not_found,
+    unavailable,
+)
 from gateway.management.listing import arrange
 from gateway.metadata.store import MetadataUnavailable
 
@@ -65,7 +72,7 @@ async def _all(call: Call) -> list[_Held]:
         try:
             remote = await context.directory.connections()
         except MetadataUnavailable as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
         held.extend(
             _Held(entry.replica, entry.connection, entry.info, False)
             for entry in remote
@@ -136,7 +143,7 @@ async def close_connection(call: Call) -> Response:
             entry.replica, entry.connection, reason, call.user.name
         )
     except MetadataUnavailable as error:
-        raise ApiError(503, "service_unavailable", str(error)) from None
+        raise unavailable(error) from None
     if not done and any(
         other.connection == entry.connection and other.replica == entry.replica
         for other in await _all(call)
@@ -222,7 +229,7 @@ async def _groups(call: Call) -> list[Group]:
         try:
             remote = await context.directory.consumers()
         except MetadataUnavailable as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
         groups.extend(
             (entry.about, entry.consumers) for entry in remote if entry.replica != context.replica
         )

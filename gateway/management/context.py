@@ -20,7 +20,7 @@ from gateway.backend.vhost_admin import (
     VhostInvalid,
     VhostNotFound,
 )
-from gateway.management.errors import ApiError, bad_request, from_amqp, not_found
+from gateway.management.errors import ApiError, bad_request, from_amqp, not_found, unavailable
 from gateway.management.http import Request
 from gateway.management.users import User, Users
 from gateway.metadata.connections import ConnectionDirectory, ConsumerGroup
@@ -114,7 +114,7 @@ class Call:
         except VhostNotFound:
             namespace = None
         except VhostError as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
         if namespace is None:
             if writing:
                 raise ApiError(404, "not_found", "vhost_not_found")
@@ -129,7 +129,7 @@ class Call:
         except AMQPError as error:
             raise from_amqp(error) from None
         except MetadataUnavailable as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
 
     async def vhost_for_writes(self, vhost: str) -> VirtualHost:
         """The vhost through the backend this user's writes go through."""
@@ -142,7 +142,7 @@ class Call:
         try:
             return await self.context.vhosts.list()
         except VhostError as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
 
     async def usable_vhosts(self) -> list[VhostInfo]:
         """The vhosts whose resources this user may list (RabbitMQ's ``filter_vhost``)."""
@@ -170,7 +170,7 @@ async def amqp(operation: Awaitable[Any]) -> Any:
     except AMQPError as error:
         raise from_amqp(error) from None
     except MetadataUnavailable as error:
-        raise ApiError(503, "service_unavailable", str(error)) from None
+        raise unavailable(error) from None
 
 
 def check_name(queue: str) -> None:

@@ -20,11 +20,16 @@ from gateway.amqp import commands as cmd
 from gateway.backend.vhost_admin import VhostError, VhostInvalid
 from gateway.management.bindings import binding_json
 from gateway.management.context import Call, amqp, check_name
-from gateway.management.errors import ApiError, Response, bad_request, json_response
+from gateway.management.errors import (
+    ApiError,
+    Response,
+    bad_request,
+    json_response,
+    unavailable,
+)
 from gateway.management.exchanges import exchange_json
 from gateway.management.fields import arguments, boolean, string
 from gateway.management.users import require_admin
-from gateway.management.vhosts import unavailable
 from gateway.metadata.permissions import Access, InvalidPermission
 from gateway.metadata.store import MetadataUnavailable
 from gateway.model.entities import PREDECLARED_EXCHANGES, Binding, ExchangeBinding

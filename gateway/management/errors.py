@@ -32,6 +32,7 @@ __all__ = [
     "json_response",
     "not_authorised",
     "not_found",
+    "unavailable",
 ]
 
 
@@ -81,6 +82,11 @@ def not_found(reason: str = "Not Found", error: str = "Object Not Found") -> Api
 def vhost_not_found() -> ApiError:
     """A write into a vhost that does not exist (``with_vhost_and_props``)."""
     return ApiError(404, "not_found", "vhost_not_found")
+
+
+def unavailable(error: Exception) -> ApiError:
+    """A store (ZooKeeper, Pulsar's admin API) that cannot answer now: 503, its reason."""
+    return ApiError(503, "service_unavailable", str(error))
 
 
 def not_authorised(reason: str) -> ApiError:

@@ -21,7 +21,7 @@ from gateway.amqp.properties import MessageProperties, encode_properties
 from gateway.backend.interface import Message
 from gateway.backend.vhost_admin import VhostError, VhostInfo
 from gateway.management.context import Call, amqp
-from gateway.management.errors import ApiError, Response, json_response, not_found
+from gateway.management.errors import Response, json_response, not_found, unavailable
 from gateway.management.users import require_monitor
 from gateway.metadata.store import MetadataUnavailable
 
@@ -111,7 +111,7 @@ async def _nodes(call: Call) -> list[dict[str, Any]]:
         try:
             replicas = await context.directory.replicas()
         except MetadataUnavailable as error:
-            raise ApiError(503, "service_unavailable", str(error)) from None
+            raise unavailable(error) from None
         for replica in replicas:
             if replica.replica == context.replica:
                 continue
@@ -181,7 +181,7 @@ async def _vhosts(call: Call) -> list[VhostInfo]:
     try:
         return await call.context.vhosts.list()
     except VhostError as error:
-        raise ApiError(503, "service_unavailable", str(error)) from None
+        raise unavailable(error) from None
 
 
 async def alarms(call: Call) -> Response:

@@ -15,12 +15,12 @@ from typing import Any
 from gateway.backend.vhost_admin import VhostError, VhostInfo, VhostInvalid, VhostNotFound
 from gateway.management.context import Call
 from gateway.management.errors import (
-    ApiError,
     Response,
     bad_request,
     json_response,
     not_authorised,
     not_found,
+    unavailable,
 )
 from gateway.management.listing import arrange
 from gateway.management.users import require_admin
@@ -44,10 +44,6 @@ __all__ = [
     "user_permissions",
     "vhost_permissions",
 ]
-
-
-def unavailable(error: Exception) -> ApiError:
-    return ApiError(503, "service_unavailable", str(error))
 
 
 def _vhost_json(call: Call, info: VhostInfo) -> dict[str, Any]:
