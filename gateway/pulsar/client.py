@@ -26,6 +26,7 @@ import trio
 
 from gateway.pulsar.bridge import NativeCall
 from gateway.pulsar.errors import ClosedError
+from gateway.pulsar.native_objects import binding_client
 
 if TYPE_CHECKING:
     from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
@@ -115,7 +116,7 @@ class PulsarClient:
     def __init__(self, wrapper: Any, options: ClientOptions) -> None:
         self.options = options
         self._wrapper = wrapper  # pulsar.Client: keeps the C++ client and its config alive
-        self._native = wrapper._client  # _pulsar.Client
+        self._native = binding_client(wrapper)  # _pulsar.Client
         self._token = trio.lowlevel.current_trio_token()
         self._closed = False
         self._children: set[TrioProducer | TrioConsumer] = set()
@@ -161,10 +162,13 @@ class PulsarClient:
         if self._closed:
             raise ClosedError("pulsar client closed")
 
-    def _adopt(self, child: TrioProducer | TrioConsumer) -> None:
+    def adopt(self, child: TrioProducer | TrioConsumer) -> None:
+        """Track ``child`` (a producer or consumer just created on this client) until it
+        closes: ``aclose`` marks every one still tracked closed."""
         self._children.add(child)
 
-    def _forget(self, child: TrioProducer | TrioConsumer) -> None:
+    def forget(self, child: TrioProducer | TrioConsumer) -> None:
+        """Stop tracking ``child``: it is closing on its own."""
         self._children.discard(child)
 
     async def create_producer(
@@ -193,7 +197,7 @@ class PulsarClient:
             return
         self._closed = True
         for child in list(self._children):
-            child._mark_closed()
+            child.mark_closed()
         self._children.clear()
         call: NativeCall[None] = NativeCall("close client", token=self._token)
         self._native.close_async(call.result_callback)

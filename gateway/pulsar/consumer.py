@@ -666,7 +666,8 @@ class TrioConsumer:
         await _finish(self._client, native, f"close consumer {self.subscription!r} on {topic}")
         return dropped
 
-    def _mark_closed(self) -> list[Any]:
+    def mark_closed(self) -> list[Any]:
+        """Refuse receives (waiting ones raise ClosedError); the native consumers, to close."""
         self._closed = True
         with self._lock:
             self._take_all()
@@ -683,15 +684,15 @@ class TrioConsumer:
         """Close; unacknowledged messages (delivered or buffered) are redelivered by Pulsar."""
         if self._closed:
             return
-        natives = self._mark_closed()
-        self._client._forget(self)
+        natives = self.mark_closed()
+        self._client.forget(self)
         await _finish_all(self._client, natives, f"close consumer {self.subscription!r}")
 
     async def unsubscribe(self) -> None:
         """Close and delete the subscription on every topic (fails if others are attached)."""
         self._check_open()
-        natives = self._mark_closed()
-        self._client._forget(self)
+        natives = self.mark_closed()
+        self._client.forget(self)
         await _finish_all(
             self._client, natives, f"unsubscribe {self.subscription!r}", "unsubscribe_async"
         )
@@ -788,10 +789,10 @@ async def subscribe(
             for topic in topic_list:
                 nursery.start_soon(one, topic)
     except BaseException:
-        await _finish_all(client, consumer._mark_closed(), f"close consumer {subscription!r}")
+        await _finish_all(client, consumer.mark_closed(), f"close consumer {subscription!r}")
         raise
     if failures:
-        await _finish_all(client, consumer._mark_closed(), f"close consumer {subscription!r}")
+        await _finish_all(client, consumer.mark_closed(), f"close consumer {subscription!r}")
         raise failures[0]
-    client._adopt(consumer)
+    client.adopt(consumer)
     return consumer

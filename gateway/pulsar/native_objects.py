@@ -16,7 +16,7 @@ import ctypes
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["LAYOUT_CLASSES", "cpp_address", "layout_problem", "libpulsar_paths"]
+__all__ = ["LAYOUT_CLASSES", "binding_client", "cpp_address", "layout_problem", "libpulsar_paths"]
 
 _WORD: Final = ctypes.sizeof(ctypes.c_void_p)
 # Where the pointer to the C++ object sits in a pybind11 instance: after ob_refcnt and ob_type.
@@ -35,6 +35,13 @@ _HOLDER_CONSTRUCTED: Final = 0x04
 # The binding's classes whose instances the compiled module (native/*.c, ``cpp_object``) and
 # priority_level.py read this way.
 LAYOUT_CLASSES: Final = ("ConsumerConfiguration", "Consumer", "Producer")
+
+
+def binding_client(client: Any) -> Any:
+    """The binding's ``_pulsar.Client`` inside a ``pulsar.Client`` (pulsar-client keeps it in
+    ``_client`` and has no public way to it; the gateway calls the binding's ``*_async``
+    methods on it)."""
+    return client._client
 
 
 def cpp_address(instance: Any) -> int:

@@ -35,6 +35,8 @@ class ClientOwner(Protocol):
     @property
     def operation_deadline(self) -> float: ...
 
-    def _adopt(self, child: Any) -> None: ...
+    def adopt(self, child: Any) -> None:
+        """Track ``child`` until it closes."""
 
-    def _forget(self, child: Any) -> None: ...
+    def forget(self, child: Any) -> None:
+        """Stop tracking ``child``."""

@@ -632,13 +632,14 @@ class TrioProducer:
         with contextlib.suppress(PulsarClientError):
             await last.durable()
 
-    def _mark_closed(self) -> None:
+    def mark_closed(self) -> None:
+        """Closed with its client (PulsarClient.aclose): refuse further sends."""
         self._closed = True
 
     def _start_close(self, callback: Callable[[Any], None]) -> None:
         self._send_group()  # handed over first: the close completes it, stored or failed
         self._closed = True
-        self._client._forget(self)
+        self._client.forget(self)
         self._native.close_async(callback)
 
     async def aclose(self) -> None:
@@ -750,5 +751,5 @@ async def create_producer(
         native_client.create_producer_async(topic, conf, call.result_value_callback)
     native = await call.wait(client.operation_deadline)
     producer = TrioProducer(client, native, topic, options)
-    client._adopt(producer)
+    client.adopt(producer)
     return producer

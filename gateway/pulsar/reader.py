@@ -2,8 +2,8 @@
 
 A Reader keeps no subscription in Pulsar: it starts at a message id (or at the earliest or
 latest one, or where ``seek`` puts it by publish time) and reads on, acknowledging nothing.
-That is how a stream queue's consumer reads the stream's topic (backend/pulsar/streams.py):
-the messages stay for every other reader.
+That is how a stream queue's consumer reads the stream's topic
+(backend/pulsar/queue_types/stream/queues.py): the messages stay for every other reader.
 
 Flow control is by request: at most ``read_ahead`` ``read_next_async`` calls are outstanding,
 each a slot that its callback fills; ``receive`` takes the oldest slot once filled and asks

@@ -46,10 +46,10 @@ class FakeClient:
         self.options = ClientOptions(compiled=False)
         self.forgotten: list[object] = []
 
-    def _forget(self, child: object) -> None:
+    def forget(self, child: object) -> None:
         self.forgotten.append(child)
 
-    def _adopt(self, child: object) -> None:
+    def adopt(self, child: object) -> None:
         pass
 
 
@@ -388,7 +388,7 @@ async def test_close_wakes_receivers_and_drops_late_messages() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(waiter)
         await trio.testing.wait_all_tasks_blocked()
-        consumer._mark_closed()
+        consumer.mark_closed()
     assert len(errors) == 1
     consumer._on_message(native, FakeMessage(9))  # after close: not buffered
     assert consumer.buffered == 0

@@ -30,6 +30,7 @@ from gateway import native_build
 from gateway.pulsar import compiled
 from gateway.pulsar.native_objects import (
     LAYOUT_CLASSES,
+    binding_client,
     cpp_address,
     layout_problem,
     libpulsar_paths,
@@ -97,6 +98,16 @@ def test_c_api_handle_is_the(module: ModuleType, name: str) -> None:
         f"internal changed: pulsar_{name.lower()}_t is not the C++ {name} at the pybind11 "
         "value pointer"
     )
+
+
+def test_binding_client_is_the_pulsar_clients_own() -> None:
+    import pulsar
+
+    client = pulsar.Client("pulsar://127.0.0.1:1")  # connects only when first used
+    try:
+        assert isinstance(binding_client(client), _pulsar.Client)
+    finally:
+        client.close()
 
 
 def test_cpp_address_is_the_value_pointer() -> None:
