@@ -161,11 +161,7 @@ async def open_gateway(
                 lazy_subscriptions=config.amqpLazySubscriptions,
                 priority_read_ahead=config.amqpPriorityQueueReadAhead,
             )
-            mapper = VhostMapper(
-                config.amqpDefaultTenant,
-                config.amqpDefaultNamespace,
-                config.amqpMapShortVhostToTenant,
-            )
+            mapper = VhostMapper.from_keys(config)
             backend = PulsarBackend(resources, mapper, auto_create=config.amqpAutoCreateVhosts)
             # Stands for leader of each vhost this replica opens (reaper, cleaner).
             # A candidate for the reaper is one for a session timeout before it goes: a

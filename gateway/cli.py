@@ -240,11 +240,7 @@ async def _authorization(config: GatewayConfig, backend: Backend) -> AsyncIterat
             zookeeper=config.configurationStoreServers,
             session_timeout=config.zookeeper_session_timeout,
             superusers=config.superUserRoles,
-            mapper=VhostMapper(
-                config.amqpDefaultTenant,
-                config.amqpDefaultNamespace,
-                config.amqpMapShortVhostToTenant,
-            ),
+            mapper=VhostMapper.from_keys(config),
         ) as authorized:
             yield authorized
     except MetadataUnavailable as error:

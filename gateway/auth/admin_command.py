@@ -63,9 +63,7 @@ def start_command(
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     try:
         config = load_config(args.config)
-        mapper = VhostMapper(
-            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-        )
+        mapper = VhostMapper.from_keys(config)
     except (ConfigError, ValueError) as error:
         print(f"{prog}: configuration error: {error}", file=err)
         return EXIT_USAGE

@@ -60,9 +60,7 @@ async def run_management(
         if listener.scheme == "https"
         else None
     )
-    mapper = VhostMapper(
-        config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-    )
+    mapper = VhostMapper.from_keys(config)
     permissions = ZooKeeperPermissionStore(
         config.configurationStoreServers, session_timeout=config.zookeeper_session_timeout
     )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.amqp.errors import ConnectionException, ReplyCode
 
@@ -39,6 +39,7 @@ __all__ = [
     "InvalidVhost",
     "Namespace",
     "VhostMapper",
+    "VhostMappingKeys",
     "pulsar_name_problem",
 ]
 
@@ -97,6 +98,19 @@ class InvalidVhost(ConnectionException):
         self.reason = reason
 
 
+class VhostMappingKeys(Protocol):
+    """The reference's three vhost-mapping keys, as the gateway's configuration holds them."""
+
+    @property
+    def amqpDefaultTenant(self) -> str: ...
+
+    @property
+    def amqpDefaultNamespace(self) -> str: ...
+
+    @property
+    def amqpMapShortVhostToTenant(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class VhostMapper:
     """Maps vhosts to namespaces with the reference's three configuration keys."""
@@ -104,6 +118,13 @@ class VhostMapper:
     default_tenant: str = "public"
     default_namespace: str = "default"
     map_short_vhost_to_tenant: bool = False
+
+    @classmethod
+    def from_keys(cls, keys: VhostMappingKeys) -> VhostMapper:
+        """The mapper of a configuration (anything with the three keys)."""
+        return cls(
+            keys.amqpDefaultTenant, keys.amqpDefaultNamespace, keys.amqpMapShortVhostToTenant
+        )
 
     def __post_init__(self) -> None:
         for key, value in (
