@@ -57,7 +57,14 @@ stack-down-secured:
 stack-status-secured:
 	python3 scripts/stack.py status --profile secured
 
-run: install stack-up
+# jemalloc, the allocator the benchmarks' figures were measured with (docs/performance.md):
+# where it cannot be installed the gateway runs on glibc's (slower under load; its start log
+# names the allocator in use).
+.PHONY: allocator
+allocator:
+	scripts/debian_packages.sh libjemalloc2 || echo "make run: jemalloc not installed; the gateway uses glibc's allocator"
+
+run: install allocator stack-up
 	$(VENV)/bin/starlight-rabbitmq -c $(CONFIG)
 
 lint: install
