@@ -19,7 +19,6 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.properties import MessageProperties, encode_properties
 from gateway.backend.interface import Message
-from gateway.backend.vhost_admin import VhostError, VhostInfo
 from gateway.management.context import Call, amqp
 from gateway.management.errors import Response, json_response, not_found, unavailable
 from gateway.management.users import require_monitor
@@ -126,7 +125,7 @@ async def overview(call: Call) -> Response:
     context = call.context
     vhosts = [
         info
-        for info in await _vhosts(call)
+        for info in await call.all_vhosts()
         if call.context.users.may_use(call.user, info.namespace)
     ]
     queues = exchanges = consumers = 0
@@ -175,13 +174,6 @@ async def overview(call: Call) -> Response:
             "contexts": [],
         },
     )
-
-
-async def _vhosts(call: Call) -> list[VhostInfo]:
-    try:
-        return await call.context.vhosts.list()
-    except VhostError as error:
-        raise unavailable(error) from None
 
 
 async def alarms(call: Call) -> Response:

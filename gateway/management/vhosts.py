@@ -60,16 +60,9 @@ def _vhost_json(call: Call, info: VhostInfo) -> dict[str, Any]:
     }
 
 
-async def _list(call: Call) -> list[VhostInfo]:
-    try:
-        return await call.context.vhosts.list()
-    except VhostError as error:
-        raise unavailable(error) from None
-
-
 async def list_vhosts(call: Call) -> Response:
     users = call.context.users
-    visible = [info for info in await _list(call) if users.may_see(call.user, info.namespace)]
+    visible = [info for info in await call.all_vhosts() if users.may_see(call.user, info.namespace)]
     return json_response(
         200, arrange([_vhost_json(call, i) for i in visible], call.query, ["name"])
     )
