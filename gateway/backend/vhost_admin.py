@@ -31,7 +31,8 @@ from typing import TypeVar
 import trio
 
 from gateway.metadata.permissions import PermissionStore
-from gateway.metadata.store import MetadataStore, MetadataUnavailable
+from gateway.metadata.roles import Views
+from gateway.metadata.store import MetadataUnavailable
 from gateway.model.vhost import InvalidVhost, Namespace, VhostMapper
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.errors import AdminError, Conflict, NotFound
@@ -92,13 +93,14 @@ def vhost_name(mapper: VhostMapper, namespace: Namespace) -> str:
 
 
 class VhostAdmin:
-    """``store`` is the metadata store (a replica's own, or a command's); ``permissions``,
-    when given, loses a deleted vhost's entries (RabbitMQ's delete_vhost removes them)."""
+    """``store`` is the metadata store (a replica's own, or a command's: its namespaces are
+    all this lists and opens of it); ``permissions``, when given, loses a deleted vhost's
+    entries (RabbitMQ's delete_vhost removes them)."""
 
     def __init__(
         self,
         admin: PulsarAdmin,
-        store: MetadataStore,
+        store: Views,
         mapper: VhostMapper,
         permissions: PermissionStore | None = None,
         *,

@@ -42,7 +42,8 @@ from typing import Final
 import trio
 
 from gateway.backend.pulsar.redeliveries import Key, Redeliveries
-from gateway.metadata.store import MetadataStore, MetadataUnavailable
+from gateway.metadata.roles import Deliveries
+from gateway.metadata.store import MetadataUnavailable
 from gateway.pulsar.consumer import ConsumerOptions
 
 log = logging.getLogger("gateway.pulsar.delivery_records")
@@ -125,7 +126,7 @@ class DeliveryRecord:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: Deliveries,
         namespace: str,
         redeliveries: Redeliveries,
         *,

@@ -30,9 +30,11 @@ of: store.sync_edges_of) and builds a ``RoutingGraph`` of what it read; argument
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from gateway.backend.catalog import Catalog
-from gateway.metadata.store import ExchangeEdges, MetadataStore
+from gateway.metadata.roles import Bindings, TopicKeys
+from gateway.metadata.store import ExchangeEdges
 from gateway.model.entities import Binding, Exchange, ExchangeBinding
 from gateway.model.graph import RoutingGraph, binding_passes
 from gateway.model.routing import Router
@@ -40,10 +42,15 @@ from gateway.model.routing import Router
 __all__ = ["ZooKeeperGraph"]
 
 
+class SyncedRoutes(Bindings, TopicKeys, Protocol):
+    """What the graph reads of the metadata store: exchanges' edges and topic exchanges'
+    keys, as ZooKeeper has them now."""
+
+
 class ZooKeeperGraph:
     """The bindings of the exchanges read so far, as ZooKeeper had them when read."""
 
-    def __init__(self, catalog: Catalog, store: MetadataStore) -> None:
+    def __init__(self, catalog: Catalog, store: SyncedRoutes) -> None:
         self._catalog = catalog
         self._store = store
         self._edges: dict[str, ExchangeEdges] = {}

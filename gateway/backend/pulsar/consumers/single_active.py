@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
@@ -39,7 +39,8 @@ from gateway.backend.pulsar.consumers.interface import ConsumerHost
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.queue_types.interface import ConsumeRequest
 from gateway.metadata.errors import MissingEntity
-from gateway.metadata.store import MetadataStore, MetadataUnavailable, VhostView
+from gateway.metadata.roles import Consumers, Lifecycle, Views
+from gateway.metadata.store import MetadataUnavailable, VhostView
 from gateway.model.arguments import queue_type_named
 from gateway.model.consumers import (
     LinePlace,
@@ -92,12 +93,17 @@ async def join_line(
     return line
 
 
+class LineStore(Consumers, Lifecycle, Views, Protocol):
+    """What a consumer in line uses of the metadata store: the line's records, whether the
+    store can be written now, and the view that shows the line."""
+
+
 class SingleActiveSubscription:
     """What ``PulsarVirtualHost.consume`` returns for a single-active-consumer queue."""
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: LineStore,
         namespace: str,
         queue: str,
         queue_type: str,

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 from urllib.parse import quote, quote_plus
 
 import trio
 
 from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.metadata.errors import MissingEntity
+from gateway.metadata.roles import Drains, Views
 from gateway.metadata.store import (
     REMOVE,
     DrainRecord,
@@ -92,9 +94,15 @@ async def repeat_rounds(
             await trio.sleep(interval)
 
 
+class CleanerStore(Views, Drains, Protocol):
+    """What the cleaner uses of the metadata store: the view, and the drain records it
+    changes by compare-and-set."""
+
+
 class SubscriptionCleaner(LeaderDuty):
     def __init__(self, scope: LeaderScope) -> None:
         super().__init__(scope)
+        self._store: CleanerStore = scope.store
         # Removal records seen in the previous round (acted on in this one).
         self._removals: set[tuple[str, str]] = set()
 
@@ -183,6 +191,7 @@ class SubscriptionReconciler(LeaderDuty):
         self, scope: LeaderScope, on_repair: Callable[[str, str], None] | None = None
     ) -> None:
         super().__init__(scope)
+        self._store: Views = scope.store  # reads the view only
         self._verified: set[tuple[str, str]] = set()
         self._on_repair = on_repair
 

@@ -10,12 +10,13 @@ messages back unmarked. A replica is there while it stands for leader of the nam
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
+from gateway.metadata.roles import Deliveries, Leadership
 
 log = logging.getLogger("gateway.leader")
 
@@ -26,11 +27,17 @@ RECORD_RETENTION: Final = 24 * 3600.0
 PRUNE_INTERVAL: Final = 60.0
 
 
+class PrunerStore(Deliveries, Leadership, Protocol):
+    """What the pruner uses of the metadata store: the delivery records, and the replicas
+    standing for leader (those that are there)."""
+
+
 class DeliveryRecordPruner(LeaderDuty):
     """Removes the records of replicas gone for ``retention`` seconds."""
 
     def __init__(self, scope: LeaderScope, *, retention: float = RECORD_RETENTION) -> None:
         super().__init__(scope)
+        self._store: PrunerStore = scope.store
         self._retention = retention
         # Replica -> when it was first seen gone.
         self._gone: dict[str, float] = {}

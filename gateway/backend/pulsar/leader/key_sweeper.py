@@ -22,15 +22,13 @@ publishes to, as bounded as its code (and go with their exchange).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
+from gateway.metadata.roles import Entities, TopicKeys, Views
 from gateway.model.entities import DEFAULT_EXCHANGE
 from gateway.observability.counters import COUNTERS
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("gateway.pulsar.leader")
 
@@ -39,9 +37,15 @@ log = logging.getLogger("gateway.pulsar.leader")
 SWEEP_BATCH = 2000
 
 
+class KeySweeperStore(Views, Entities, TopicKeys, Protocol):
+    """What the key sweeper uses of the metadata store: the view, the queue as ZooKeeper has
+    it now, and the topic keys it unregisters."""
+
+
 class DefaultKeySweeper(LeaderDuty):
     def __init__(self, scope: LeaderScope) -> None:
         super().__init__(scope)
+        self._store: KeySweeperStore = scope.store
         # Keys whose queue was missing at the previous round.
         self._orphaned: set[str] = set()
 

@@ -32,6 +32,7 @@ import trio
 from gateway.backend.pulsar.leader.cleaner import repeat_rounds
 from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.metadata.chunked import Picked
+from gateway.metadata.roles import Views
 from gateway.model.dead_letter import dead_letter_target
 from gateway.model.entities import Queue
 from gateway.model.naming import subscription_for
@@ -60,6 +61,7 @@ def _swept(queue: Queue) -> Queue | None:
 class ExpirySweeper(LeaderDuty):
     def __init__(self, scope: LeaderScope) -> None:
         super().__init__(scope)
+        self._store: Views = scope.store  # reads the view only
         # Per queue with a dead-letter exchange: when its head is next worth reading (the
         # head's expiry, or a while later if it has none: only a consumer moves the head).
         self._due: dict[str, float] = {}

@@ -58,6 +58,7 @@ from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.vhost import PulsarVirtualHost
 from gateway.metadata.chunked import Picked
 from gateway.metadata.errors import ConditionNotMet
+from gateway.metadata.roles import Views
 from gateway.metadata.store import MetadataStore, MetadataUnavailable, QueueCondition, VhostView
 from gateway.model.entities import Queue
 from gateway.model.vhost import Namespace
@@ -155,7 +156,9 @@ class NamespaceLeader:
         reconcile_interval: float = RECONCILE_INTERVAL,
     ) -> None:
         self._vhost = vhost
-        self._store = store
+        # The whole store goes into the duties' scope (each keeps its roles of it); the
+        # reaper itself reads the view only.
+        self._store: Views = store
         self._namespace = namespace
         self._tick = tick
         self._grace = grace

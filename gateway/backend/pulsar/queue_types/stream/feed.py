@@ -37,6 +37,7 @@ from gateway.backend.pulsar.leader.scope import LeaderDuty, LeaderScope
 from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.queue_types.stream.copies import LogCopier
 from gateway.metadata.chunked import Picked
+from gateway.metadata.roles import Views
 from gateway.metadata.store import MetadataUnavailable, VhostView
 from gateway.model.entities import Queue
 
@@ -87,6 +88,7 @@ class StreamFeeder(LeaderDuty):
 
     def __init__(self, scope: LeaderScope) -> None:
         super().__init__(scope)
+        self._store: Views = scope.store  # waits for the view to change
         self._feeds: dict[str, _Feed] = {}
         # The streams of the last ``view.queues`` looked at (the views share unchanged parts:
         # a change of bindings or routing keys only does not look at every queue again).
