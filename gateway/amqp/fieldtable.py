@@ -79,6 +79,8 @@ _INT_STRUCTS: dict[str, struct.Struct] = {
     "T": struct.Struct(">Q"),
 }
 _FLOAT_STRUCTS: dict[str, struct.Struct] = {"f": struct.Struct(">f"), "d": struct.Struct(">d")}
+# Every type decoded as one number (the timestamp "T" as its seconds).
+_NUMBER_STRUCTS: dict[str, struct.Struct] = {**_INT_STRUCTS, **_FLOAT_STRUCTS}
 # Octets taken by the fixed-size types, for the structural skip.
 _FIXED_SIZES: dict[int, int] = {
     ord("t"): 1,
@@ -146,12 +148,12 @@ def decode_value(buf: bytes, offset: int, end: int, depth: int = 0) -> tuple[Fie
         raise FieldDecodeError("missing field type")
     kind = chr(buf[offset])
     offset += 1
-    int_struct = _INT_STRUCTS.get(kind)
-    if int_struct is not None:
-        stop = offset + int_struct.size
+    number_struct = _NUMBER_STRUCTS.get(kind)
+    if number_struct is not None:
+        stop = offset + number_struct.size
         if stop > end:
             raise FieldDecodeError(f"truncated {kind!r} value")
-        return Field(kind, int_struct.unpack_from(buf, offset)[0]), stop
+        return Field(kind, number_struct.unpack_from(buf, offset)[0]), stop
     if kind == "S" or kind == "x":
         length = _read_long(buf, offset, end)
         start = offset + 4
@@ -169,12 +171,6 @@ def decode_value(buf: bytes, offset: int, end: int, depth: int = 0) -> tuple[Fie
         if offset + 1 > end:
             raise FieldDecodeError("truncated 't' value")
         return Field("t", buf[offset] != 0), offset + 1
-    float_struct = _FLOAT_STRUCTS.get(kind)
-    if float_struct is not None:
-        stop = offset + float_struct.size
-        if stop > end:
-            raise FieldDecodeError(f"truncated {kind!r} value")
-        return Field(kind, float_struct.unpack_from(buf, offset)[0]), stop
     if kind == "D":
         if offset + 5 > end:
             raise FieldDecodeError("truncated 'D' value")
