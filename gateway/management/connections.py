@@ -15,10 +15,10 @@ users' connections.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from gateway.management.context import Call
+from gateway.management.context import Call, Context
 from gateway.management.errors import (
     ApiError,
     Response,
@@ -28,6 +28,7 @@ from gateway.management.errors import (
     unavailable,
 )
 from gateway.management.listing import arrange
+from gateway.metadata.connections import ConnectionDirectory, RemoteConnection, RemoteConsumers
 from gateway.metadata.store import MetadataUnavailable
 
 __all__ = [
@@ -62,22 +63,33 @@ class _Held:
         return {key: value for key, value in self.info.items() if not key.startswith("_")}
 
 
+_Remote = TypeVar("_Remote", RemoteConnection, RemoteConsumers)
+
+
+async def _other_replicas(
+    context: Context, read: Callable[[ConnectionDirectory], Awaitable[list[_Remote]]]
+) -> list[_Remote]:
+    """The other replicas' records that ``read`` lists from the fleet's directory (none
+    without one); 503 when ZooKeeper cannot answer."""
+    if context.directory is None:
+        return []
+    try:
+        entries = await read(context.directory)
+    except MetadataUnavailable as error:
+        raise unavailable(error) from None
+    return [entry for entry in entries if entry.replica != context.replica]
+
+
 async def _all(call: Call) -> list[_Held]:
     context = call.context
     held = [
         _Held(context.replica, connection, info, True)
         for connection, info in context.local.records().items()
     ]
-    if context.directory is not None:
-        try:
-            remote = await context.directory.connections()
-        except MetadataUnavailable as error:
-            raise unavailable(error) from None
-        held.extend(
-            _Held(entry.replica, entry.connection, entry.info, False)
-            for entry in remote
-            if entry.replica != context.replica
-        )
+    held.extend(
+        _Held(entry.replica, entry.connection, entry.info, False)
+        for entry in await _other_replicas(context, lambda directory: directory.connections())
+    )
     if call.user.is_monitor:
         return held
     return [entry for entry in held if entry.info.get("user") == call.user.name]
@@ -225,14 +237,10 @@ async def _groups(call: Call) -> list[Group]:
     groups: list[Group] = [
         (group.about, group.consumers) for group in context.local.consumers().values()
     ]
-    if context.directory is not None:
-        try:
-            remote = await context.directory.consumers()
-        except MetadataUnavailable as error:
-            raise unavailable(error) from None
-        groups.extend(
-            (entry.about, entry.consumers) for entry in remote if entry.replica != context.replica
-        )
+    groups.extend(
+        (entry.about, entry.consumers)
+        for entry in await _other_replicas(context, lambda directory: directory.consumers())
+    )
     return groups
 
 
