@@ -9,17 +9,23 @@ from gateway.amqp.properties import PROPERTY_FLAGS
 from gateway.backend.interface import Message
 from gateway.model.ttl import expiration_error
 
-__all__ = ["check_expiration"]
+__all__ = ["check_expiration", "has_expiration"]
 
 _EXPIRATION_FLAG: Final = PROPERTY_FLAGS["expiration"]
+
+
+def has_expiration(message: Message) -> bool:
+    """Whether ``message`` carries the ``expiration`` property, read from the raw header's
+    flags: a message without one (nearly all) is not decoded."""
+    header = message.header
+    return len(header) >= 2 and bool(((header[0] << 8) | header[1]) & _EXPIRATION_FLAG)
 
 
 def check_expiration(message: Message) -> None:
     """406 for a message whose ``expiration`` is not a valid TTL (``rabbit_channel``:
     ``invalid expiration '<value>': <reason>``). The flag is read from the raw header, so
     a message without one (nearly all) is not decoded."""
-    header = message.header
-    if len(header) < 2 or not ((header[0] << 8) | header[1]) & _EXPIRATION_FLAG:
+    if not has_expiration(message):
         return
     value = message.properties.expiration
     if value is None:

@@ -17,7 +17,7 @@ from gateway.amqp import commands as cmd
 from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
 from gateway.backend.dead_letter_message import letter_for
-from gateway.backend.expiration_property import check_expiration
+from gateway.backend.expiration_property import check_expiration, has_expiration
 from gateway.backend.interface import (
     NO_QOS,
     ConsumerQos,
@@ -116,6 +116,10 @@ class MemoryQueue:
     changed: trio.Event = field(default_factory=trio.Event)
     # The body bytes of the ready messages (RabbitMQ's message_bytes_ready).
     ready_bytes: int = 0
+    # A ready message may carry its own expiration (set when one comes in, cleared when a
+    # walk finds none): without it and without x-message-ttl nothing can expire, and
+    # ``count``, run on every Basic.Get, need not walk (and sort) the whole queue.
+    expiring: bool = False
 
     def _signal(self) -> None:
         self.changed.set()
@@ -180,6 +184,7 @@ class MemoryQueue:
 
     def push(self, message: Message) -> None:
         self.ready.push((message, False, now_ms()), self._priority(message))
+        self.expiring = self.expiring or has_expiration(message)
         self.ready_bytes += len(message.body)
         self._signal()
 
@@ -188,6 +193,7 @@ class MemoryQueue:
             # RabbitMQ puts a requeued message back at its original position (in its own
             # priority, in a priority queue): ahead of everything that came after it.
             self.ready.restore((message, True, enqueued), self._priority(message), place)
+            self.expiring = self.expiring or has_expiration(message)
             self.ready_bytes += len(message.body)
             self.drop_head()
             self._signal()
@@ -202,18 +208,29 @@ class MemoryQueue:
         return None
 
     def _expired(self, message: Message, enqueued: int) -> bool:
-        if self.ttl is None and message.properties.expiration is None:
+        if self.ttl is None and not has_expiration(message):
             return False
         ttl = effective_ttl(self.ttl, message.properties.expiration)
         return is_expired(enqueued, ttl, now_ms())
 
     def count(self) -> int:
         """Messages ready, expired ones removed first (dead-lettered if so configured)."""
-        for message, _redelivered, _enqueued in self.ready.keep(
-            lambda entry: not self._expired(entry[0], entry[2])
-        ):
+        if self.ttl is None and not self.expiring:
+            return len(self.ready)  # nothing here can expire
+        expiring = False
+
+        def unexpired(entry: tuple[Message, bool, int]) -> bool:
+            nonlocal expiring
+            message, _redelivered, enqueued = entry
+            if self._expired(message, enqueued):
+                return False
+            expiring = expiring or has_expiration(message)
+            return True
+
+        for message, _redelivered, _enqueued in self.ready.keep(unexpired):
             self.ready_bytes -= len(message.body)
             self.dead_letter(self.name, message, "expired")
+        self.expiring = expiring
         return len(self.ready)
 
     def drop_head(self) -> None:
