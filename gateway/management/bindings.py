@@ -101,29 +101,19 @@ async def _between(
     namespace = await call.namespace(call.params["vhost"], writing=writing)
     vhost = call.vhost_name(namespace)
     handle = await call.pulsar_vhost(vhost)
-    catalog = handle.catalog
-    view = catalog.view
+    view = handle.catalog.view
     source = _exchange_name(call.params["source"])
     destination = call.params["destination"]
-    if (
-        catalog.exchange(view, source) is None
-        and await amqp(call.context.store.sync_exchange(str(namespace), source)) is None
-    ):
+    if await call.exchange_in(namespace, handle, source) is None:
         raise not_found()
     found: list[Binding | ExchangeBinding] = []
     if call.params["kind"] == "q":
-        if (
-            destination not in view.queues
-            and await amqp(call.context.store.sync_queue(str(namespace), destination)) is None
-        ):
+        if await call.queue_in(namespace, handle, destination) is None:
             raise not_found()
         found.extend(b for b in view.queue_bindings.get(destination, ()) if b.exchange == source)
     else:
         target = _exchange_name(destination)
-        if (
-            catalog.exchange(view, target) is None
-            and await amqp(call.context.store.sync_exchange(str(namespace), target)) is None
-        ):
+        if await call.exchange_in(namespace, handle, target) is None:
             raise not_found()
         found.extend(
             b for b in view.exchange_bindings if b.source == source and b.destination == target

@@ -25,7 +25,7 @@ from gateway.management.http import Request
 from gateway.management.users import User, Users
 from gateway.metadata.connections import ConnectionDirectory, ConsumerGroup
 from gateway.metadata.store import MetadataStore, MetadataUnavailable
-from gateway.model.entities import check_queue_declare
+from gateway.model.entities import Exchange, Queue, check_queue_declare
 from gateway.model.vhost import Namespace
 from gateway.pulsar.admin import PulsarAdmin
 
@@ -130,6 +130,26 @@ class Call:
             raise from_amqp(error) from None
         except MetadataUnavailable as error:
             raise unavailable(error) from None
+
+    async def exchange_in(
+        self, namespace: Namespace, handle: PulsarVirtualHost, name: str
+    ) -> Exchange | None:
+        """The exchange as this replica's view has it, else as the store has it now."""
+        found = handle.catalog.exchange(handle.catalog.view, name)
+        if found is None:
+            # Declared on another replica a moment ago, perhaps (docs/fleet.md).
+            found = await amqp(self.context.store.sync_exchange(str(namespace), name))
+        return found
+
+    async def queue_in(
+        self, namespace: Namespace, handle: PulsarVirtualHost, name: str
+    ) -> Queue | None:
+        """The queue as this replica's view has it, else as the store has it now."""
+        found = handle.catalog.view.queues.get(name)
+        if found is None:
+            # Declared on another replica a moment ago, perhaps (docs/fleet.md).
+            found = await amqp(self.context.store.sync_queue(str(namespace), name))
+        return found
 
     async def vhost_for_writes(self, vhost: str) -> VirtualHost:
         """The vhost through the backend this user's writes go through."""

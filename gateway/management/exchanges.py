@@ -63,9 +63,7 @@ async def _find(call: Call) -> tuple[str, PulsarVirtualHost, Exchange]:
     vhost = call.vhost_name(namespace)
     handle = await call.pulsar_vhost(vhost)
     name = exchange_name(call.params["name"])
-    exchange = handle.catalog.exchange(handle.catalog.view, name)
-    if exchange is None:
-        exchange = await amqp(call.context.store.sync_exchange(str(namespace), name))
+    exchange = await call.exchange_in(namespace, handle, name)
     if exchange is None:
         raise not_found()
     return vhost, handle, exchange

@@ -163,10 +163,7 @@ async def _find(call: Call, *, writing: bool = False) -> tuple[str, PulsarVirtua
     vhost = call.vhost_name(namespace)
     handle = await call.pulsar_vhost(vhost)
     name = call.params["name"]
-    queue = handle.catalog.view.queues.get(name)
-    if queue is None:
-        # Declared on another replica a moment ago, perhaps (docs/fleet.md).
-        queue = await amqp(call.context.store.sync_queue(str(namespace), name))
+    queue = await call.queue_in(namespace, handle, name)
     if queue is None:
         raise not_found()
     return vhost, handle, queue
