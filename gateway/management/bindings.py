@@ -98,9 +98,7 @@ async def _between(
     call: Call, *, writing: bool = False
 ) -> tuple[str, list[Binding | ExchangeBinding]]:
     """The bindings from ``source`` to ``destination`` (both must exist: 404 otherwise)."""
-    namespace = await call.namespace(call.params["vhost"], writing=writing)
-    vhost = call.vhost_name(namespace)
-    handle = await call.pulsar_vhost(vhost)
+    namespace, vhost, handle = await call.named_vhost(writing=writing)
     view = handle.catalog.view
     source = _exchange_name(call.params["source"])
     destination = call.params["destination"]

@@ -131,6 +131,15 @@ class Call:
         except MetadataUnavailable as error:
             raise unavailable(error) from None
 
+    async def named_vhost(
+        self, *, writing: bool = False
+    ) -> tuple[Namespace, str, PulsarVirtualHost]:
+        """The vhost the path names (404 or 401 as :meth:`namespace` says): its namespace, its
+        name and this replica's handle on it."""
+        namespace = await self.namespace(self.params["vhost"], writing=writing)
+        vhost = self.vhost_name(namespace)
+        return namespace, vhost, await self.pulsar_vhost(vhost)
+
     async def exchange_in(
         self, namespace: Namespace, handle: PulsarVirtualHost, name: str
     ) -> Exchange | None:

@@ -59,9 +59,7 @@ async def list_exchanges(call: Call) -> Response:
 
 
 async def _find(call: Call) -> tuple[str, PulsarVirtualHost, Exchange]:
-    namespace = await call.namespace(call.params["vhost"])
-    vhost = call.vhost_name(namespace)
-    handle = await call.pulsar_vhost(vhost)
+    namespace, vhost, handle = await call.named_vhost()
     name = exchange_name(call.params["name"])
     exchange = await call.exchange_in(namespace, handle, name)
     if exchange is None:

@@ -159,9 +159,7 @@ def _held(counts: QueueCounts, consumers: list[dict[str, Any]] | None) -> QueueC
 
 
 async def _find(call: Call, *, writing: bool = False) -> tuple[str, PulsarVirtualHost, Queue]:
-    namespace = await call.namespace(call.params["vhost"], writing=writing)
-    vhost = call.vhost_name(namespace)
-    handle = await call.pulsar_vhost(vhost)
+    namespace, vhost, handle = await call.named_vhost(writing=writing)
     name = call.params["name"]
     queue = await call.queue_in(namespace, handle, name)
     if queue is None:
