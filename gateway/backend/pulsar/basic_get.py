@@ -184,12 +184,8 @@ class BasicGetConsumers:
     async def close(self, queue: str) -> None:
         """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
         at once, and it closes when the messages it handed out are settled."""
-        getter = self.by_queue.pop(queue, None)
-        self.used.pop(queue, None)
-        self.left_after_get.pop(queue, None)
-        self.settled_gets.pop(queue, None)
+        getter = self._forget(queue)
         if getter is not None:
-            self._leaving(queue, getter)
             # A hot getter with nothing outstanding closes with what it read ahead still
             # buffered: Pulsar gives that back uncounted, where handing it back one by one
             # would raise up to GET_HOT_READ_AHEAD messages' redelivery counts (which other
@@ -207,17 +203,23 @@ class BasicGetConsumers:
         until it closed, after the second had been got (Basic.Get returned "2" before "1":
         amqp091-go's TestRabbitMQQueueNackMultipleRequeue, issue 34). Their deliveries still
         unsettled can no longer be settled, as a deleted queue's consumers' cannot."""
+        self._forget(queue)
+        heating = self._heating.get(queue)
+        if heating is not None:
+            await heating.wait()  # its hot getter is closed unused by then (``_heat``)
+        for leaving in list(self.leaving.get(queue, ())):
+            await leaving.end()  # one closing already: until it is closed
+
+    def _forget(self, queue: str) -> PulsarQueueSubscription | None:
+        """Drop the queue's current getter and what is kept about its Gets; the getter, if
+        there was one, is held in ``leaving`` until it is closed (and returned)."""
         getter = self.by_queue.pop(queue, None)
         self.used.pop(queue, None)
         self.left_after_get.pop(queue, None)
         self.settled_gets.pop(queue, None)
         if getter is not None:
             self._leaving(queue, getter)
-        heating = self._heating.get(queue)
-        if heating is not None:
-            await heating.wait()  # its hot getter is closed unused by then (``_heat``)
-        for leaving in list(self.leaving.get(queue, ())):
-            await leaving.end()  # one closing already: until it is closed
+        return getter
 
     def _leaving(self, queue: str, getter: PulsarQueueSubscription) -> None:
         """Keep ``getter`` in ``leaving`` until it is closed."""
