@@ -25,13 +25,13 @@ from __future__ import annotations
 import re
 import ssl
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import httpx
 import trio
 
 from gateway.pulsar.admin_stats import BacklogAnalysis, CursorState, TopicStats
+from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.errors import Conflict, NotFound, Unavailable, admin_error_for
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
 from gateway.pulsar.names import (
@@ -116,7 +116,7 @@ def _position_body(position: Position) -> dict[str, int]:
     raise ValueError(f"position must be 'latest', 'earliest' or a MessageId: {position!r}")
 
 
-class PulsarAdmin:
+class PulsarAdmin(AsyncClosing):
     """Async admin client. Use as ``async with PulsarAdmin(url) as admin:`` or call aclose().
 
     Topic arguments are full names (``persistent://tenant/ns/local``); each part is
@@ -151,17 +151,6 @@ class PulsarAdmin:
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> PulsarAdmin:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -----------------------------------------------------------------------------------------
     # Transport: one request with retries, timeouts and redirects

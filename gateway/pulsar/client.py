@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from gateway.pulsar.bridge import NativeCall
+from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.errors import ClosedError
 from gateway.pulsar.native_objects import binding_client
 
@@ -106,7 +106,7 @@ def build_native_client(options: ClientOptions) -> Any:
     )
 
 
-class PulsarClient:
+class PulsarClient(AsyncClosing):
     """Owns one pulsar-client Client; creates :class:`TrioProducer` and :class:`TrioConsumer`.
 
     Must be created inside the trio run that will use it (it captures the run's token: every
@@ -213,17 +213,6 @@ class PulsarClient:
             self._wrapper = self._native = None
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(holder.clear)
-
-    async def __aenter__(self) -> PulsarClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 @asynccontextmanager

@@ -58,6 +58,7 @@ from gateway.pulsar.bridge import (
     keep_thread_state,
     weakly,
 )
+from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
@@ -276,7 +277,7 @@ class ListenedMessage(ReceivedMessage):
         self.native.negative_acknowledge()
 
 
-class TrioConsumer:
+class TrioConsumer(AsyncClosing):
     """Receive from trio; acknowledge without waiting. Create with ``PulsarClient.subscribe``."""
 
     def __init__(self, client: ClientOwner, subscription: str, options: ConsumerOptions) -> None:
@@ -696,12 +697,6 @@ class TrioConsumer:
         await _finish_all(
             self._client, natives, f"unsubscribe {self.subscription!r}", "unsubscribe_async"
         )
-
-    async def __aenter__(self) -> TrioConsumer:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 async def _finish(client: ClientOwner, native: Any, what: str, method: str = "close_async") -> None:

@@ -56,6 +56,7 @@ from gateway.pulsar.bridge import (
     result_name,
     weakly,
 )
+from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.ids import MessageId
@@ -277,7 +278,7 @@ class SendHandle:
             self._callbacks.append(callback)
 
 
-class TrioProducer:
+class TrioProducer(AsyncClosing):
     """A pulsar-client producer driven from trio. Create with ``PulsarClient.create_producer``."""
 
     def __init__(
@@ -652,12 +653,6 @@ class TrioProducer:
         self._start_close(call.result_callback)
         with trio.CancelScope(shield=True), contextlib.suppress(ClosedError):
             await call.wait(self._client.operation_deadline)
-
-    async def __aenter__(self) -> TrioProducer:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 def _build(
