@@ -62,7 +62,7 @@ from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
-from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
+from gateway.pulsar.incoming import IncomingMessage
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
 
@@ -140,41 +140,24 @@ def _native_config(options: ConsumerOptions) -> Any:
     return conf
 
 
-class ReceivedMessage:
-    """One message from Pulsar. Properties are str -> str (Pulsar's only kind)."""
+class ReceivedMessage(IncomingMessage):
+    """One message a consumer received, to acknowledge or not."""
 
-    __slots__ = ("_id", "_id_bytes", "_owner", "_topic", "native", "native_consumer", "place")
+    __slots__ = ("_id_bytes", "_owner", "_topic", "native_consumer", "place")
 
     def __init__(
         self, native: Any, native_consumer: Any, owner: TrioConsumer, place: int | None = None
     ) -> None:
-        self.native = native  # _pulsar.Message
+        # IncomingMessage's fields set here rather than by its __init__: a call less for
+        # every message received.
+        self.native = native
+        self._id = None
         self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
         self._owner = owner
         # Its place in line in a consumer ordered by priority (put_back returns it there).
         self.place = place
         self._topic: str | None = None
-        self._id: MessageId | None = None
         self._id_bytes: bytes | None = None
-
-    @property
-    def payload(self) -> bytes:
-        return bytes(self.native.data())
-
-    @property
-    def properties(self) -> dict[str, str]:
-        properties: dict[str, str] = self.native.properties()  # a new dict each call
-        if ESCAPED_KEY in properties:  # a NUL in some (nul_properties.py)
-            return restored(properties)
-        return properties
-
-    @property
-    def message_id(self) -> MessageId:
-        # Five calls into pulsar-client, and asked for more than once for a message that a
-        # drain or purge filter looks at: read once.
-        if self._id is None:
-            self._id = MessageId.from_native(self.native.message_id())
-        return self._id
 
     @property
     def id_bytes(self) -> bytes:
@@ -219,11 +202,6 @@ class ReceivedMessage:
         Not incremented when a message comes back because its consumer closed.
         """
         return int(self.native.redelivery_count())
-
-    @property
-    def publish_timestamp(self) -> int:
-        """Milliseconds since the epoch, set by the producer's client library."""
-        return int(self.native.publish_timestamp())
 
     @property
     def event_timestamp(self) -> int:

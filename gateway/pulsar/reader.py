@@ -24,7 +24,7 @@ import trio
 from gateway.pulsar.bridge import NativeCall, TrioWaker, is_ok, keep_thread_state, native_error
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import EARLIEST, LATEST, MessageId
-from gateway.pulsar.nul_properties import restored
+from gateway.pulsar.incoming import IncomingMessage
 
 if TYPE_CHECKING:
     from gateway.pulsar.client import PulsarClient
@@ -32,33 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["ReadMessage", "TrioReader", "open_reader"]
 
 
-class ReadMessage:
+class ReadMessage(IncomingMessage):
     """One message a reader read."""
 
-    __slots__ = ("_id", "native")
-
-    def __init__(self, native: Any) -> None:
-        self.native = native  # _pulsar.Message
-        self._id: MessageId | None = None
-
-    @property
-    def payload(self) -> bytes:
-        return bytes(self.native.data())
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return restored(self.native.properties())
-
-    @property
-    def message_id(self) -> MessageId:
-        if self._id is None:
-            self._id = MessageId.from_native(self.native.message_id())
-        return self._id
-
-    @property
-    def publish_timestamp(self) -> int:
-        """Milliseconds since the epoch, when its producer wrote it."""
-        return int(self.native.publish_timestamp())
+    __slots__ = ()
 
 
 class _Slot:
