@@ -102,6 +102,9 @@ class PulsarVirtualHost(CatalogVirtualHost):
         # consumer closed, the unregistration under way (set when done).
         self._registrations: dict[PulsarQueueSubscription, str] = {}
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
+        # Per queue: its consumers cancelled and not closed yet (closing, or holding
+        # unsettled deliveries).
+        self._retired: dict[str, set[PulsarQueueSubscription]] = {}
         self._topics = QueueTopics(
             self.catalog, namespace, lazy_subscriptions=resources.lazy_subscriptions
         )
@@ -320,7 +323,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             name, condition=condition, subscriptions=sorted(self._topics.local(t) for t in topics)
         )
         self._drains.refresh(self._view)
-        for subscription in list(self._consumers.pop(name, ())):
+        for subscription in [*self._consumers.pop(name, ()), *self._retired.pop(name, ())]:
             await subscription.end()
         await self._basic_gets.end(name)
         self._admission.forget(name)
@@ -681,6 +684,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             consumers.discard(subscription)
             if not consumers:
                 del self._consumers[subscription.queue]
+            if not subscription.close_done.is_set():
+                self._hold_retired(subscription)
         if registration is None:
             return  # the Basic.Get consumer, or closed before Consume-Ok
         queue = self._view.queues.get(subscription.queue)
@@ -696,6 +701,26 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 self._leaving.pop(subscription, None)
 
         self._r.nursery.start_soon(gone)
+
+    def _hold_retired(self, subscription: PulsarQueueSubscription) -> None:
+        """A consumer cancelled, still open (deliveries of it unsettled: ``retire``) or still
+        closing: kept until it is closed, so that its queue's deletion waits for that before
+        removing the subscriptions. An auto-delete queue is deleted as its last consumer
+        leaves, and the removal disconnected that consumer while it closed: pulsar-client
+        subscribed it again, creating the subscription anew, which outlived it; a queue
+        declared again under the name took it, with what had been routed to the old queue
+        since (a Get found it: the Java client's exchangeAutoDeleteManyBindings, issue 34)."""
+        queue = subscription.queue
+        retired = self._retired.setdefault(queue, set())
+        retired.add(subscription)
+
+        async def forget() -> None:
+            await subscription.close_done.wait()
+            retired.discard(subscription)
+            if not retired and self._retired.get(queue) is retired:
+                del self._retired[queue]
+
+        self._r.nursery.start_soon(forget)
 
     async def _unregister(self, queue: str, registration: str) -> None:
         try:
