@@ -85,6 +85,20 @@ GROUP_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
+class MessageExtras:
+    """What a message may carry besides its payload and properties (Pulsar's message
+    metadata); ``NO_EXTRAS``, one shared instance, for a message with none of them."""
+
+    event_timestamp: int | None = None  # milliseconds since the epoch
+    partition_key: str | None = None
+    ordering_key: str | None = None
+    deliver_after_ms: int | None = None
+
+
+NO_EXTRAS: Final = MessageExtras()
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerOptions:
     # amqpBatchingEnabled. Batching packs messages sent close together into one entry; the
     # delay below is how long a lone message may wait for company, i.e. added confirm latency.
@@ -335,28 +349,19 @@ class TrioProducer(AsyncClosing):
         self,
         payload: bytes,
         properties: Mapping[str, str] | None = None,
-        *,
-        event_timestamp: int | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | None = None,
-        deliver_after_ms: int | None = None,
+        extras: MessageExtras = NO_EXTRAS,
     ) -> SendHandle:
         """Start a send without waiting; ``trio.WouldBlock`` when the in-flight limit is hit."""
         self._check_open()
         self._slots.acquire_nowait()
-        return self._start(
-            payload, properties, event_timestamp, partition_key, ordering_key, deliver_after_ms
-        )
+        return self._start(payload, properties, extras)
 
     async def submit(
         self,
         payload: bytes,
         properties: Mapping[str, str] | None = None,
+        extras: MessageExtras = NO_EXTRAS,
         *,
-        event_timestamp: int | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | None = None,
-        deliver_after_ms: int | None = None,
         sequence_id: int | None = None,
     ) -> SendHandle:
         """Start a send, first waiting for an in-flight slot (back-pressure).
@@ -375,15 +380,7 @@ class TrioProducer(AsyncClosing):
         """
         self._submits += 1
         await self._take_slot(always_yield=self._submits % _YIELD_EVERY == 0)
-        return self._start(
-            payload,
-            properties,
-            event_timestamp,
-            partition_key,
-            ordering_key,
-            deliver_after_ms,
-            sequence_id,
-        )
+        return self._start(payload, properties, extras, sequence_id)
 
     async def submit_grouped(
         self, payload: bytes, properties: Mapping[str, str] | None = None
@@ -473,7 +470,7 @@ class TrioProducer(AsyncClosing):
                 return self._compiled.Outgoing(payload, properties), True
             except ValueError:  # a NUL in a property: the binding can send it (docstring)
                 pass
-        return _build(payload, properties, None, None, None, None), False
+        return _build(payload, properties, NO_EXTRAS), False
 
     def _track(self, handle: SendHandle) -> None:
         """With the compiled sender: give the handle a token to find it by its receipt."""
@@ -510,45 +507,23 @@ class TrioProducer(AsyncClosing):
         self,
         payload: bytes,
         properties: Mapping[str, str] | None = None,
-        *,
-        event_timestamp: int | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | None = None,
-        deliver_after_ms: int | None = None,
+        extras: MessageExtras = NO_EXTRAS,
     ) -> MessageId:
         """Send one message and wait until it is persisted; SendError/ClosedError otherwise."""
-        handle = await self.submit(
-            payload,
-            properties,
-            event_timestamp=event_timestamp,
-            partition_key=partition_key,
-            ordering_key=ordering_key,
-            deliver_after_ms=deliver_after_ms,
-        )
+        handle = await self.submit(payload, properties, extras)
         return await handle.wait()
 
     def _start(
         self,
         payload: bytes,
         properties: Mapping[str, str] | None,
-        event_timestamp: int | None,
-        partition_key: str | None,
-        ordering_key: str | None,
-        deliver_after_ms: int | None,
+        extras: MessageExtras,
         sequence_id: int | None = None,
     ) -> SendHandle:
         handle = SendHandle(self)
         self._track(handle)
         try:
-            message = _build(
-                payload,
-                properties,
-                event_timestamp,
-                partition_key,
-                ordering_key,
-                deliver_after_ms,
-                sequence_id,
-            )
+            message = _build(payload, properties, extras, sequence_id)
         except BaseException:
             self._pending.pop(handle._token, None)
             self._slots.release()
@@ -658,10 +633,7 @@ class TrioProducer(AsyncClosing):
 def _build(
     payload: bytes,
     properties: Mapping[str, str] | None,
-    event_timestamp: int | None,
-    partition_key: str | None,
-    ordering_key: str | None,
-    deliver_after_ms: int | None,
+    extras: MessageExtras,
     sequence_id: int | None = None,
 ) -> Any:
     """A pulsar-client message; raises (TypeError) on anything it refuses."""
@@ -672,19 +644,24 @@ def _build(
     if properties:
         # Pulsar properties are str -> str; anything else fails here, loudly.
         builder.properties(with_escaped(properties))
-    if event_timestamp is not None:
-        builder.event_timestamp(event_timestamp)
-    if partition_key is not None:
-        builder.partition_key(partition_key)
-    if ordering_key is not None:
-        builder.ordering_key(ordering_key)
-    if deliver_after_ms is not None:
-        from datetime import timedelta
-
-        builder.deliver_after(timedelta(milliseconds=deliver_after_ms))
+    if extras is not NO_EXTRAS:  # the usual case: one test instead of four
+        _add_extras(builder, extras)
     if sequence_id is not None:
         builder.sequence_id(sequence_id)
     return builder.build()
+
+
+def _add_extras(builder: Any, extras: MessageExtras) -> None:
+    if extras.event_timestamp is not None:
+        builder.event_timestamp(extras.event_timestamp)
+    if extras.partition_key is not None:
+        builder.partition_key(extras.partition_key)
+    if extras.ordering_key is not None:
+        builder.ordering_key(extras.ordering_key)
+    if extras.deliver_after_ms is not None:
+        from datetime import timedelta
+
+        builder.deliver_after(timedelta(milliseconds=extras.deliver_after_ms))
 
 
 # What a group that pulsar-client refused to queue completes with (result_name gives it).

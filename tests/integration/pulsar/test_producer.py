@@ -17,7 +17,7 @@ from gateway.pulsar.client import PulsarClient
 from gateway.pulsar.consumer import ConsumerOptions
 from gateway.pulsar.errors import ClosedError, SendError
 from gateway.pulsar.ids import MessageId
-from gateway.pulsar.producer import ProducerOptions, SendHandle
+from gateway.pulsar.producer import MessageExtras, ProducerOptions, SendHandle
 from tests.conftest import StackEndpoints
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("both_paths")]
@@ -124,7 +124,7 @@ async def test_event_timestamp_and_keys_reach_the_consumer(
     name = topic("meta")
     consumer = await client.subscribe(name, "q")
     producer = await client.create_producer(name)
-    await producer.send(b"x", {"a": "b"}, event_timestamp=1234, partition_key="k")
+    await producer.send(b"x", {"a": "b"}, MessageExtras(event_timestamp=1234, partition_key="k"))
     with trio.fail_after(10):
         message = await consumer.receive()
     assert message.event_timestamp == 1234
