@@ -167,15 +167,7 @@ class NativeCall(Generic[T]):
 
     def result_callback(self, result: Any) -> None:
         """For callbacks of type ``(Result) -> None`` (close, flush, unsubscribe)."""
-        try:
-            oc: outcome.Outcome[Any] = (
-                outcome.Value(None)
-                if is_ok(result)
-                else outcome.Error(native_error(result, self.what))
-            )
-            self._deliver(oc)
-        except BaseException:
-            pass
+        self.result_value_callback(result, None)
 
     def result_value_callback(self, result: Any, value: Any) -> None:
         """For callbacks of type ``(Result, value) -> None`` (v1 create/subscribe)."""
