@@ -91,8 +91,13 @@ def _tls_failure(
     return f"the TLS handshake with Pulsar at {url} failed ({reason}): is that port a TLS port?"
 
 
-def _ssl_error(error: BaseException) -> ssl.SSLError | None:
-    return tls_verification_failure(error) or cause_of_kind(error, ssl.SSLError)
+def _raise_if_tls(
+    error: BaseException, access: BrokerAccess, credentials: Credentials, url: str
+) -> None:
+    """BrokerAccessError saying what to check, if ``error`` is a failed TLS handshake."""
+    tls = tls_verification_failure(error) or cause_of_kind(error, ssl.SSLError)
+    if tls is not None:
+        raise BrokerAccessError(_tls_failure(access, credentials, url, tls)) from None
 
 
 async def check_admin(admin: PulsarAdmin, access: BrokerAccess, credentials: Credentials) -> None:
@@ -103,11 +108,7 @@ async def check_admin(admin: PulsarAdmin, access: BrokerAccess, credentials: Cre
         where = f"(HTTP {error.status}) at {access.web_url}"
         raise BrokerAccessError(_refused(access, credentials, where)) from None
     except AdminError as error:
-        tls = _ssl_error(error)
-        if tls is not None:
-            raise BrokerAccessError(
-                _tls_failure(access, credentials, access.web_url, tls)
-            ) from None
+        _raise_if_tls(error, access, credentials, access.web_url)
         raise BrokerAccessError(
             f"cannot reach the Pulsar admin API at {access.web_url}: {error}"
         ) from None
@@ -180,11 +181,7 @@ async def check_binary(access: BrokerAccess, credentials: Credentials) -> None:
                 timeout=PROBE_TIMEOUT,
             )
         except ProbeFailed as failure:
-            tls = _ssl_error(failure)
-            if tls is not None:
-                raise BrokerAccessError(
-                    _tls_failure(access, credentials, access.service_url, tls)
-                ) from None
+            _raise_if_tls(failure, access, credentials, access.service_url)
             unreachable.append((host, port, failure))
             continue
         if answer.connected:

@@ -10,13 +10,16 @@ import httpx
 import pytest
 import trio
 
+from gateway.pulsar import access_check
 from gateway.pulsar.access_check import (
     BrokerAccessError,
     _tls_failure,
     brokers,
     check_admin,
+    check_binary,
 )
 from gateway.pulsar.admin import PulsarAdmin, tls_verification_failure
+from gateway.pulsar.connect_probe import ProbeFailed
 from gateway.pulsar.credentials import BrokerAccess, Credentials
 from gateway.pulsar.errors import Unavailable
 from gateway.pulsar.retry import RetryPolicy
@@ -137,3 +140,21 @@ async def test_other_connection_errors_are_retried_and_reported(
     assert str(failed.value).startswith(
         f"cannot reach the Pulsar admin API at {ACCESS.web_url}: GET /admin/v2/clusters: "
     )
+
+
+async def test_a_failed_tls_handshake_with_a_broker_says_what_to_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def handshake_fails(host: str, port: int, **options: object) -> None:
+        cause = verification_error(20, "unable to get local issuer certificate")
+        raise ProbeFailed(f"TLS handshake with {host}:{port} failed") from cause
+
+    monkeypatch.setattr(access_check, "probe_connect", handshake_fails)
+    plain = BrokerAccess("pulsar://broker:6650", "http://broker:8080")
+    with pytest.raises(BrokerAccessError) as failed:
+        await check_binary(plain, Credentials())
+    assert str(failed.value).startswith(
+        "the TLS handshake with Pulsar at pulsar://broker:6650 failed (unable to get local "
+        "issuer certificate): "
+    )
+    assert failed.value.__suppress_context__  # raised "from None", as before
