@@ -66,9 +66,7 @@ class Monitoring:
             self.health.add("zookeeper", lambda: zookeeper.connected)
         self.health.add("pulsar", lambda: self._flags.pulsar_reachable)
         self.health.add("metadata", lambda: self._flags.metadata_loaded)
-        self._mapper = VhostMapper(
-            config.amqpDefaultTenant, config.amqpDefaultNamespace, config.amqpMapShortVhostToTenant
-        )
+        self._mapper = VhostMapper.from_keys(config)
         # Every vhost label is the vhost's one name, on every replica (counters.py).
         COUNTERS.vhost_label = self._mapper.canonical
         COUNTERS.namespace_label = self._vhost_of_namespace
