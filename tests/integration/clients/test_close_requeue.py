@@ -1,4 +1,5 @@
-"""A channel's unacknowledged deliveries are back in their queue when Channel.Close-Ok arrives.
+"""A channel's unacknowledged deliveries are back in their queue when Channel.Close-Ok arrives,
+and a connection's when Connection.Close-Ok does.
 
 RabbitMQ requeues what a closing channel holds before it answers Close-Ok, so a client that
 counts the queue or consumes it right after Close-Ok finds every message ready. On Pulsar the
@@ -11,16 +12,21 @@ from __future__ import annotations
 
 import pika
 import pytest
+import trio
+from pamqp import body
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.clients.conftest import PULSAR_BATCH_INDEX, PULSAR_ONLY, Running
 from tests.support.clients import connect, message_count, unique, wait_for
+from tests.support.scripted_client import ScriptedClient, commands
 
 HELD = 20
 ROUNDS = 3
 # Messages a consumer on another channel receives while the held ones are given back: its
 # deliver loop flushes whenever it waits for Pulsar.
 STREAMED = 2000
+# A bound on one scripted connection's life (well under a second in memory).
+SCENARIO_SECONDS = 60
 
 
 def publish(connection: pika.BlockingConnection, queue: str, count: int) -> None:
@@ -81,3 +87,53 @@ def test_a_consumer_opened_after_close_ok_receives_them(running: Running) -> Non
     wait_for(lambda: len(received) == HELD, connection, what=f"{HELD} redeliveries")
     assert sorted(received) == sorted(f"m{n}".encode() for n in range(HELD))
     connection.close()
+
+
+async def deliveries(client: ScriptedClient, channel: int, count: int) -> None:
+    """Read until ``count`` whole deliveries (their bodies) on ``channel``, other frames
+    skipped."""
+    seen = 0
+    while seen < count:
+        on, value = await client.receive()
+        if on == channel and isinstance(value, body.ContentBody):
+            seen += 1
+
+
+# pika closes every channel before it sends Connection.Close: a scripted client sends it with
+# the channels open, as amqplib, amqp091-go and the Java client may.
+@pytest.mark.parametrize("running", ["memory", PULSAR_ONLY, PULSAR_BATCH_INDEX], indirect=True)
+def test_the_queue_counts_them_as_soon_as_connection_close_ok_arrives(running: Running) -> None:
+    observer = running.connect()
+    counter = observer.channel()
+    queue = unique("held")
+    counter.queue_declare(queue)
+    publish(observer, queue, HELD)
+
+    async def scenario() -> None:
+        with trio.fail_after(SCENARIO_SECONDS):
+            await close_with_channels_open()
+
+    async def close_with_channels_open() -> None:
+        stream = await trio.open_tcp_stream("127.0.0.1", running.port)
+        client = ScriptedClient(stream)
+        await client.handshake()
+        await client.open_channel(1)
+        await client.send(commands.Basic.Consume(queue=queue, consumer_tag="held"), 1)
+        await deliveries(client, 1, HELD)
+        # A consumer of the same queue on another channel, idle until the close gives the
+        # held messages back: it takes the first, cannot deliver it (the connection is
+        # closed) and flushes as it waits again.
+        await client.open_channel(2)
+        await client.send(commands.Basic.Consume(queue=queue, consumer_tag="second"), 2)
+        await client.expect(commands.Basic.ConsumeOk, 2)
+        await client.send(
+            commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+        )
+        await client.expect(commands.Connection.CloseOk)
+        # At once, no waiting, on another connection: every held message is ready.
+        assert message_count(counter, queue) == HELD
+        await stream.aclose()
+
+    for _round in range(ROUNDS):
+        trio.run(scenario)
+    observer.close()
