@@ -151,7 +151,10 @@ async def test_connection_close_ok_comes_after_every_requeue(
         await client.expect(commands.Connection.CloseOk)
         # Every message is back in the queue by now.
         assert sorted(backend.vhost.requeued) == [f"m{n}".encode() for n in range(COUNT)]
-        assert backend.vhost._messages("q").count() == COUNT
+        status = await backend.vhost.declare_queue(
+            cmd.QueueDeclare("q", passive=True), Owner("observer", "guest")
+        )
+        assert status.message_count == COUNT
         # The socket is the client's to close (connection.close-ok): the gateway waits.
         await client_stream.aclose()
         await connection.finished.wait()
