@@ -18,12 +18,11 @@ import trio
 
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
-from gateway.backend.interface import ConsumerQos, Delivery, SubscriptionEnded, VirtualHost
+from gateway.backend.interface import ConsumerQos, Delivery, SubscriptionEnded
 from gateway.backend.replies import REPLY_TO
-from gateway.observability.counters import VhostCounters
-from gateway.server.channel_state import Consumer, SessionChannel, SessionLink, Unacked
-from gateway.server.direct_replies import DirectReplies
+from gateway.server.channel_state import Consumer, SessionChannel, Unacked
 from gateway.server.last_queue import named
+from gateway.server.session_part import SessionPart, SessionShared
 
 # Cleanup (requeueing, closing subscriptions) must finish even when the connection is being
 # torn down, but never hang the teardown.
@@ -33,22 +32,9 @@ CLEANUP_TIMEOUT = 10.0
 BURST = 128
 
 
-class Consuming:
-    def __init__(
-        self,
-        vhost: VirtualHost,
-        link: SessionLink,
-        counts: VhostCounters,
-        channels: dict[int, SessionChannel],
-        replies: DirectReplies,
-    ) -> None:
-        """``channels``: the session's open channels (the same dict, shared)."""
-        self._vhost = vhost
-        self._link = link
-        self._counts = counts
-        self._channels = channels
-        self._replies = replies
-        self._protocol = link.protocol
+class Consuming(SessionPart):
+    def __init__(self, shared: SessionShared) -> None:
+        super().__init__(shared)
         # Queues this connection is deleting (Queue.Delete under way, how many at once): the
         # Basic.Cancel of its own consumers of them waits for Delete-Ok (``queue_deleted``).
         self._deleting: dict[str, int] = {}

@@ -19,13 +19,13 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
-from gateway.backend.interface import Message, PublishOutcome, Stored, VirtualHost
+from gateway.backend.interface import Message, PublishOutcome, Stored
 from gateway.backend.replies import REPLY_PREFIX, REPLY_TO_BYTES
 from gateway.model.publishing import check_user_id
-from gateway.observability.counters import COUNTERS, VhostCounters
-from gateway.server.channel_state import SessionChannel, SessionLink
+from gateway.observability.counters import COUNTERS
+from gateway.server.channel_state import SessionChannel
 from gateway.server.confirms import ConfirmQueue
-from gateway.server.direct_replies import DirectReplies
+from gateway.server.session_part import SessionPart, SessionShared
 from gateway.server.stall_watch import StallWatch
 from gateway.server.write_watch import WriteWatch
 
@@ -34,23 +34,10 @@ from gateway.server.write_watch import WriteWatch
 BLOCKED_AFTER = 1.0
 
 
-class Publishing:
-    def __init__(
-        self,
-        vhost: VirtualHost,
-        link: SessionLink,
-        counts: VhostCounters,
-        channels: dict[int, SessionChannel],
-        replies: DirectReplies,
-    ) -> None:
-        """``channels``: the session's open channels (the same dict, shared)."""
-        self._vhost = vhost
-        self._link = link
-        self._counts = counts
-        self._channels = channels
-        self._replies = replies
-        self._protocol = link.protocol
-        self._stalls = StallWatch(BLOCKED_AFTER, link.protocol, link.flush)
+class Publishing(SessionPart):
+    def __init__(self, shared: SessionShared) -> None:
+        super().__init__(shared)
+        self._stalls = StallWatch(BLOCKED_AFTER, self._protocol, self._link.flush)
 
     def publish_now(self, event: ev.PublishReceived) -> Awaitable[None] | None:
         """Publish, synchronously where the backend can (``VirtualHost.publish_now``: the

@@ -30,6 +30,7 @@ from gateway.server.consuming import CLEANUP_TIMEOUT, Consuming, stop_delivering
 from gateway.server.declarations import Declarations
 from gateway.server.direct_replies import DirectReplies
 from gateway.server.publishing import Publishing
+from gateway.server.session_part import SessionShared
 from gateway.server.tx_commands import TxCommands
 
 
@@ -50,8 +51,9 @@ class AMQPSession:
         self._protocol = link.protocol
         self._channels: dict[int, SessionChannel] = {}
         self._replies = DirectReplies(vhost, link, self._counts)
-        self._publishing = Publishing(vhost, link, self._counts, self._channels, self._replies)
-        self._consuming = Consuming(vhost, link, self._counts, self._channels, self._replies)
+        shared = SessionShared(vhost, link, self._counts, self._channels, self._replies)
+        self._publishing = Publishing(shared)
+        self._consuming = Consuming(shared)
         self._acknowledgements = Acknowledgements(link, self._counts, self._channels)
         self._getter = BasicGetter(vhost, link, self._counts)
         self._tx = TxCommands(link, self._publishing, self._acknowledgements)
