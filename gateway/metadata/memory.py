@@ -40,6 +40,7 @@ from gateway.metadata.values import (
     PickActive,
     QueueCondition,
     VhostView,
+    by_queue,
 )
 from gateway.model.consumers import LinePlace, Standing
 from gateway.model.entities import (
@@ -135,6 +136,13 @@ class _Namespace:
     def put_drains(self, drains: Mapping[tuple[str, str], DrainRecord] | None) -> None:
         for (queue, topic), record in (drains or {}).items():
             self.put_drain(queue, topic, record)
+
+    def changed(self, drains: Mapping[tuple[str, str], DrainRecord] | None) -> bool:
+        """Finish a change made: write the drain records that go with it and count it.
+        True, what a store method returns for a change it made."""
+        self.put_drains(drains)
+        self.touch()
+        return True
 
     def put_drain(self, queue: str, topic: str, record: DrainRecord) -> None:
         known = self.drains.get((queue, topic))
@@ -312,9 +320,7 @@ class MemoryMetadataStore:
             if name in (edge.source, edge.destination):
                 del state.exchange_bindings[key]
         state.topic_keys = {key for key in state.topic_keys if key.exchange != name}
-        state.put_drains(drains)
-        state.touch()
-        return True
+        return state.changed(drains)
 
     # ------------------------------------------------------------------ queues
 
@@ -383,10 +389,7 @@ class MemoryMetadataStore:
         if key in state.bindings:
             return False
         state.bindings[key] = binding
-        for topic, record in (drains or {}).items():
-            state.put_drain(binding.queue, topic, record)
-        state.touch()
-        return True
+        return state.changed(by_queue(binding.queue, drains))
 
     async def remove_binding(
         self,
@@ -398,10 +401,7 @@ class MemoryMetadataStore:
         state = await self._write(namespace)
         if state.bindings.pop(binding_id(binding), None) is None:
             return False
-        for topic, record in (drains or {}).items():
-            state.put_drain(binding.queue, topic, record)
-        state.touch()
-        return True
+        return state.changed(by_queue(binding.queue, drains))
 
     async def add_exchange_binding(
         self,
@@ -418,9 +418,7 @@ class MemoryMetadataStore:
         if key in state.exchange_bindings:
             return False
         state.exchange_bindings[key] = binding
-        state.put_drains(drains)
-        state.touch()
-        return True
+        return state.changed(drains)
 
     async def remove_exchange_binding(
         self,
@@ -432,9 +430,7 @@ class MemoryMetadataStore:
         state = await self._write(namespace)
         if state.exchange_bindings.pop(exchange_binding_id(binding), None) is None:
             return False
-        state.put_drains(drains)
-        state.touch()
-        return True
+        return state.changed(drains)
 
     async def register_topic_key(self, namespace: str, exchange: str, routing_key: str) -> bool:
         state = await self._write(namespace)

@@ -63,6 +63,13 @@ class DrainRecord:
         return position > end and (self.resumed is None or position <= self.resumed)
 
 
+def by_queue(
+    queue: str, drains: Mapping[str, DrainRecord] | None
+) -> dict[tuple[str, str], DrainRecord]:
+    """A queue binding's drain records (by topic) keyed as the store keeps them: (queue, topic)."""
+    return {(queue, topic): record for topic, record in (drains or {}).items()}
+
+
 REMOVE = DrainRecord()
 
 

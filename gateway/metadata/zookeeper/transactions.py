@@ -53,7 +53,7 @@ from gateway.metadata.paths import (
     encode_name,
     is_exchange_binding_id,
 )
-from gateway.metadata.values import DrainRecord
+from gateway.metadata.values import DrainRecord, by_queue
 from gateway.metadata.zookeeper.calls import (
     AGAIN,
     Again,
@@ -143,12 +143,6 @@ def create_ops(layout: Layout, namespace: str, entity: Exchange | Queue | Bindin
         path = layout.node(namespace, Folder.QUEUES, encode_name(entity.name))
         return [Create(path, encode_queue(entity))]
     return queue_binding_ops(layout, namespace, entity, create=True)
-
-
-def by_queue(
-    queue: str, drains: Mapping[str, DrainRecord] | None
-) -> dict[tuple[str, str], DrainRecord]:
-    return {(queue, topic): record for topic, record in (drains or {}).items()}
 
 
 @dataclass

@@ -21,7 +21,6 @@ from gateway.metadata.store import DrainRecord
 from gateway.metadata.zookeeper.ops import Create, Delete, SetData
 from gateway.metadata.zookeeper.transactions import (
     binding_ref,
-    by_queue,
     create_ops,
     list_queue_records,
     sentinel,
@@ -69,12 +68,6 @@ def test_sentinel_touches_the_queues_drains_bucket_and_leaves_nothing() -> None:
     # In the bucket of the queue's own drain records, which is what makes replicas look.
     record = LAYOUT.node(NS, Folder.DRAINS, drain_child("q", "t"))
     assert create.path.rsplit("/", 1)[0] == record.rsplit("/", 1)[0]
-
-
-def test_by_queue_keys_drains_by_queue_and_topic() -> None:
-    record = DrainRecord((1, 2))
-    assert by_queue("q", {"t1": record}) == {("q", "t1"): record}
-    assert by_queue("q", None) == {}
 
 
 @zk
