@@ -5,14 +5,18 @@ on the gateway; these are our own tests of the same behaviour, not ports of that
 
 - RequeueOnClose (RequeueOnChannelClose / RequeueOnConnectionClose): 2,000 messages in flight
   to a consumer with manual acknowledgements come back, all of them, when its channel or its
-  connection closes; a Basic.Get'd message not acknowledged comes back too, an acknowledged
-  one does not. The Java test allows 60 s; the time is printed, not asserted.
+  connection closes, and all but the acknowledged ones after a Basic.Cancel and the close;
+  a Basic.Get'd message not acknowledged comes back too, an acknowledged one does not. The
+  Java test allows 60 s; the time is printed, not asserted.
 - BindingLifecycle.unackedPurge: Queue.Purge removes only the ready messages. A delivery not yet
   acknowledged is not the queue's to purge: Basic.Recover (or the channel's close) returns it,
   redelivered, and a purge after that removes it.
 - BindingLifecycle.exchangeAutoDeleteManyBindings (doAutoDelete with 10 queues): an auto-delete
   exchange with ten bindings of the same key outlives the auto-delete queue that goes away, is
   still there to bind to, and goes when its last binding goes; every request is answered.
+  On Pulsar the queue declared again under the auto-deleted one's name found a message routed
+  to the old queue (fixed in backend/pulsar/vhost.py: a deletion closes the queue's
+  cancelled consumers still closing before it removes the subscriptions).
 """
 
 from __future__ import annotations
@@ -125,6 +129,42 @@ def test_in_flight_messages_come_back_when_their_channel_closes(running: Running
 
 def test_in_flight_messages_come_back_when_their_connection_closes(running: Running) -> None:
     in_flight_then_closed(running, lambda connection, _channel: connection.close())
+
+
+ACKED_FIRST = 20  # RequeueOnClose's MESSAGES_TO_CONSUME
+
+
+def test_in_flight_messages_but_those_acknowledged_come_back_after_cancel_and_close(
+    running: Running,
+) -> None:
+    """RequeueOnClose.publishLotsAndConsumeSome(ack, cancelBeforeFinish): the consumer
+    acknowledges the first 20 and is cancelled while the rest are in flight to it; after the
+    channel's close, Basic.Get at once finds the other 1,980, and nothing more."""
+    connection = running.connect()
+    channel = connection.channel()
+    queue = unique("consume-some")
+    channel.queue_declare(queue, durable=True)
+    publish_confirmed(channel, queue, IN_FLIGHT)
+    consumer = connection.channel()
+    acknowledged: list[bytes] = []
+
+    def first_acknowledged(
+        on: BlockingChannel, method: pika.spec.Basic.Deliver, _p: object, body: bytes
+    ) -> None:
+        if len(acknowledged) < ACKED_FIRST:
+            on.basic_ack(method.delivery_tag)
+            acknowledged.append(body)
+
+    tag = consumer.basic_consume(queue, first_acknowledged)
+    wait_for(lambda: len(acknowledged) == ACKED_FIRST, connection, what="20 deliveries")
+    consumer.basic_cancel(tag)
+    consumer.close()
+    back = sorted(body for body, _ in get_all_at_once(channel, queue))
+    expected = sorted({f"in flight {n}".encode() for n in range(IN_FLIGHT)} - set(acknowledged))
+    assert len(back) == IN_FLIGHT - ACKED_FIRST
+    assert back == expected
+    channel.queue_delete(queue)
+    connection.close()
 
 
 @pytest.mark.parametrize("acknowledged", [True, False], ids=["acked", "unacked"])
