@@ -344,16 +344,8 @@ class NamespaceWatcher:
         if not every_bucket and path in state.inflight:
             state.dirty.add(path)
             return
-        self._watched[path] = (state, folder, None)
-        state.inflight.add(path)
-        state.outstanding += 1
-        epoch = self._epoch
 
-        def apply(result: Any) -> None:
-            if epoch != self._epoch or not self.live(state):
-                return
-            state.outstanding -= 1
-            state.inflight.discard(path)
+        def listed(result: Any) -> None:
             try:
                 buckets, _stat = result.get_nowait()
             except NoNodeError:
@@ -366,29 +358,23 @@ class NamespaceWatcher:
                     bucket_path = self._layout.bucket(state.name, folder, bucket)
                     if every_bucket or bucket_path not in state.watched:
                         self._list_bucket(state, folder, bucket)
-            if path in state.dirty:
-                state.dirty.discard(path)
-                self._list_folder(state, folder, every_bucket=False)
-            self._settle(state)
 
-        self._session.link(self._children_async(path), apply)
+        self._list(
+            state,
+            path,
+            (state, folder, None),
+            listed,
+            lambda: self._list_folder(state, folder, every_bucket=False),
+        )
 
     def _list_bucket(self, state: WatchedNamespace, folder: Folder, bucket: str) -> None:
         path = self._layout.bucket(state.name, folder, bucket)
         if path in state.inflight:
             state.dirty.add(path)
             return
-        self._watched[path] = (state, folder, bucket)
         state.watched.add(path)
-        state.inflight.add(path)
-        state.outstanding += 1
-        epoch = self._epoch
 
-        def apply(result: Any) -> None:
-            if epoch != self._epoch or not self.live(state):
-                return
-            state.outstanding -= 1
-            state.inflight.discard(path)
+        def listed(result: Any) -> None:
             try:
                 children, stat = result.get_nowait()
             except NoNodeError:
@@ -399,9 +385,40 @@ class NamespaceWatcher:
                 to_read = state.mirror.apply_bucket_listing(folder, bucket, children, stat.cversion)
                 if to_read:
                     self._read(state, folder, to_read, bucket)
+
+        self._list(
+            state,
+            path,
+            (state, folder, bucket),
+            listed,
+            lambda: self._list_bucket(state, folder, bucket),
+        )
+
+    def _list(
+        self,
+        state: WatchedNamespace,
+        path: str,
+        entry: tuple[WatchedNamespace, Folder, str | None],
+        listed: Callable[[Any], None],
+        again: Callable[[], None],
+    ) -> None:
+        """List ``path`` (a folder or a bucket, ``entry`` in the watched table): ``listed``
+        takes the result, unless a resync (a new epoch) or a close came first; ``again``
+        lists it once more when it changed while it was being listed."""
+        self._watched[path] = entry
+        state.inflight.add(path)
+        state.outstanding += 1
+        epoch = self._epoch
+
+        def apply(result: Any) -> None:
+            if epoch != self._epoch or not self.live(state):
+                return
+            state.outstanding -= 1
+            state.inflight.discard(path)
+            listed(result)
             if path in state.dirty:
                 state.dirty.discard(path)
-                self._list_bucket(state, folder, bucket)
+                again()
             self._settle(state)
 
         self._session.link(self._children_async(path), apply)
