@@ -14,24 +14,15 @@ from kazoo.exceptions import NoNodeError
 
 from gateway.metadata.codec import binding_id
 from gateway.metadata.paths import BUCKETS, Folder, encode_name
-from gateway.metadata.zookeeper.calls import KazooCalls, nothing, unexpected
+from gateway.metadata.zookeeper.calls import nothing, unexpected
 from gateway.metadata.zookeeper.ops import TXN_BYTES, TXN_OPS, Delete, Op, op_size
-from gateway.metadata.zookeeper.transactions import EntityTransactions, create_ops, unbind_ops
-from gateway.metadata.zookeeper.watcher import NamespaceWatcher
+from gateway.metadata.zookeeper.transactions import TransactionsUser, create_ops, unbind_ops
 from gateway.model.entities import Binding, Exchange, Queue
 
 Entity = Exchange | Queue | Binding
 
 
-class NamespaceAdmin:
-    def __init__(
-        self, calls: KazooCalls, watcher: NamespaceWatcher, transactions: EntityTransactions
-    ) -> None:
-        self._calls = calls
-        self._layout = calls.layout
-        self._watcher = watcher
-        self._transactions = transactions
-
+class NamespaceAdmin(TransactionsUser):
     async def bulk_create(
         self,
         namespace: str,

@@ -23,9 +23,7 @@ from gateway.metadata.paths import (
     is_exchange_binding_id,
 )
 from gateway.metadata.values import ExchangeEdges
-from gateway.metadata.zookeeper.calls import KazooCalls
-from gateway.metadata.zookeeper.transactions import EntityTransactions
-from gateway.metadata.zookeeper.watcher import NamespaceWatcher
+from gateway.metadata.zookeeper.transactions import TransactionsUser
 from gateway.model.entities import Exchange, Queue
 
 __all__ = ["SyncedReads"]
@@ -33,17 +31,9 @@ __all__ = ["SyncedReads"]
 log = logging.getLogger(__name__)
 
 
-class SyncedReads:
+class SyncedReads(TransactionsUser):
     """The ``sync_*`` reads of the roles (Entities, Bindings, TopicKeys) and ``list_namespaces``
     (Views)."""
-
-    def __init__(
-        self, calls: KazooCalls, watcher: NamespaceWatcher, transactions: EntityTransactions
-    ) -> None:
-        self._calls = calls
-        self._layout = calls.layout
-        self._watcher = watcher
-        self._transactions = transactions
 
     async def sync_queue(self, namespace: str, name: str) -> Queue | None:
         found = await self._sync_entity(namespace, Folder.QUEUES, name, f"look up queue {name!r}")

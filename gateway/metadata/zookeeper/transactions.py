@@ -762,3 +762,17 @@ class EntityTransactions:
         if isinstance(failure[1], NoNodeError | BadVersionError):
             return False
         raise unexpected(failure[1], what)
+
+
+class TransactionsUser:
+    """A part of the store that works through the entity transactions (admin.py's bulk
+    import and delete, synced_reads.py's reads): the calls, their layout, the namespace
+    watcher and the transactions, as the store hands them over."""
+
+    def __init__(
+        self, calls: KazooCalls, watcher: NamespaceWatcher, transactions: EntityTransactions
+    ) -> None:
+        self._calls = calls
+        self._layout = calls.layout
+        self._watcher = watcher
+        self._transactions = transactions
