@@ -16,6 +16,7 @@ has queues and ``--force`` was not given).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -24,12 +25,10 @@ from typing import Final, TextIO
 import trio
 
 from gateway.auth.admin_command import (
-    EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     common_options,
-    quiet_loggers,
-    start_command,
+    run_command,
     zookeeper_store,
 )
 from gateway.backend.vhost_admin import (
@@ -103,9 +102,10 @@ async def _execute(
     args: argparse.Namespace,
     config: GatewayConfig,
     mapper: VhostMapper,
-    prefix: str,
     out: TextIO,
     err: TextIO,
+    *,
+    prefix: str,
 ) -> None:
     with ExitStack() as files:
         admin = _admin_for(config, files)
@@ -145,28 +145,20 @@ def run_vhosts_command(
 ) -> int:
     """Run ``starlight-rabbitmq vhosts <argv>``; returns the exit code. ``prefix`` is the
     metadata prefix in ZooKeeper (tests use one of their own)."""
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    started = start_command(PROG, _parser(), argv, err)
-    if isinstance(started, int):
-        return started
-    args, config, mapper = started
-    try:
-        with quiet_loggers("kazoo", "httpx", "httpcore"):
-            trio.run(_execute, args, config, mapper, prefix, out, err)
-    except ConfigError as error:
-        print(f"{PROG}: configuration error: {error}", file=err)
-        return EXIT_USAGE
-    except VhostInvalid as error:
-        print(f"{PROG}: {error}", file=err)
-        return EXIT_USAGE
-    except (VhostNotFound, VhostInUse) as error:
-        print(f"{PROG}: {error}", file=err)
-        return EXIT_REFUSED
-    except (VhostError, MetadataUnavailable) as error:
-        print(f"{PROG}: {error}", file=err)
-        return EXIT_UNAVAILABLE
-    return EXIT_OK
+    return run_command(
+        PROG,
+        _parser(),
+        argv,
+        functools.partial(_execute, prefix=prefix),
+        failures=[
+            (VhostInvalid, EXIT_USAGE),
+            ((VhostNotFound, VhostInUse), EXIT_REFUSED),
+            ((VhostError, MetadataUnavailable), EXIT_UNAVAILABLE),
+        ],
+        loggers=["kazoo", "httpx", "httpcore"],
+        stdout=stdout,
+        stderr=stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final, TextIO, TypeVar
+
+import trio
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.model.vhost import VhostMapper
@@ -22,11 +25,19 @@ __all__ = [
     "EXIT_USAGE",
     "common_options",
     "quiet_loggers",
+    "run_command",
     "start_command",
     "zookeeper_store",
 ]
 
 _Store = TypeVar("_Store")
+
+#: What a command does once started: (args, config, mapper, stdout, stderr).
+Execute = Callable[
+    [argparse.Namespace, GatewayConfig, VhostMapper, TextIO, TextIO], Awaitable[None]
+]
+#: The errors a command says in one line, in the order they are matched, with their exit codes.
+Failures = Sequence[tuple[type[Exception] | tuple[type[Exception], ...], int]]
 
 # The exit codes both commands give (the vhosts command has one more, for a refusal).
 EXIT_OK: Final = 0
@@ -68,6 +79,42 @@ def start_command(
         print(f"{prog}: configuration error: {error}", file=err)
         return EXIT_USAGE
     return args, config, mapper
+
+
+def run_command(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    execute: Execute,
+    *,
+    failures: Failures,
+    loggers: Sequence[str],
+    stdout: TextIO | None,
+    stderr: TextIO | None,
+) -> int:
+    """Start the command (start_command) and run ``execute`` in trio with ``loggers``
+    quiet; returns the exit code: EXIT_OK, EXIT_USAGE for a wrong configuration, or that of
+    the first of ``failures`` the error raised is one of; the error is said in one line on
+    stderr (any other propagates)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    started = start_command(prog, parser, argv, err)
+    if isinstance(started, int):
+        return started
+    args, config, mapper = started
+    try:
+        with quiet_loggers(*loggers):
+            trio.run(execute, args, config, mapper, out, err)
+    except ConfigError as error:
+        print(f"{prog}: configuration error: {error}", file=err)
+        return EXIT_USAGE
+    except Exception as error:
+        for kinds, code in failures:
+            if isinstance(error, kinds):
+                print(f"{prog}: {error}", file=err)
+                return code
+        raise
+    return EXIT_OK
 
 
 def zookeeper_store(

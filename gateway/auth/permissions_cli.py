@@ -16,6 +16,7 @@ command line, configuration, vhost or pattern.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Final, TextIO
@@ -23,12 +24,10 @@ from typing import Final, TextIO
 import trio
 
 from gateway.auth.admin_command import (
-    EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     common_options,
-    quiet_loggers,
-    start_command,
+    run_command,
     zookeeper_store,
 )
 from gateway.auth.authorization import permission_scope
@@ -109,10 +108,17 @@ async def _execute(
     args: argparse.Namespace,
     config: GatewayConfig,
     mapper: VhostMapper,
-    prefix: str,
     out: TextIO,
     err: TextIO,
+    *,
+    prefix: str,
 ) -> None:
+    if not config.authorizationEnabled and not args.quiet:
+        print(
+            f"{PROG}: note: authorizationEnabled is false in this configuration: the gateway "
+            "does not check these permissions until it is true",
+            file=err,
+        )
     scope = None if args.vhost is None else _scope(mapper, args.vhost)
     store = zookeeper_store(ZooKeeperPermissionStore, config, prefix, args.timeout)
     try:
@@ -174,28 +180,19 @@ def run_permissions_command(
 
     ``prefix`` is the metadata prefix in ZooKeeper (tests use one of their own).
     """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    started = start_command(PROG, _parser(), argv, err)
-    if isinstance(started, int):
-        return started
-    args, config, mapper = started
-    if not config.authorizationEnabled and not args.quiet:
-        print(
-            f"{PROG}: note: authorizationEnabled is false in this configuration: the gateway "
-            "does not check these permissions until it is true",
-            file=err,
-        )
-    try:
-        with quiet_loggers("kazoo"):
-            trio.run(_execute, args, config, mapper, prefix, out, err)
-    except (_Usage, InvalidPermission) as error:
-        print(f"{PROG}: {error}", file=err)
-        return EXIT_USAGE
-    except MetadataUnavailable as error:
-        print(f"{PROG}: {error}", file=err)
-        return EXIT_UNAVAILABLE
-    return EXIT_OK
+    return run_command(
+        PROG,
+        _parser(),
+        argv,
+        functools.partial(_execute, prefix=prefix),
+        failures=[
+            ((_Usage, InvalidPermission), EXIT_USAGE),
+            (MetadataUnavailable, EXIT_UNAVAILABLE),
+        ],
+        loggers=["kazoo"],
+        stdout=stdout,
+        stderr=stderr,
+    )
 
 
 if __name__ == "__main__":
