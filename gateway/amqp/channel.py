@@ -44,6 +44,16 @@ class ChannelState(Enum):
 _METHOD, _HEADER, _BODY = 0, 1, 2
 
 
+def _out_of_order(expected: int, instead: str) -> ConnectionException:
+    """505 for a content frame that came when ``expected`` (a method, or the other kind of
+    content frame, whose RabbitMQ wording is ``instead``) was due. Only on the error path."""
+    if expected == _METHOD:
+        return ConnectionException(
+            ReplyCode.UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
+        )
+    return ConnectionException(ReplyCode.UNEXPECTED_FRAME, instead, _BASIC, 40)
+
+
 class Channel:
     __slots__ = (
         "_body_size",
@@ -107,16 +117,8 @@ class Channel:
 
     def on_header(self, payload: bytes) -> PublishReceived | None:
         if self._expect != _HEADER:
-            if self._expect == _METHOD:
-                raise ConnectionException(
-                    ReplyCode.UNEXPECTED_FRAME,
-                    "expected method frame, got non method frame instead",
-                )
-            raise ConnectionException(
-                ReplyCode.UNEXPECTED_FRAME,
-                "expected content body, got non content body frame instead",
-                _BASIC,
-                40,
+            raise _out_of_order(
+                self._expect, "expected content body, got non content body frame instead"
             )
         class_id, weight, body_size, raw = decode_content_header(payload)
         if class_id != _BASIC or weight != 0:
@@ -159,16 +161,9 @@ class Channel:
 
     def on_body(self, payload: bytes) -> PublishReceived | None:
         if self._expect != _BODY:
-            if self._expect == _METHOD:
-                raise ConnectionException(
-                    ReplyCode.UNEXPECTED_FRAME,
-                    "expected method frame, got non method frame instead",
-                )
-            raise ConnectionException(
-                ReplyCode.UNEXPECTED_FRAME,
+            raise _out_of_order(
+                self._expect,
                 "expected content header for class 60, got non content header frame instead",
-                _BASIC,
-                40,
             )
         received = self._received + len(payload)
         if received > self._body_size:
