@@ -68,10 +68,48 @@ _GONE: Final = _Gone()
 _MISS: Final = object()
 
 
-class _Frozen(Generic[K, V]):
+class _Reads(Generic[K, V]):
+    """What a live map and its snapshots read alike: membership, iteration and size, over
+    a base and chunks."""
+
+    __slots__ = ()
+    _base: dict[K, V]
+    _chunks: Sequence[dict[K, Any]]
+    _len: int
+
+    def __contains__(self, key: object) -> bool:
+        found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
+        if found is _MISS:
+            return key in self._base
+        return found is not _GONE
+
+    def __iter__(self) -> Iterator[K]:
+        return _iterate(self._base, self._chunks)
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class _Lookups(_Reads[K, V]):
+    """Lookups by key, for a live map and its Mapping snapshots (not its key sets)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: K) -> V:
+        return _lookup(self._base, self._chunks, key)
+
+    def get(self, key: K, default: Any = None) -> Any:
+        try:
+            return _lookup(self._base, self._chunks, key)
+        except KeyError:
+            return default
+
+
+class _Frozen(_Reads[K, V]):
     """The base and chunks of a snapshot: membership, iteration, size."""
 
     __slots__ = ("_base", "_changes", "_chunks", "_len")
+    _chunks: tuple[dict[K, Any], ...]
 
     def __init__(
         self,
@@ -96,18 +134,6 @@ class _Frozen(Generic[K, V]):
         if theirs.end > mine.end:
             return None
         return mine.keys[theirs.end - mine.start : mine.end - mine.start]
-
-    def __contains__(self, key: object) -> bool:
-        found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
-        if found is _MISS:
-            return key in self._base
-        return found is not _GONE
-
-    def __iter__(self) -> Iterator[K]:
-        return _iterate(self._base, self._chunks)
-
-    def __len__(self) -> int:
-        return self._len
 
     @property
     def chunks(self) -> tuple[Mapping[K, Any], ...]:
@@ -177,7 +203,7 @@ class _Values(ValuesView[V]):
             yield value
 
 
-class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
+class FrozenChunkedMap(_Frozen[K, V], _Lookups[K, V], Mapping[K, V]):
     """A snapshot of a ChunkedDict: a read-only Mapping."""
 
     __slots__ = ()
@@ -187,15 +213,6 @@ class FrozenChunkedMap(_Frozen[K, V], Mapping[K, V]):
 
     def values(self) -> ValuesView[V]:
         return _Values(self)
-
-    def __getitem__(self, key: K) -> V:
-        return _lookup(self._base, self._chunks, key)
-
-    def get(self, key: K, default: Any = None) -> Any:
-        try:
-            return _lookup(self._base, self._chunks, key)
-        except KeyError:
-            return default
 
     def __repr__(self) -> str:
         return f"FrozenChunkedMap({len(self)} entries)"
@@ -217,7 +234,7 @@ class FrozenChunkedSet(_Frozen[K, Any], Set[K]):
         return f"FrozenChunkedSet({len(self)} members)"
 
 
-class ChunkedDict(Generic[K, V]):
+class ChunkedDict(_Lookups[K, V]):
     """The live map: dict operations, and ``frozen()`` / ``frozen_keys()`` snapshots.
     ``base``: the initial entries (the map takes the dict, and never changes it)."""
 
@@ -232,27 +249,6 @@ class ChunkedDict(Generic[K, V]):
         # The keys of the changes since the sequence number ``_log_start``.
         self._log: list[K] = []
         self._log_start = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __contains__(self, key: object) -> bool:
-        found = self._chunks[hash(key) & _MASK].get(key, _MISS)  # type: ignore[arg-type]
-        if found is _MISS:
-            return key in self._base
-        return found is not _GONE
-
-    def __getitem__(self, key: K) -> V:
-        return _lookup(self._base, self._chunks, key)
-
-    def get(self, key: K, default: Any = None) -> Any:
-        try:
-            return _lookup(self._base, self._chunks, key)
-        except KeyError:
-            return default
-
-    def __iter__(self) -> Iterator[K]:
-        return _iterate(self._base, self._chunks)
 
     def _writable(self, key: K) -> dict[K, Any]:
         """The chunk of ``key``, about to change: copied if a snapshot holds it; the key
