@@ -185,13 +185,20 @@ class BasicGetConsumers:
         """Retire the queue's Basic.Get consumer: what it prefetched goes back to the queue
         at once, and it closes when the messages it handed out are settled."""
         getter = self._forget(queue)
-        if getter is not None:
-            # A hot getter with nothing outstanding closes with what it read ahead still
-            # buffered: Pulsar gives that back uncounted, where handing it back one by one
-            # would raise up to GET_HOT_READ_AHEAD messages' redelivery counts (which other
-            # replicas read as "delivered before").
-            hand_back = getter not in self.hot or bool(getter.outstanding)
-            getter.retire(self._start_soon, hand_back=hand_back)
+        if getter is None:
+            return
+        if not getter.outstanding:
+            # Nothing of it is held by a client: closed before this returns, with what it
+            # read ahead still buffered, so that all of that is back in the queue (uncounted,
+            # in its place in line) before the caller's consumer subscribes. Handed back by
+            # negative acknowledgements instead, each topic's share would come back at its
+            # own timer's tick while the new consumer already reads (a priority queue's
+            # consumer got a lower priority first: the Java client's "get, then consume with
+            # prefetch 1"), and each message's redelivery count would rise (other replicas
+            # read it as "delivered before").
+            await getter.close()
+            return
+        getter.retire(self._start_soon)
 
     async def end(self, queue: str) -> None:
         """The queue was deleted: its Basic.Get consumers, the current one and those retired

@@ -82,9 +82,22 @@ async def test_a_polling_client_gets_a_hot_getter_after_a_run_of_settled_gets() 
         assert [g.read_ahead for g in opened] == [GET_READ_AHEAD, GET_HOT_READ_AHEAD]
         assert opened[0].closed and not opened[1].closed
         assert gets.by_queue["q"] is cast(PulsarQueueSubscription, opened[1])
-        # Retired with nothing outstanding: closed with its read-ahead, not handed back.
+        # Retired with nothing outstanding: closed with its read-ahead (not handed back)
+        # before close returns, so before a new consumer subscribes.
         await gets.close("q")
-        assert opened[1].handed_back is False
+        assert opened[1].closed and opened[1].handed_back is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_getter_with_nothing_held_is_closed_before_a_consumer_subscribes() -> None:
+    # Not handed back by negative acknowledgements, which return each topic's share at its
+    # own timer's tick while the new consumer reads: a priority queue's consumer got a lower
+    # priority first (the Java client's priority scenario: get, then consume with prefetch 1).
+    async with trio.open_nursery() as nursery:
+        gets, opened = await _getters(nursery)
+        await gets.get("q", _nothing)
+        await gets.close("q")
+        assert opened[0].closed and opened[0].handed_back is None
         nursery.cancel_scope.cancel()
 
 
