@@ -68,6 +68,24 @@ class SlowRequeueBackend(MemoryBackend):
         return self.vhost
 
 
+async def hold_every_message(client: ScriptedClient) -> None:
+    """On channel 1: declare "q", publish COUNT messages to it, and get each without
+    acknowledging it (the channel holds them all)."""
+    await client.send(commands.Queue.Declare(queue="q"), 1)
+    await client.expect(commands.Queue.DeclareOk, 1)
+    for n in range(COUNT):
+        content = f"m{n}".encode()
+        await client.send(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        properties = commands.Basic.Properties()
+        await client.send(header.ContentHeader(0, len(content), properties), 1)
+        await client.send_raw(frame.marshal(body.ContentBody(content), 1))
+    for _ in range(COUNT):
+        await client.send(commands.Basic.Get(queue="q"), 1)
+        await client.expect(commands.Basic.GetOk, 1)
+        await client.expect(header.ContentHeader, 1)
+        await client.receive()  # the body
+
+
 async def test_close_ok_comes_after_the_requeue(autojump_clock: trio.abc.Clock) -> None:
     backend = SlowRequeueBackend()
     client_stream, server_stream = trio.testing.memory_stream_pair()
@@ -81,19 +99,7 @@ async def test_close_ok_comes_after_the_requeue(autojump_clock: trio.abc.Clock) 
         # is under way, as other channels' deliveries and confirms would.
         await client.handshake(heartbeat_interval=1)
         await client.open_channel(1)
-        await client.send(commands.Queue.Declare(queue="q"), 1)
-        await client.expect(commands.Queue.DeclareOk, 1)
-        for n in range(COUNT):
-            content = f"m{n}".encode()
-            await client.send(commands.Basic.Publish(exchange="", routing_key="q"), 1)
-            properties = commands.Basic.Properties()
-            await client.send(header.ContentHeader(0, len(content), properties), 1)
-            await client.send_raw(frame.marshal(body.ContentBody(content), 1))
-        for _ in range(COUNT):
-            await client.send(commands.Basic.Get(queue="q"), 1)
-            await client.expect(commands.Basic.GetOk, 1)
-            await client.expect(header.ContentHeader, 1)
-            await client.receive()  # the body
+        await hold_every_message(client)
         assert backend.vhost.requeued == []
 
         await client.send(
@@ -128,19 +134,7 @@ async def test_connection_close_ok_comes_after_every_requeue(
         client = ScriptedClient(client_stream)
         await client.handshake()
         await client.open_channel(1)
-        await client.send(commands.Queue.Declare(queue="q"), 1)
-        await client.expect(commands.Queue.DeclareOk, 1)
-        for n in range(COUNT):
-            content = f"m{n}".encode()
-            await client.send(commands.Basic.Publish(exchange="", routing_key="q"), 1)
-            properties = commands.Basic.Properties()
-            await client.send(header.ContentHeader(0, len(content), properties), 1)
-            await client.send_raw(frame.marshal(body.ContentBody(content), 1))
-        for _ in range(COUNT):
-            await client.send(commands.Basic.Get(queue="q"), 1)
-            await client.expect(commands.Basic.GetOk, 1)
-            await client.expect(header.ContentHeader, 1)
-            await client.receive()  # the body
+        await hold_every_message(client)
         await client.open_channel(2)
         await client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
         await client.expect(commands.Basic.ConsumeOk, 2)
