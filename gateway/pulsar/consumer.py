@@ -61,10 +61,9 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
-from gateway.pulsar.incoming import IncomingMessage
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
+from gateway.pulsar.received import ListenedMessage, ReceivedMessage
 
 SubscriptionType = Literal["shared", "exclusive", "failover", "key_shared"]
 InitialPosition = Literal["latest", "earliest"]
@@ -138,121 +137,6 @@ def _native_config(options: ConsumerOptions) -> Any:
     if options.priority_level is not None:
         priority_levels().apply(conf, options.priority_level)
     return conf
-
-
-class ReceivedMessage(IncomingMessage):
-    """One message a consumer received, to acknowledge or not."""
-
-    __slots__ = ("_id_bytes", "_owner", "_topic", "native_consumer", "place")
-
-    def __init__(
-        self, native: Any, native_consumer: Any, owner: TrioConsumer, place: int | None = None
-    ) -> None:
-        # IncomingMessage's fields set here rather than by its __init__: a call less for
-        # every message received.
-        self.native = native
-        self._id = None
-        self.native_consumer = native_consumer  # the _pulsar.Consumer it came from
-        self._owner = owner
-        # Its place in line in a consumer ordered by priority (put_back returns it there).
-        self.place = place
-        self._topic: str | None = None
-        self._id_bytes: bytes | None = None
-
-    @property
-    def id_bytes(self) -> bytes:
-        """The message id serialized by pulsar-client: an identity for it within its topic,
-        at two calls into C++ rather than ``message_id``'s five."""
-        if self._id_bytes is None:
-            self._id_bytes = bytes(self.native.message_id().serialize())
-        return self._id_bytes
-
-    @property
-    def in_batch(self) -> bool:
-        """Whether it shares its Pulsar entry with other messages (a producer batch): Pulsar
-        then acknowledges and redelivers the entry as a whole unless told otherwise."""
-        return int(self.native.message_id().batch_index()) >= 0
-
-    @property
-    def chunked(self) -> bool:
-        """Whether it was stored in chunks (a message above the broker's maxMessageSize,
-        from a chunking producer). pulsar-client's negative acknowledgement of one sends back
-        only its last chunk (measured with pulsar-client 3.13 on Pulsar 4.0: the consumer
-        drops that chunk as incomplete and holds the others until it closes), so it is given
-        back like a message of a batch: by copy, or by closing its consumer."""
-        return is_chunked(self.id_bytes)
-
-    @property
-    def batch_position(self) -> BatchPosition:
-        """Its entry, index in the entry's batch and the batch's size."""
-        return batch_position(self.id_bytes)
-
-    @property
-    def topic(self) -> str:
-        """The topic it came from (one TrioConsumer may read several)."""
-        # Asked for several times per delivery (routing filter, redelivery key): read once.
-        if self._topic is None:
-            self._topic = str(self.native.topic_name())
-        return self._topic
-
-    @property
-    def redelivery_count(self) -> int:
-        """Redeliveries after nacks (Shared/Key_Shared only; kept in broker memory).
-
-        Not incremented when a message comes back because its consumer closed.
-        """
-        return int(self.native.redelivery_count())
-
-    @property
-    def event_timestamp(self) -> int:
-        """Milliseconds; 0 when the producer set none."""
-        return int(self.native.event_timestamp())
-
-    def ack(self) -> None:
-        self._owner.acknowledge(self)
-
-    def nack(self) -> None:
-        self._owner.negative_acknowledge(self)
-
-    def _acknowledge(self) -> None:
-        self.native_consumer.acknowledge_async(self.native, ignore_result)
-
-    def _negative_acknowledge(self) -> None:
-        self.native_consumer.negative_acknowledge(self.native)
-
-    def __repr__(self) -> str:
-        return f"ReceivedMessage({self.topic!r}, {self.message_id})"
-
-
-class ListenedMessage(ReceivedMessage):
-    """A message from the compiled listener: ``native`` is a ``_starlight_compiled.Message``,
-    which answers the same accessors from C, its id serialized, and acknowledges itself."""
-
-    __slots__ = ()
-
-    @property
-    def message_id(self) -> MessageId:
-        if self._id is None:
-            import _pulsar
-
-            self._id = MessageId.from_native(_pulsar.MessageId.deserialize(self.id_bytes))
-        return self._id
-
-    @property
-    def id_bytes(self) -> bytes:
-        if self._id_bytes is None:
-            self._id_bytes = self.native.id_bytes()
-        return self._id_bytes
-
-    @property
-    def in_batch(self) -> bool:
-        return self.message_id.batch_index >= 0
-
-    def _acknowledge(self) -> None:
-        self.native.acknowledge()
-
-    def _negative_acknowledge(self) -> None:
-        self.native.negative_acknowledge()
 
 
 class TrioConsumer(AsyncClosing):
@@ -490,13 +374,13 @@ class TrioConsumer(AsyncClosing):
         is redelivered, which is what AMQP promises for unacknowledged messages anyway.
         """
         self._check_open()
-        message._acknowledge()
+        message.send_acknowledgement()
         self.last_acknowledged = message
 
     def negative_acknowledge(self, message: ReceivedMessage) -> None:
         """Redeliver after ``negative_ack_redelivery_delay_ms`` (to any consumer if Shared)."""
         self._check_open()
-        message._negative_acknowledge()
+        message.send_negative_acknowledgement()
 
     def put_back(self, message: ReceivedMessage) -> bool:
         """Return a message taken by ``receive()`` (and not acknowledged) to its place in line
@@ -555,7 +439,7 @@ class TrioConsumer(AsyncClosing):
                 continue
             if given_back is not None:
                 given_back(message)
-            message._negative_acknowledge()
+            message.send_negative_acknowledgement()
         return len(returned)
 
     def take_unreceived(self) -> list[ReceivedMessage]:

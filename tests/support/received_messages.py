@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from gateway.pulsar.consumer import ReceivedMessage
+from gateway.pulsar.received import ReceivedMessage
 
 
 @dataclass

@@ -18,8 +18,9 @@ from collections.abc import Iterable
 import trio
 
 from gateway.pulsar.admin import PulsarAdmin
-from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
+from gateway.pulsar.consumer import TrioConsumer
 from gateway.pulsar.errors import AdminError
+from gateway.pulsar.received import ReceivedMessage
 
 __all__ = ["ACK_WAIT", "acks_applied"]
 

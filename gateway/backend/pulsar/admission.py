@@ -27,7 +27,7 @@ from gateway.metadata.store import Position, VhostView
 from gateway.model.entities import Exchange, ExchangeType
 from gateway.model.graph import RouteSnapshot, RoutingGraph
 from gateway.model.routing import headers_match
-from gateway.pulsar.consumer import ReceivedMessage
+from gateway.pulsar.received import ReceivedMessage
 
 __all__ = ["Admission"]
 

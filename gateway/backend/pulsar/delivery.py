@@ -42,8 +42,9 @@ from gateway.backend.pulsar.split_batches import rests_of_split_entries
 from gateway.bounded import remember
 from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
-from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
+from gateway.pulsar.consumer import TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
+from gateway.pulsar.received import ReceivedMessage
 
 log = logging.getLogger("gateway.pulsar.delivery")
 

@@ -25,8 +25,9 @@ from gateway.backend.interface import Message
 from gateway.backend.pulsar.messages import ENQUEUED
 from gateway.model.dead_letter import Reason
 from gateway.model.ttl import ZERO_TTL_GRACE_MS, effective_ttl, is_expired
-from gateway.pulsar.consumer import ReceivedMessage, TrioConsumer
+from gateway.pulsar.consumer import TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
+from gateway.pulsar.received import ReceivedMessage
 
 log = logging.getLogger("gateway.pulsar.expiry")
 

@@ -31,7 +31,7 @@ from itertools import islice
 from typing import Final
 
 from gateway.bounded import remember
-from gateway.pulsar.consumer import ReceivedMessage
+from gateway.pulsar.received import ReceivedMessage
 
 # The set is bounded: a message delivered here and settled on another replica would otherwise
 # stay forever. The oldest are forgotten first (their redelivery then goes unmarked).

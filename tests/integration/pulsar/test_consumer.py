@@ -11,9 +11,10 @@ import trio
 
 from gateway.pulsar.admin import PulsarAdmin
 from gateway.pulsar.client import PulsarClient
-from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
+from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.producer import ProducerOptions, TrioProducer
+from gateway.pulsar.received import ReceivedMessage
 from tests.conftest import StackEndpoints
 from tests.integration.pulsar.conftest import Topic, wait_for
 

@@ -18,9 +18,10 @@ import trio.testing
 
 from gateway.pulsar.bridge import NativeCall, TrioWaker
 from gateway.pulsar.client import ClientOptions, PulsarClient
-from gateway.pulsar.consumer import ConsumerOptions, ReceivedMessage, TrioConsumer
+from gateway.pulsar.consumer import ConsumerOptions, TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.producer import ProducerOptions, SendHandle, TrioProducer
+from gateway.pulsar.received import ReceivedMessage
 
 
 @dataclass(frozen=True)
@@ -305,13 +306,16 @@ class FakeConsumer:
 @dataclass(frozen=True)
 class FakeMessageId:
     index: int
+    size: int
 
     def batch_index(self) -> int:
         return self.index
 
     def serialize(self) -> bytes:
-        # As pulsar-client serializes an id (ledger 1, entry 2): not a chunked message's.
-        return bytes.fromhex("08011002")
+        # As pulsar-client serializes an id (ledger 1, entry 2; a batched message's batch
+        # index 4 and batch size 6): not a chunked message's.
+        batch = b"" if self.index < 0 else bytes([0x20, self.index, 0x30, self.size])
+        return bytes.fromhex("08011002") + batch
 
 
 @dataclass(frozen=True)
@@ -319,12 +323,13 @@ class FakeMessage:
     n: int
     topic: str = "persistent://t/ns/q"
     batch_index: int = -1  # -1: an entry of its own
+    batch_size: int = 4  # of its batch, when it is in one
 
     def topic_name(self) -> str:
         return self.topic
 
     def message_id(self) -> FakeMessageId:
-        return FakeMessageId(self.batch_index)
+        return FakeMessageId(self.batch_index, self.batch_size)
 
 
 def make_consumer(buffer_size: int) -> tuple[TrioConsumer, FakeConsumer]:
