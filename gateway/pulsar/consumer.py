@@ -61,6 +61,7 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
+from gateway.pulsar.ids import BatchPosition
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
 from gateway.pulsar.received import ListenedMessage, ReceivedMessage
@@ -163,6 +164,16 @@ class TrioConsumer(AsyncClosing):
         # wait for it), and one arriving then must not be buffered as if receiving went on.
         # Until ``take_unreceived`` or the close (which sends them back to the broker).
         self._late: list[tuple[Any, Any]] = []
+        # Per topic, the message ``receive()`` returned last (for a consumer ordered by
+        # priority: the one furthest along its topic), whose batch's rest may still be in
+        # pulsar-client's receiver queue (``collect_entry_tails``). Kept only where the broker
+        # acknowledges whole entries. (A message redelivered from further back, taken after
+        # part of a batch, hides that batch: its rest then goes back with the close, and the
+        # broker dispatches the whole entry again: duplicates, never a loss. Comparing
+        # positions for every message would cost ~5 µs each.)
+        self._last_taken: dict[str, ReceivedMessage] | None = (
+            None if options.batch_index_ack else {}
+        )
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
             None if options.priority_of is None else PriorityBuffer()
@@ -205,16 +216,17 @@ class TrioConsumer(AsyncClosing):
             priority = 0 if ordered is None else self._priority(native_msg)
             with self._lock:
                 if self._stopped:
+                    # Set aside; woken all the same (``collect_entry_tails`` waits for them).
                     self._late.append(item)
-                    return
-                if ordered is None:
-                    self._buffer.append(item)
-                    size = len(self._buffer)
                 else:
-                    ordered.push(item, priority)
-                    size = len(ordered)
-                if size >= self._capacity:
-                    self._pause(native_consumer)
+                    if ordered is None:
+                        self._buffer.append(item)
+                        size = len(self._buffer)
+                    else:
+                        ordered.push(item, priority)
+                        size = len(ordered)
+                    if size >= self._capacity:
+                        self._pause(native_consumer)
             self._waker.wake()
         except BaseException:
             pass
@@ -248,10 +260,9 @@ class TrioConsumer(AsyncClosing):
             return
         ordered = self._ordered
         with self._lock:
-            if self._stopped:  # queued in C as the listeners were being paused
-                self._late.extend(items)
-                return
-            if ordered is None:
+            if self._stopped:  # queued in C as the listeners were being paused, or since
+                self._late.extend(items)  # (woken all the same: ``collect_entry_tails``)
+            elif ordered is None:
                 self._buffer.extend(items)
             else:
                 for item in items:
@@ -321,7 +332,14 @@ class TrioConsumer(AsyncClosing):
                 self._paused = False
                 for each in self._natives.values():
                     each.resume_message_listener()
-        return self._message_type(native, native_consumer, self, place)
+        message = self._message_type(native, native_consumer, self, place)
+        last_taken = self._last_taken
+        if last_taken is not None:
+            topic = message.topic
+            before = last_taken.get(topic) if place is not None else None
+            if before is None or before.batch_position.entry < message.batch_position.entry:
+                last_taken[topic] = message
+        return message
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
@@ -442,6 +460,59 @@ class TrioConsumer(AsyncClosing):
             message.send_negative_acknowledgement()
         return len(returned)
 
+    async def collect_entry_tails(self, wait: float) -> None:
+        """Stop receiving (as ``take_unreceived``) and bring into the gateway's hands the rest
+        of each batch that ``receive()`` returned part of, for ``take_unreceived`` to return,
+        on a broker that acknowledges whole entries (backend/pulsar/split_batches.py).
+
+        A batch arrives whole in pulsar-client's receiver queue, but the listener hands it
+        over one message at a time and may have been paused halfway (the buffer full, or
+        ``stop_receiving``). What is left there cannot be acknowledged, and closing the
+        consumer makes Pulsar dispatch the whole entry again, the messages already
+        acknowledged with it. So the listener of each such topic is resumed until the batch's
+        last message has come, or ``wait`` seconds have passed; what comes with it is set
+        aside as well, and goes back at the close."""
+        self.stop_receiving(hand_back=False)
+        last_taken = self._last_taken or {}
+        wanted = {
+            topic: position
+            for topic, message in last_taken.items()
+            if topic in self._natives
+            and 0 <= (position := message.batch_position).batch_index < position.batch_size - 1
+        }
+        seen = 0
+        with trio.move_on_after(wait):
+            while wanted:
+                if self._listener is not None:
+                    self._drain_listener()
+                with self._lock:
+                    self._set_aside()
+                    for native_consumer, native in self._kept[seen:]:
+                        arrived = self._message_type(native, native_consumer, self)
+                        wanted_there = wanted.get(arrived.topic)
+                        if wanted_there is not None and _completes(arrived, wanted_there):
+                            del wanted[arrived.topic]
+                    seen = len(self._kept)
+                    for topic in wanted:
+                        native = self._natives.get(topic)  # None: removed meanwhile
+                        if native is not None:
+                            native.resume_message_listener()
+                if wanted:
+                    await self._lot.park()
+        with self._lock:
+            self._set_aside()
+            for native in self._natives.values():
+                native.pause_message_listener()
+
+    def _set_aside(self) -> None:
+        """Under _lock, stopped: the buffer, then what came since the stop, into _kept (the
+        order ``take_unreceived`` returns them in)."""
+        self._kept.extend(self._take_all())
+        if self._listener is not None:
+            self._listener.left(len(self._late))
+        self._kept.extend(self._late)
+        self._late = []
+
     def take_unreceived(self) -> list[ReceivedMessage]:
         """Stop receiving (``stop_receiving`` without handing back) and take every message
         read ahead that ``receive()`` never returned and that is still in the gateway
@@ -519,6 +590,8 @@ class TrioConsumer(AsyncClosing):
                 self._buffer = kept
             # What was set aside since a stop goes back with this topic's consumer too.
             self._kept = list(filter(elsewhere, self._kept))
+            if self._last_taken is not None:
+                self._last_taken.pop(topic, None)
             late = list(filter(elsewhere, self._late))
             dropped_late = len(self._late) - len(late)
             self._late = late
@@ -536,6 +609,8 @@ class TrioConsumer(AsyncClosing):
             self._take_all()
             self._kept.clear()
             self._late.clear()
+            if self._last_taken is not None:
+                self._last_taken.clear()
             natives = list(self._natives.values())
             self._natives.clear()
             if self._listener is not None:
@@ -559,6 +634,15 @@ class TrioConsumer(AsyncClosing):
         await _finish_all(
             self._client, natives, f"unsubscribe {self.subscription!r}", "unsubscribe_async"
         )
+
+
+def _completes(arrived: ReceivedMessage, position: BatchPosition) -> bool:
+    """Whether ``arrived`` is the last message of the batch at ``position``, or further along
+    its topic (so that batch's last message came before it)."""
+    at = arrived.batch_position
+    if at.entry == position.entry:
+        return at.batch_index == position.batch_size - 1
+    return at.entry > position.entry
 
 
 async def _finish(client: ClientOwner, native: Any, what: str, method: str = "close_async") -> None:

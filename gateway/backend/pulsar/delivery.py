@@ -75,6 +75,10 @@ CHUNKED_RETURN_GRACE = 1.0
 # original acknowledged) to finish before it closes its Pulsar consumer anyway: a copy's send
 # gives up after pulsar-client's send timeout (30 s); the session's cleanup allows 10 s.
 TWO_STEP_WAIT = 5.0
+# How long a closing consumer waits for the rest of a batch it delivered part of to come out of
+# pulsar-client's receiver queue, where the batch arrived whole (split_batches.py): a listener
+# round, milliseconds; without it the whole entry comes back, duplicates of what was settled.
+ENTRY_TAIL_WAIT = 1.0
 # Starts a task in the background (the vhost's nursery).
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 
@@ -562,6 +566,7 @@ class PulsarQueueSubscription:
     async def _complete_split_batches(self) -> None:
         """Move the rest of each batch part of which was delivered, so that the broker does not
         dispatch the whole batch again at the close (split_batches.py)."""
+        await self.consumer.collect_entry_tails(ENTRY_TAIL_WAIT)
         unreceived = self.consumer.take_unreceived()
         if not unreceived:
             return

@@ -140,3 +140,43 @@ async def test_a_batch_nothing_of_which_was_delivered_comes_back_whole_in_its_pl
         back = [await again.receive() for _ in range(COUNT)]
     assert [message.payload for message in back] == [b"m%d" % i for i in range(COUNT)]
     await again.aclose()
+
+
+async def test_the_rest_of_a_batch_still_in_the_receiver_queue_is_moved_too(
+    client: PulsarClient, admin: PulsarAdmin, topic: Topic
+) -> None:
+    """A buffer of one: the listener pauses after each message, so most of the batch is still
+    in pulsar-client's receiver queue when the consumer closes. It is brought out and moved
+    (``TrioConsumer.collect_entry_tails``); before, the whole entry came back, the
+    acknowledged message with it."""
+    name = topic("tail")
+    copies = Copies()
+    consumer = await client.subscribe(
+        name, "q", ConsumerOptions(receiver_queue_size=10, buffer_size=1)
+    )
+    subscription = PulsarQueueSubscription(
+        "q",
+        consumer,
+        lambda _message, _received: True,
+        lambda _subscription: None,
+        Redeliveries(),
+        copies,
+        refuse_dead_letters,
+    )
+    await write_batch(client, name)
+    with trio.fail_after(10):
+        acknowledged = await subscription.receive()
+    acknowledged.ack_now()
+    assert consumer.buffered <= 1  # the rest waits in the receiver queue
+    await subscription.close()
+    assert sorted(copies.written) == [(b"m%d" % i, False) for i in range(1, COUNT)]
+
+    async def settled() -> bool:
+        return await admin.subscription_backlog(name, "q") == 0
+
+    await wait_for(settled)
+    again = await client.subscribe(name, "q")
+    with trio.move_on_after(0.5):
+        message = await again.receive()
+        pytest.fail(f"the batch came back: {message.payload!r}")
+    await again.aclose()
