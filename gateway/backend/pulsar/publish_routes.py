@@ -39,8 +39,8 @@ class PublishRoutes:
         self.catalog = catalog
         self.namespace = namespace
         self._resources = resources
-        # subscribe(topic, queue): queue_subscriptions.py's, which also adds the topic to the
-        # queue's consumers.
+        # subscribe(topic, queue): queue_subscriptions.py's subscribe_to_write, which returns
+        # once the subscription exists (the queue's consumers get the topic meanwhile).
         self._subscribe = subscribe
         #: (exchange, key) pairs prepared by this replica (not prepared again).
         self.prepared_keys: set[tuple[str, str]] = set()

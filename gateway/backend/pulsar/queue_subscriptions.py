@@ -77,6 +77,27 @@ class QueueSubscriptions:
         for subscription in self.by_priority(queue):
             await subscription.add_topic(topic)
 
+    async def subscribe_to_write(self, topic: str, queue: str) -> None:
+        """``subscribe`` for a publisher about to write to ``topic``: returns once the
+        subscription exists, and gives the topic to this replica's consumers of the queue in
+        the background. The message written next is kept by the subscription whether or not
+        a consumer is attached yet, and goes to the first one that is, highest priority
+        first as with ``subscribe``; the publisher need not wait for them (a consumer's
+        attach took 5-15 ms of the first publish's confirm, docs/performance.md). One that
+        fails is logged: the next change of the view gives the topic again (vhost.py's
+        ``_reconcile``), as when the metadata watch's own ``subscribe`` fails."""
+        await self._made(topic, queue)
+        if self._consumers.get(queue):
+            with contextlib.suppress(RuntimeError):  # the nursery is closed: shutting down
+                self._r.nursery.start_soon(self._give_logged, topic, queue)
+
+    async def _give_logged(self, topic: str, queue: str) -> None:
+        for subscription in self.by_priority(queue):
+            try:
+                await subscription.add_topic(topic)
+            except Exception as error:
+                log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
+
     async def _made(self, topic: str, queue: str) -> None:
         """Until ``queue``'s subscription on ``topic`` exists, made here or by the creation
         under way. A creation that failed (Pulsar refusing new topics while it recovers) or

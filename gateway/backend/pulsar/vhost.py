@@ -118,7 +118,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self.catalog, self._topics, resources, self._consumers, self._basic_gets.by_queue
         )
         self._publish_routes = PublishRoutes(
-            self.catalog, namespace, resources, self._subscriptions.subscribe
+            self.catalog, namespace, resources, self._subscriptions.subscribe_to_write
         )
         self._redeliveries = Redeliveries()
         # The fleet's delivery records (AMQP's redelivered across replicas), once started.

@@ -1,5 +1,6 @@
 """A queue's subscriptions: one creation per (queue, topic) at a time, retried while another
-replica creates it, the topic handed to consumers highest priority first; taken away from
+replica creates it, the topic handed to consumers highest priority first (in the background
+for a publisher, which waits only for the subscription); taken away from
 consumers and the Basic.Get consumer before the subscription and its REMOVE record go; and
 deleted at once only when no other replica has a consumer of the queue."""
 
@@ -74,6 +75,7 @@ class Resources:
     def __init__(self, admin: Admin) -> None:
         self.admin = admin
         self.store = Store()
+        self.nursery: trio.Nursery | None = None  # a test's own, for background work
 
 
 class Catalog_:
@@ -264,3 +266,43 @@ def test_alone_only_when_no_other_replica_has_a_consumer() -> None:
     assert subscriptions.alone(cast(VhostView, View({"orders": 1})), "orders")
     assert not subscriptions.alone(cast(VhostView, View({"orders": 2})), "orders")
     assert subscriptions.alone(cast(VhostView, View({})), "idle")
+
+
+async def test_a_publisher_goes_on_once_subscribed_and_consumers_get_the_topic_after() -> None:
+    """The first publish to a topic waits for the subscription (which keeps its message),
+    not for this replica's consumers to attach: they get the topic in the background,
+    highest priority first, and one that fails does not stop the others."""
+    given: list[tuple[int, str]] = []
+    attach = trio.Event()
+
+    class SlowConsumer(Consumer):
+        async def add_topic(self, topic: str) -> None:
+            await attach.wait()
+            await super().add_topic(topic)
+
+    class FailingConsumer(Consumer):
+        async def add_topic(self, topic: str) -> None:
+            raise RuntimeError("consumer closed meanwhile")
+
+    consumers = {"orders": {SlowConsumer(10, given), FailingConsumer(5, given), Consumer(0, given)}}
+    admin = Admin()
+    subscriptions, resources = subscriptions_with(admin, consumers)
+    async with trio.open_nursery() as nursery:
+        resources.nursery = nursery
+        with trio.fail_after(10):  # waiting for the consumers would wait for ``attach``
+            await subscriptions.subscribe_to_write(TOPIC, "orders")
+        assert admin.created == [(TOPIC, SUBSCRIPTION)] and given == []
+        attach.set()
+    assert given == [(10, TOPIC), (0, TOPIC)]
+
+
+async def test_a_publisher_whose_subscription_fails_gives_the_topic_to_nobody() -> None:
+    given: list[tuple[int, str]] = []
+    admin = Admin()
+    admin.failing = 1
+    subscriptions, resources = subscriptions_with(admin, {"orders": {Consumer(0, given)}})
+    async with trio.open_nursery() as nursery:
+        resources.nursery = nursery
+        with pytest.raises(AMQPError):
+            await subscriptions.subscribe_to_write(TOPIC, "orders")
+    assert given == []
