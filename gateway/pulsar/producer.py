@@ -24,7 +24,9 @@ send to wait behind, and a publisher waiting for each confirm has nothing more t
 With the compiled module (compiled.py) a group is built and sent from C: each message is built
 at its submit (so a refused property still fails there), and the group goes to pulsar-client
 in one call whose last send's receipt is queued without the GIL; trio is woken once per batch
-of receipts. Receipts of the sends made through the binding (plain ``submit``, and a message
+of receipts. A batching producer is flushed after each group there: the group is one entry,
+sent at once, not held for ``batching_max_publish_delay_ms`` (through the binding it is:
+its ``flush_async`` deadlocks, see ``flush``). Receipts of the sends made through the binding (plain ``submit``, and a message
 whose property has a NUL character, which Pulsar's C API cannot carry) are queued there too,
 so handles still complete in the order pulsar-client reported.
 
@@ -492,7 +494,9 @@ class TrioProducer(AsyncClosing):
         self._last = group
         try:
             if group.compiled:
-                self._sender.send_group(self._native, group._token, messages)
+                self._sender.send_group(
+                    self._native, group._token, messages, self.options.batching_enabled
+                )
                 return
             send = self._native.send_async
             last = len(messages) - 1

@@ -33,6 +33,7 @@ void pulsar_consumer_acknowledge_async(pulsar_consumer_t *, pulsar_message_t *,
 void pulsar_consumer_negative_acknowledge(pulsar_consumer_t *, pulsar_message_t *);
 void pulsar_producer_send_async(pulsar_producer_t *, pulsar_message_t *, pulsar_send_callback,
                                 void *);
+void pulsar_producer_flush_async(pulsar_producer_t *, pulsar_result_callback, void *);
 pulsar_message_t *pulsar_message_create(void);
 void pulsar_message_set_content(pulsar_message_t *, const void *, size_t);
 void pulsar_message_set_property(pulsar_message_t *, const char *, const char *);

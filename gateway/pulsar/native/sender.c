@@ -179,12 +179,21 @@ PyTypeObject OutgoingType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* send_group(producer, token, [Outgoing]): every message through the C++ Producer of that
-   _pulsar.Producer, in order; the last one's receipt comes back as ``token``. */
+static void flushed(pulsar_result result, void *unused) {
+    (void)result; /* each send's own receipt reports its result */
+    (void)unused;
+}
+
+/* send_group(producer, token, [Outgoing], flush=False): every message through the C++ Producer
+   of that _pulsar.Producer, in order; the last one's receipt comes back as ``token``. With
+   ``flush`` a batching producer sends what it batched at once, the group as one entry, rather
+   than after its publish delay. */
 static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
     PyObject *producer, *items;
     long long token;
-    if (!PyArg_ParseTuple(args, "OLO!", &producer, &token, &PyList_Type, &items)) return NULL;
+    int flush = 0;
+    if (!PyArg_ParseTuple(args, "OLO!|p", &producer, &token, &PyList_Type, &items, &flush))
+        return NULL;
     sender_t *sender = self->sender;
     if (!sender) {
         PyErr_SetString(PyExc_RuntimeError, "Sender not initialized");
@@ -224,6 +233,7 @@ static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
         if (i == count - 1) pulsar_producer_send_async(native, messages[i], on_sent, sent);
         else pulsar_producer_send_async(native, messages[i], on_sent_quietly, NULL);
     }
+    if (flush) pulsar_producer_flush_async(native, flushed, NULL);
     Py_END_ALLOW_THREADS
     free(messages);
     Py_RETURN_NONE;
