@@ -26,9 +26,10 @@ at its submit (so a refused property still fails there), and the group goes to p
 in one call whose last send's receipt is queued without the GIL; trio is woken once per batch
 of receipts. A batching producer is flushed after each group there: the group is one entry,
 sent at once, not held for ``batching_max_publish_delay_ms`` (through the binding it is:
-its ``flush_async`` deadlocks, see ``flush``). Receipts of the sends made through the binding (plain ``submit``, and a message
-whose property has a NUL character, which Pulsar's C API cannot carry) are queued there too,
-so handles still complete in the order pulsar-client reported.
+its ``flush_async`` deadlocks, see ``flush``). Receipts of the sends made through the
+binding (plain ``submit``, and a message whose property has a NUL character, which Pulsar's C
+API cannot carry) are queued there too, so handles still complete in the order pulsar-client
+reported.
 
 Back-pressure: at most ``max_pending_messages`` messages are in flight per producer;
 ``submit`` waits for a free slot and ``send_nowait`` raises ``trio.WouldBlock``. The C++
