@@ -1,6 +1,7 @@
 """The first publish to a new key (publish_routes.py): its subscriptions and its producer are
-made together, not one after the other. Fakes stand in for ZooKeeper and Pulsar; what the
-handshake itself guarantees is tested end to end in tests/integration/fleet."""
+made together, not one after the other, and so are the subscriptions of a key's queues. Fakes
+stand in for ZooKeeper and Pulsar; what the handshake itself guarantees is tested end to end
+in tests/integration/fleet."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any, cast
 import pytest
 import trio
 
+from gateway.amqp.errors import AMQPError, ReplyCode
 from gateway.backend.pulsar.publish_routes import PublishRoutes
+from gateway.metadata.values import ExchangeEdges
 from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.naming import topic_for
 from gateway.model.vhost import Namespace
@@ -116,3 +119,61 @@ async def test_the_default_exchanges_empty_key_is_not_registered() -> None:
     assert registered == [(DEFAULT_EXCHANGE, "q")]
     assert subscribed == [(TOPIC, "q")]
     assert resources.producers.topics == [TOPIC]
+
+
+class BoundStore(Store):
+    """A direct exchange ``orders`` whose key ``k`` is bound to three queues."""
+
+    async def sync_edges_of(self, namespace: str, exchange: str) -> ExchangeEdges:
+        return ExchangeEdges(queues=frozenset({("a", "k"), ("b", "k"), ("c", "k"), ("d", "x")}))
+
+
+class BoundCatalog(Catalog):
+    async def find_exchange(self, name: str) -> Exchange | None:
+        return ORDERS if name == ORDERS.name else None
+
+
+ORDERS = Exchange("orders", ExchangeType.DIRECT)
+ORDERS_K = topic_for(NAMESPACE, "orders", "k")
+
+
+async def test_a_key_bound_to_several_queues_subscribes_them_all_at_once() -> None:
+    """One creation after the other, the first publish to the key waited for their sum."""
+    entered: list[str] = []
+    all_in = trio.Event()
+
+    async def subscribe(topic: str, queue: str) -> None:
+        entered.append(queue)
+        if len(entered) == 3:
+            all_in.set()
+        with trio.fail_after(10):  # one at a time, the first would wait here for ever
+            await all_in.wait()
+
+    async with trio.open_nursery() as nursery:
+        resources = Resources(Producers(), nursery, BoundStore())
+        routes = PublishRoutes(
+            cast(Any, BoundCatalog()), NAMESPACE, cast(Any, resources), subscribe
+        )
+        assert await routes.prepare(ORDERS, "k")
+    assert sorted(entered) == ["a", "b", "c"]
+    assert ("orders", "k") in routes.prepared_keys
+
+
+async def test_one_failed_subscription_fails_the_publish_once_the_others_are_made() -> None:
+    made: list[str] = []
+
+    async def subscribe(topic: str, queue: str) -> None:
+        if queue == "b":
+            raise AMQPError(ReplyCode.INTERNAL_ERROR, "subscribing queue 'b': broker refuses")
+        await trio.sleep(0)
+        made.append(queue)
+
+    async with trio.open_nursery() as nursery:
+        resources = Resources(Producers(), nursery, BoundStore())
+        routes = PublishRoutes(
+            cast(Any, BoundCatalog()), NAMESPACE, cast(Any, resources), subscribe
+        )
+        with pytest.raises(AMQPError, match="queue 'b'"):
+            await routes.prepare(ORDERS, "k")
+    assert sorted(made) == ["a", "c"]  # not cancelled halfway
+    assert ("orders", "k") not in routes.prepared_keys  # the next publish tries again
