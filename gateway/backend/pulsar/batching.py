@@ -1,26 +1,26 @@
-"""Whether the gateway's producers may batch, given what the broker can acknowledge.
+"""How the gateway's producers batch and its consumers acknowledge, given the broker.
 
-A Pulsar batch is one entry holding several messages. AMQP settles messages one at a time,
-so a batch is only safe when the broker keeps acknowledgements per batch index
-(``acknowledgmentAtBatchIndexLevelEnabled``, PIP-54):
+A Pulsar batch is one entry holding several messages: Pulsar then writes, stores and dispatches
+one entry where it would have handled each message. AMQP settles messages one at a time, so
+what the broker can acknowledge (``acknowledgmentAtBatchIndexLevelEnabled``, PIP-54) decides
+how a consumer settles a message that shares its entry:
 
 * **on**: consumers send per-index acknowledgements (``batch_index_ack_enabled``), the broker
   stores them in the cursor and, when it dispatches an entry again (a consumer closed, a
-  connection was re-established), tells the client which indexes to skip. An acknowledged
-  message is never delivered again, on any replica.
-* **off** (Pulsar's default, and the local stack's): the broker knows entries only. A message
-  acknowledged inside a batch comes back whenever its entry is dispatched again, and a
-  consumer must not send per-index acknowledgements at all: the broker would take one for the
-  whole entry (``Consumer.individualAckNormal`` ignores the ack set then), losing the rest.
-  So the gateway's producers write one message per entry, whatever ``amqpBatchingEnabled``
-  says, and say so in the log once.
+  connection was re-established), tells the client which indexes to skip.
+* **off** (Pulsar's default, and the local stack's): the broker knows entries only, and a
+  consumer must not send per-index acknowledgements (the broker would take one for the whole
+  entry: ``Consumer.individualAckNormal`` ignores the ack set then). pulsar-client keeps the
+  acknowledgements of an entry's messages and acknowledges the entry once all are. A message
+  requeued from a batch is moved by copy (delivery.py), and a consumer that closes after
+  delivering part of a batch first moves the rest of it (split_batches.py), so a settled
+  message is not dispatched again. Only a replica that dies without closing its consumers
+  leaves entries settled in part: the broker dispatches them again whole, acknowledged
+  messages with them (duplicates, never a loss; docs/reliability.md).
 
-The setting is read from the broker (``/admin/v2/brokers/configuration/runtime``, a
-super-user call). When it cannot be read, batching is treated as unsafe.
-
-Requeueing one message of a batch (``basic.reject``/``basic.nack``/``basic.recover``) is
-handled in ``delivery.py`` either way: Pulsar's negative acknowledgement would send the whole
-entry back.
+So producers batch whenever ``amqpBatchingEnabled`` says so, and the broker's setting (read
+from ``/admin/v2/brokers/configuration/runtime``, a super-user call; treated as off when it
+cannot be read) decides only how consumers acknowledge.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ def settlement_for(wanted: bool, broker_tracks_indexes: bool | None) -> BatchSet
     """``wanted``: amqpBatchingEnabled; ``broker_tracks_indexes``: the broker's setting, None
     when unknown (treated as off)."""
     tracks = broker_tracks_indexes is True
-    return BatchSettlement(broker_tracks_indexes=tracks, producers_batch=wanted and tracks)
+    return BatchSettlement(broker_tracks_indexes=tracks, producers_batch=wanted)
 
 
 async def batch_settlement(admin: PulsarAdmin, wanted: bool) -> BatchSettlement:
-    """Ask the broker, and decide (logging when batching is turned off for safety)."""
+    """Ask the broker, and decide (logging how batched messages are settled)."""
     tracks: bool | None
     try:
         configuration = await admin.broker_configuration()
@@ -62,11 +62,11 @@ async def batch_settlement(admin: PulsarAdmin, wanted: bool) -> BatchSettlement:
         log.info("cannot read the broker's %s (%s)", BROKER_KEY, error)
         tracks = None
     settlement = settlement_for(wanted, tracks)
-    if wanted and not settlement.producers_batch:
-        log.warning(
-            "amqpBatchingEnabled=true, but the broker's %s is %s: producers do not batch, so "
-            "that each AMQP message can be acknowledged and requeued on its own "
-            "(docs/compatibility.md)",
+    if wanted and not tracks:
+        log.info(
+            "the broker's %s is %s: batched messages are settled one by one by the gateway "
+            "(a requeue moves a copy); a replica that dies mid-batch leaves its entry to be "
+            "dispatched again whole (docs/reliability.md)",
             BROKER_KEY,
             "unknown" if tracks is None else "false",
         )

@@ -131,10 +131,11 @@ class AmqpKeys(DerivedValues):
         metadata=key_metadata(
             Kind.BOOL,
             "true",
-            """Whether the Pulsar producers of the gateway batch messages. They batch only
-            where the broker keeps batch-index acknowledgements
-            (acknowledgmentAtBatchIndexLevelEnabled=true; elsewhere one message per entry):
-            cheaper publishing, but a consumer is sent a whole batch at once
+            """Whether the Pulsar producers of the gateway batch messages: the messages a
+            channel hands a queue's topic together become one Pulsar entry. Cheaper
+            publishing and consuming, but a consumer is sent a whole batch at once, and on a
+            broker without batch-index acknowledgements (acknowledgmentAtBatchIndexLevelEnabled,
+            Pulsar's default: off) a requeued message of a batch goes back by copy
             (docs/compatibility.md, "Settlement").""",
             _A,
         )

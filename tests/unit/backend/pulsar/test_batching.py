@@ -1,4 +1,5 @@
-"""Producer batching is used only where the broker can settle batched messages one by one."""
+"""Producers batch as amqpBatchingEnabled says; the broker's batch-index setting decides how
+consumers acknowledge."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from gateway.pulsar.retry import RetryPolicy
     ("wanted", "broker", "tracks", "batch"),
     [
         (True, True, True, True),
-        (True, False, False, False),  # acknowledged messages would come back with their entry
-        (True, None, False, False),  # unknown: treated as off
+        (True, False, False, True),  # settled one by one by the gateway (batching.py)
+        (True, None, False, True),  # unknown: treated as off
         (False, True, True, False),  # per-index acks still on: native producers batch too
         (False, False, False, False),
     ],
@@ -47,4 +48,4 @@ async def test_batch_settlement_reads_the_broker(status: int, body: object, trac
     async with admin_answering(status, body) as admin:
         settlement = await batch_settlement(admin, wanted=True)
     assert settlement.broker_tracks_indexes is tracks
-    assert settlement.producers_batch is tracks
+    assert settlement.producers_batch  # whatever the broker says
