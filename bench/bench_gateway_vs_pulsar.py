@@ -1329,6 +1329,11 @@ def add_gateway_switches(parser: argparse.ArgumentParser) -> None:
         help="start the gateway with this gatewayMemoryAllocator (default: the gateway's, "
         "auto: jemalloc where the system has it)",
     )
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="start the gateway with amqpBatchingEnabled=false: one Pulsar entry per message",
+    )
 
 
 def gateway_conf(args: argparse.Namespace) -> list[str]:
@@ -1336,6 +1341,8 @@ def gateway_conf(args: argparse.Namespace) -> list[str]:
     lines = ["gatewayCompiledHotPath=false"] if args.no_compiled else []
     if args.allocator is not None:
         lines.append(f"gatewayMemoryAllocator={args.allocator}")
+    if args.no_batching:
+        lines.append("amqpBatchingEnabled=false")
     return lines
 
 
