@@ -61,7 +61,7 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import BatchPosition
+from gateway.pulsar.ids import completes_batch, unfinished_batch
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
 from gateway.pulsar.received import ListenedMessage, ReceivedMessage
@@ -187,6 +187,7 @@ class TrioConsumer(AsyncClosing):
         self._low_water = self._capacity // 2
         self._paused = False
         self._stopped = False
+        self._stop_wanted = False  # stop_receiving was called
         self._closed = False
         self._receives = 0
         self._lot = trio.lowlevel.ParkingLot()
@@ -431,6 +432,7 @@ class TrioConsumer(AsyncClosing):
         redelivery of a message nobody saw). (Messages already in the C++ receiver queues stay
         there until :meth:`aclose`, which makes the broker redeliver them.)
         """
+        self._stop_wanted = True  # also while ``take_batched_read_ahead`` has it stopped
         if self._closed or self._stopped:
             return 0
         if self._listener is not None:
@@ -473,12 +475,69 @@ class TrioConsumer(AsyncClosing):
         last message has come, or ``wait`` seconds have passed; what comes with it is set
         aside as well, and goes back at the close."""
         self.stop_receiving(hand_back=False)
+        await self._bring_entry_tails(wait)
+
+    async def take_batched_read_ahead(self, wait: float) -> list[ReceivedMessage]:
+        """Receiving on, take out every message read ahead that shares its entry with others
+        (the rest of a batch part of which ``receive()`` returned included, brought out of the
+        receiver queue as ``collect_entry_tails`` does), oldest first, for the caller to
+        settle (move them by copy: backend/pulsar/held_back.py). The other messages read
+        ahead stay in line. Nothing is taken from a consumer stopped or closed."""
+        if self._closed or self._stopped:
+            return []
+        self._stop_wanted = False
+        with self._lock:
+            self._stopped = True  # what the listener hands over meanwhile is set aside
+            for native in self._natives.values():
+                native.pause_message_listener()
+        await self._bring_entry_tails(wait)
+        make = self._message_type
+        with self._lock:
+            items, self._kept = self._kept, []
+            batched = [make(native, native_consumer, self) for native_consumer, native in items]
+            taken = [message for message in batched if message.in_batch]
+            stay = [
+                item for item, message in zip(items, batched, strict=True) if not message.in_batch
+            ]
+            if self._closed or self._stop_wanted:
+                self._kept = stay  # stopped meanwhile: they go back at the close
+                return taken
+            ordered = self._ordered
+            if ordered is None:
+                self._buffer.extend(stay)
+            else:
+                for item in stay:
+                    ordered.push(item, self._priority(item[1]))
+            if self._listener is not None:
+                self._listener.left(-len(stay))  # held again
+            self._stopped = self._paused = False
+            for native in self._natives.values():
+                native.resume_message_listener()
+        self._lot.unpark_all()
+        return taken
+
+    def holds_batched(self) -> bool:
+        """Whether messages of a batch wait here (read ahead, or the rest of a batch part of
+        which ``receive()`` returned, in the receiver queue), for ``take_batched_read_ahead``.
+        Reads each buffered message's id: for occasional checks, not per message."""
+        make = self._message_type
+        with self._lock:
+            waiting = list(self._buffer if self._ordered is None else self._ordered)
+        if any(make(native, native_consumer, self).in_batch for native_consumer, native in waiting):
+            return True
+        return any(
+            unfinished_batch(message.batch_position)
+            for message in (self._last_taken or {}).values()
+        )
+
+    async def _bring_entry_tails(self, wait: float) -> None:
+        """Stopped: ``collect_entry_tails``'s work; everything read ahead ends in _kept, the
+        listeners paused."""
         last_taken = self._last_taken or {}
         wanted = {
             topic: position
             for topic, message in last_taken.items()
-            if topic in self._natives
-            and 0 <= (position := message.batch_position).batch_index < position.batch_size - 1
+            if topic in self._natives and unfinished_batch(position := message.batch_position)
         }
         seen = 0
         with trio.move_on_after(wait):
@@ -490,7 +549,9 @@ class TrioConsumer(AsyncClosing):
                     for native_consumer, native in self._kept[seen:]:
                         arrived = self._message_type(native, native_consumer, self)
                         wanted_there = wanted.get(arrived.topic)
-                        if wanted_there is not None and _completes(arrived, wanted_there):
+                        if wanted_there is not None and completes_batch(
+                            arrived.batch_position, wanted_there
+                        ):
                             del wanted[arrived.topic]
                     seen = len(self._kept)
                     for topic in wanted:
@@ -634,15 +695,6 @@ class TrioConsumer(AsyncClosing):
         await _finish_all(
             self._client, natives, f"unsubscribe {self.subscription!r}", "unsubscribe_async"
         )
-
-
-def _completes(arrived: ReceivedMessage, position: BatchPosition) -> bool:
-    """Whether ``arrived`` is the last message of the batch at ``position``, or further along
-    its topic (so that batch's last message came before it)."""
-    at = arrived.batch_position
-    if at.entry == position.entry:
-        return at.batch_index == position.batch_size - 1
-    return at.entry > position.entry
 
 
 async def _finish(client: ClientOwner, native: Any, what: str, method: str = "close_async") -> None:

@@ -92,6 +92,19 @@ def batch_position(serialized: bytes) -> BatchPosition:
     return BatchPosition((number(1), number(2), number(3, -1)), number(4, -1), number(6, 0))
 
 
+def unfinished_batch(position: BatchPosition) -> bool:
+    """Whether the message at ``position`` is in a batch and not its last message."""
+    return 0 <= position.batch_index < position.batch_size - 1
+
+
+def completes_batch(at: BatchPosition, position: BatchPosition) -> bool:
+    """Whether the message at ``at`` is the last of the batch at ``position``, or further along
+    their topic (so that the batch's last message came before it, in dispatch order)."""
+    if at.entry == position.entry:
+        return at.batch_index == position.batch_size - 1
+    return at.entry > position.entry
+
+
 def is_chunked(serialized: bytes) -> bool:
     """Whether pulsar-client's serialized message id is a chunked message's (PIP-37: a message
     above the broker's maxMessageSize, stored as several entries): such an id carries its first
