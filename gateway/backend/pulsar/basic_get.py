@@ -20,6 +20,7 @@ import trio
 from gateway.amqp.errors import AMQPError
 from gateway.backend.interface import SubscriptionEnded
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.held_until_closed import HeldUntilClosed
 
 log = logging.getLogger("gateway.pulsar.vhost")
 
@@ -71,13 +72,16 @@ class BasicGetConsumers:
         self.used: dict[str, float] = {}
         #: Per queue: (messages left at the last Basic.Get, when the broker last counted them).
         self.left_after_get: dict[str, tuple[int, float]] = {}
-        #: Per queue, its getters taken out of ``by_queue`` and not closed yet (retired ones
-        #: waiting for their deliveries to be settled, or closing): ``end`` closes them too.
-        self.leaving: dict[str, set[PulsarQueueSubscription]] = {}
         #: Per queue, Gets in a row asked with nothing outstanding (HOT_AFTER).
         self.settled_gets: dict[str, int] = {}
         #: The hot getters (GET_HOT_READ_AHEAD), among ``by_queue``.
         self.hot: set[PulsarQueueSubscription] = set()
+        #: Per queue, its getters taken out of ``by_queue`` and not closed yet (retired ones
+        #: waiting for their deliveries to be settled, or closing): ``end`` closes them too.
+        #: Once closed, a getter is no longer ``hot`` either.
+        self.leaving: HeldUntilClosed[PulsarQueueSubscription] = HeldUntilClosed(
+            start_soon, self.hot.discard
+        )
         # Per queue, the Gets under way (a getter is swapped only when no other is).
         self._getting: dict[str, int] = {}
         # Per queue, a swap for a hot getter under way (set when done).
@@ -214,7 +218,7 @@ class BasicGetConsumers:
         heating = self._heating.get(queue)
         if heating is not None:
             await heating.wait()  # its hot getter is closed unused by then (``_heat``)
-        for leaving in list(self.leaving.get(queue, ())):
+        for leaving in self.leaving.of(queue):
             await leaving.end()  # one closing already: until it is closed
 
     def _forget(self, queue: str) -> PulsarQueueSubscription | None:
@@ -225,22 +229,8 @@ class BasicGetConsumers:
         self.left_after_get.pop(queue, None)
         self.settled_gets.pop(queue, None)
         if getter is not None:
-            self._leaving(queue, getter)
+            self.leaving.hold(queue, getter)
         return getter
-
-    def _leaving(self, queue: str, getter: PulsarQueueSubscription) -> None:
-        """Keep ``getter`` in ``leaving`` until it is closed."""
-        held = self.leaving.setdefault(queue, set())
-        held.add(getter)
-
-        async def forget() -> None:
-            await getter.close_done.wait()
-            held.discard(getter)
-            self.hot.discard(getter)
-            if not held and self.leaving.get(queue) is held:
-                del self.leaving[queue]
-
-        self._start_soon(forget)
 
     async def _sweep(self) -> None:
         try:

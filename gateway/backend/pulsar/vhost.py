@@ -50,6 +50,7 @@ from gateway.backend.pulsar.dead_letter_publishing import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, position_of
+from gateway.backend.pulsar.held_until_closed import HeldUntilClosed
 from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
 from gateway.backend.pulsar.message_ttl import QueueExpiry
 from gateway.backend.pulsar.messages import ENQUEUED, REQUEUED, to_pulsar
@@ -103,8 +104,10 @@ class PulsarVirtualHost(CatalogVirtualHost):
         self._registrations: dict[PulsarQueueSubscription, str] = {}
         self._leaving: dict[PulsarQueueSubscription, trio.Event] = {}
         # Per queue: its consumers cancelled and not closed yet (closing, or holding
-        # unsettled deliveries).
-        self._retired: dict[str, set[PulsarQueueSubscription]] = {}
+        # unsettled deliveries): ``_consumer_closed`` says why.
+        self._retired: HeldUntilClosed[PulsarQueueSubscription] = HeldUntilClosed(
+            lambda task: self._r.nursery.start_soon(task)
+        )
         self._topics = QueueTopics(
             self.catalog, namespace, lazy_subscriptions=resources.lazy_subscriptions
         )
@@ -323,7 +326,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             name, condition=condition, subscriptions=sorted(self._topics.local(t) for t in topics)
         )
         self._drains.refresh(self._view)
-        for subscription in [*self._consumers.pop(name, ()), *self._retired.pop(name, ())]:
+        for subscription in [*self._consumers.pop(name, ()), *self._retired.take(name)]:
             await subscription.end()
         await self._basic_gets.end(name)
         self._admission.forget(name)
@@ -685,7 +688,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
             if not consumers:
                 del self._consumers[subscription.queue]
             if not subscription.close_done.is_set():
-                self._hold_retired(subscription)
+                # Cancelled, still open (deliveries of it unsettled: ``retire``) or still
+                # closing: held until closed, for its queue's deletion to close it before
+                # removing the subscriptions (held_until_closed.py). An auto-delete queue goes
+                # as its last consumer leaves, and the subscription that consumer created anew
+                # went to a queue declared again under the name, with what had been routed to
+                # the old one since (a Get found it: the Java client's
+                # exchangeAutoDeleteManyBindings, issue 34).
+                self._retired.hold(subscription.queue, subscription)
         if registration is None:
             return  # the Basic.Get consumer, or closed before Consume-Ok
         queue = self._view.queues.get(subscription.queue)
@@ -701,26 +711,6 @@ class PulsarVirtualHost(CatalogVirtualHost):
                 self._leaving.pop(subscription, None)
 
         self._r.nursery.start_soon(gone)
-
-    def _hold_retired(self, subscription: PulsarQueueSubscription) -> None:
-        """A consumer cancelled, still open (deliveries of it unsettled: ``retire``) or still
-        closing: kept until it is closed, so that its queue's deletion waits for that before
-        removing the subscriptions. An auto-delete queue is deleted as its last consumer
-        leaves, and the removal disconnected that consumer while it closed: pulsar-client
-        subscribed it again, creating the subscription anew, which outlived it; a queue
-        declared again under the name took it, with what had been routed to the old queue
-        since (a Get found it: the Java client's exchangeAutoDeleteManyBindings, issue 34)."""
-        queue = subscription.queue
-        retired = self._retired.setdefault(queue, set())
-        retired.add(subscription)
-
-        async def forget() -> None:
-            await subscription.close_done.wait()
-            retired.discard(subscription)
-            if not retired and self._retired.get(queue) is retired:
-                del self._retired[queue]
-
-        self._r.nursery.start_soon(forget)
 
     async def _unregister(self, queue: str, registration: str) -> None:
         try:
