@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 import trio
 
 from gateway.backend.interface import Message, SubscriptionEnded
+from gateway.backend.pulsar.held_back import HeldBack
 from gateway.backend.pulsar.message_ttl import DeadLetter, QueueExpiry, enqueued_at
 from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
@@ -297,9 +298,12 @@ class PulsarQueueSubscription:
         fill: Fill | None = None,
         priority: int = 0,
         spawn: Spawn | None = None,
+        held_back: HeldBack | None = None,
     ) -> None:
         """``spawn``: starts background work (a requeued chunked message's return); without
-        it such a message is copied back at once."""
+        it such a message is copied back at once. ``held_back``: the watch over batches read
+        ahead while the client is at its prefetch limit (held_back.py), for a consumer with
+        one."""
         self.queue = queue
         self.spawn = spawn
         self.priority = priority  # its consumer priority (x-priority)
@@ -317,6 +321,7 @@ class PulsarQueueSubscription:
         # Deliveries handed out and not yet acknowledged or rejected, in all and per topic.
         self.outstanding = 0
         self._outstanding_from: dict[str, int] = {}
+        self._held_back = held_back
         # Called when the last outstanding delivery is settled (a single active consumer
         # stepping down waits for it: consumers/single_active.py).
         self.on_idle: Callable[[], None] | None = None
@@ -466,6 +471,13 @@ class PulsarQueueSubscription:
     def delivery_made(self, topic: str) -> None:
         self.outstanding += 1
         self._outstanding_from[topic] = self._outstanding_from.get(topic, 0) + 1
+        if self._held_back is not None:
+            self._held_back.delivery_made(self)
+
+    @property
+    def consuming(self) -> bool:
+        """Still one of the queue's consumers: not closed, left (cancelled) or retired."""
+        return not (self.closed or self.left or self.ended) and self._retired is None
 
     def delivery_settled(self, topic: str) -> None:
         self.outstanding -= 1
@@ -575,9 +587,9 @@ class PulsarQueueSubscription:
         if rests:
             async with trio.open_nursery() as nursery:
                 for received in rests:
-                    nursery.start_soon(self._move_to_queue_topic, received)
+                    nursery.start_soon(self.move_to_queue_topic, received)
 
-    async def _move_to_queue_topic(self, received: ReceivedMessage) -> None:
+    async def move_to_queue_topic(self, received: ReceivedMessage) -> None:
         """A copy of ``received`` to the queue's own topic (one that is not the queue's, as
         ``_admit`` finds, is not copied), then the original acknowledged. If the copy could
         not be stored, the original stays (its batch comes back whole: duplicates, no loss)."""

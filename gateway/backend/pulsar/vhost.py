@@ -50,6 +50,7 @@ from gateway.backend.pulsar.dead_letter_publishing import DeadLettering
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, position_of
+from gateway.backend.pulsar.held_back import HeldBack
 from gateway.backend.pulsar.held_until_closed import HeldUntilClosed
 from gateway.backend.pulsar.length_limit import REFUSED_ARGUMENTS, LengthLimits, count_ready
 from gateway.backend.pulsar.message_ttl import QueueExpiry
@@ -427,12 +428,15 @@ class PulsarVirtualHost(CatalogVirtualHost):
         ordered: bool = True,
         priority: int = 0,
         subscription_type: SubscriptionType = "shared",
+        shares_batches: bool = False,
     ) -> PulsarQueueSubscription:
         """A consumer of every topic of ``queue``, reading ahead by ``prefetch`` (see
         ``receiver_queue_for``) or exactly ``read_ahead`` messages per topic. Of a priority
         queue (unless not ``ordered``), it holds up to its window of messages and delivers
         the highest priority of them first (docs/compatibility.md, "Priority queues").
-        ``priority``: its consumer priority (Pulsar's priority level, when it can be set)."""
+        ``priority``: its consumer priority (Pulsar's priority level, when it can be set).
+        ``shares_batches``: what it reads ahead of batches while its client is at its
+        ``prefetch`` goes on to the queue's other consumers (held_back.py)."""
         view = self._view
         self._drains.refresh(view)  # its filter needs drains recorded before follow() ran
         topics = sorted(self._topics.read_by(view, queue))
@@ -470,7 +474,16 @@ class PulsarVirtualHost(CatalogVirtualHost):
             fill=None if ordering is None else to_read(self._r),
             priority=priority,
             spawn=self._r.nursery.start_soon,
+            held_back=self._held_back(queue, prefetch) if shares_batches and prefetch else None,
         )
+
+    def _held_back(self, queue: str, prefetch: int) -> HeldBack:
+        def others_consume() -> bool:
+            # Registered on any replica (the store's count), or here.
+            here = len(self._consumers.get(queue, ()))
+            return max(self._view.consumers.get(queue, 0), here) > 1
+
+        return HeldBack(prefetch, others_consume, self._r.nursery.start_soon)
 
     def _expiry(self, view: VhostView, queue: str) -> QueueExpiry:
         """The TTL check of ``queue``'s consumers (message_ttl.py)."""
@@ -633,7 +646,11 @@ class PulsarVirtualHost(CatalogVirtualHost):
             # Messages the Basic.Get consumer holds would never reach this consumer.
             await self._basic_gets.close(queue)
             subscription = await self._subscription(
-                queue, exclusive=exclusive, prefetch=prefetch, priority=priority
+                queue,
+                exclusive=exclusive,
+                prefetch=prefetch,
+                priority=priority,
+                shares_batches=not exclusive,
             )
         except BaseException:
             with trio.CancelScope(shield=True):
