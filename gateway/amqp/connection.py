@@ -518,7 +518,9 @@ class ServerConnection(ConnectionHandshake):
         """Basic.Deliver + content, body split by the negotiated frame_max."""
         if not self._can_send(channel):
             return False
-        self._write(
+        # Once per message delivered: ``_write`` and the common case of ``_raw_properties``
+        # written out here, two calls less.
+        self._out.append(
             encode_deliver(
                 channel,
                 consumer_tag,
@@ -526,11 +528,12 @@ class ServerConnection(ConnectionHandshake):
                 redelivered,
                 exchange,
                 routing_key,
-                _raw_properties(header),
+                header if type(header) is bytes else _raw_properties(header),
                 body,
                 self._frame_max,
             )
         )
+        self._last_send = self._now
         return True
 
     def send_get_ok(
