@@ -61,7 +61,7 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import completes_batch, unfinished_batch
+from gateway.pulsar.ids import BatchPosition, completes_batch, unfinished_batch
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
 from gateway.pulsar.received import ListenedMessage, ReceivedMessage
@@ -166,14 +166,11 @@ class TrioConsumer(AsyncClosing):
         self._late: list[tuple[Any, Any]] = []
         # Per topic, the message ``receive()`` returned last (for a consumer ordered by
         # priority: the one furthest along its topic), whose batch's rest may still be in
-        # pulsar-client's receiver queue (``collect_entry_tails``). Kept only where the broker
-        # acknowledges whole entries. (A message redelivered from further back, taken after
-        # part of a batch, hides that batch: its rest then goes back with the close, and the
-        # broker dispatches the whole entry again: duplicates, never a loss. Comparing
-        # positions for every message would cost ~5 µs each.)
-        self._last_taken: dict[str, ReceivedMessage] | None = (
-            None if options.batch_index_ack else {}
-        )
+        # pulsar-client's receiver queue (``collect_entry_tails``, ``take_batched_read_ahead``).
+        # (A message redelivered from further back, taken after part of a batch, hides that
+        # batch: its rest then stays in the receiver queue. Comparing positions for every
+        # message would cost ~5 µs each.)
+        self._last_taken: dict[str, ReceivedMessage] = {}
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
             None if options.priority_of is None else PriorityBuffer()
@@ -334,12 +331,10 @@ class TrioConsumer(AsyncClosing):
                 for each in self._natives.values():
                     each.resume_message_listener()
         message = self._message_type(native, native_consumer, self, place)
-        last_taken = self._last_taken
-        if last_taken is not None:
-            topic = message.topic
-            before = last_taken.get(topic) if place is not None else None
-            if before is None or before.batch_position.entry < message.batch_position.entry:
-                last_taken[topic] = message
+        topic = message.topic
+        before = self._last_taken.get(topic) if place is not None else None
+        if before is None or before.batch_position.entry < message.batch_position.entry:
+            self._last_taken[topic] = message
         return message
 
     def receive_nowait(self) -> ReceivedMessage:
@@ -478,18 +473,20 @@ class TrioConsumer(AsyncClosing):
         await self._bring_entry_tails(wait)
 
     async def take_batched_read_ahead(self, wait: float) -> list[ReceivedMessage]:
-        """Receiving on, take out every message read ahead that shares its entry with others
-        (the rest of a batch part of which ``receive()`` returned included, brought out of the
-        receiver queue as ``collect_entry_tails`` does), oldest first, for the caller to
-        settle (move them by copy: backend/pulsar/held_back.py). The other messages read
-        ahead stay in line. Nothing is taken from a consumer stopped or closed."""
-        if self._closed or self._stopped:
+        """Take out every message read ahead that shares its entry with others (the rest of a
+        batch part of which ``receive()`` returned included, brought out of the receiver queue
+        as ``collect_entry_tails`` does), oldest first, for the caller to settle (move them by
+        copy: backend/pulsar/held_back.py). The other messages read ahead stay: in line, and
+        receiving goes on; or, from a consumer stopped (``stop_receiving``), until the close."""
+        if self._closed:
             return []
-        self._stop_wanted = False
-        with self._lock:
-            self._stopped = True  # what the listener hands over meanwhile is set aside
-            for native in self._natives.values():
-                native.pause_message_listener()
+        receiving = not self._stopped
+        if receiving:
+            self._stop_wanted = False
+            with self._lock:
+                self._stopped = True  # what the listener hands over meanwhile is set aside
+                for native in self._natives.values():
+                    native.pause_message_listener()
         await self._bring_entry_tails(wait)
         make = self._message_type
         with self._lock:
@@ -499,8 +496,8 @@ class TrioConsumer(AsyncClosing):
             stay = [
                 item for item, message in zip(items, batched, strict=True) if not message.in_batch
             ]
-            if self._closed or self._stop_wanted:
-                self._kept = stay  # stopped meanwhile: they go back at the close
+            if not receiving or self._closed or self._stop_wanted:
+                self._kept = stay  # stopped (meanwhile): they go back at the close
                 return taken
             ordered = self._ordered
             if ordered is None:
@@ -526,20 +523,31 @@ class TrioConsumer(AsyncClosing):
         if any(make(native, native_consumer, self).in_batch for native_consumer, native in waiting):
             return True
         return any(
-            unfinished_batch(message.batch_position)
-            for message in (self._last_taken or {}).values()
+            unfinished_batch(message.batch_position) for message in self._last_taken.values()
         )
 
     async def _bring_entry_tails(self, wait: float) -> None:
-        """Stopped: ``collect_entry_tails``'s work; everything read ahead ends in _kept, the
+        """Stopped: ``collect_entry_tails``'s work, for each batch the listener handed over
+        part of (to ``receive()``, or still here); everything read ahead ends in _kept, the
         listeners paused."""
-        last_taken = self._last_taken or {}
+        if self._listener is not None:
+            self._drain_listener()
+        with self._lock:
+            self._set_aside()
+        make = self._message_type
+        handed = [*self._last_taken.values(), *(make(n, c, self) for c, n in self._kept)]
+        furthest: dict[str, BatchPosition] = {}  # per topic, of what was handed over
+        for message in handed:
+            at = message.batch_position
+            known = furthest.get(message.topic)
+            if known is None or (known.entry, known.batch_index) < (at.entry, at.batch_index):
+                furthest[message.topic] = at
         wanted = {
             topic: position
-            for topic, message in last_taken.items()
-            if topic in self._natives and unfinished_batch(position := message.batch_position)
+            for topic, position in furthest.items()
+            if topic in self._natives and unfinished_batch(position)
         }
-        seen = 0
+        seen = len(self._kept)
         with trio.move_on_after(wait):
             while wanted:
                 if self._listener is not None:
@@ -651,8 +659,7 @@ class TrioConsumer(AsyncClosing):
                 self._buffer = kept
             # What was set aside since a stop goes back with this topic's consumer too.
             self._kept = list(filter(elsewhere, self._kept))
-            if self._last_taken is not None:
-                self._last_taken.pop(topic, None)
+            self._last_taken.pop(topic, None)
             late = list(filter(elsewhere, self._late))
             dropped_late = len(self._late) - len(late)
             self._late = late
@@ -670,8 +677,7 @@ class TrioConsumer(AsyncClosing):
             self._take_all()
             self._kept.clear()
             self._late.clear()
-            if self._last_taken is not None:
-                self._last_taken.clear()
+            self._last_taken.clear()
             natives = list(self._natives.values())
             self._natives.clear()
             if self._listener is not None:

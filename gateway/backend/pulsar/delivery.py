@@ -509,6 +509,13 @@ class PulsarQueueSubscription:
         if self.outstanding == 0:
             spawn(self.close)
             return
+
+        # Closing waits for its deliveries' settlement; what it read ahead of batches goes on
+        # to other consumers now, or it would wait as long (held_back.py).
+        async def move_on() -> None:
+            await self.move_on_batches()
+
+        spawn(move_on)
         for topic in self.consumer.topics:
             if topic not in self._outstanding_from:
                 self._let_go(spawn, topic)
@@ -530,7 +537,19 @@ class PulsarQueueSubscription:
 
     async def remove_topic(self, topic: str) -> None:
         if not self.closed:
+            with trio.move_on_after(TWO_STEP_WAIT):  # as ``close``
+                await self._no_two_steps.wait()
             await self.consumer.remove_topic(topic)
+
+    async def move_on_batches(self) -> int:
+        """Move what the consumer read ahead of batches to the queue's own topic, one message
+        at a time (each copy an entry of its own, so that no batch forms again), for the
+        queue's other consumers (held_back.py); how many. A close waits for it."""
+        with self.two_step():
+            taken = await self.consumer.take_batched_read_ahead(ENTRY_TAIL_WAIT)
+            for received in taken:
+                await self.move_to_queue_topic(received)
+        return len(taken)
 
     async def end(self) -> None:
         """The queue was deleted: the next receive raises SubscriptionEnded."""

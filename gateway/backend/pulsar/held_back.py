@@ -9,14 +9,15 @@ slow jobs, jobs published in bursts). RabbitMQ gives them to the other consumers
 So when a consumer's client has been at its prefetch limit for ``HELD_BACK_AFTER`` while its
 Pulsar consumer holds messages of batches, and the queue has another consumer (on any
 replica), those messages are moved: a copy of each to the queue's own topic, then the original
-acknowledged, as a requeue of a batched message is (delivery.py). The copies are written one
-at a time, each an entry of its own, so that no batch forms again. They lose their place in
-line, as a requeue does; a queue with one consumer is left alone, its messages in order.
+acknowledged, as a requeue of a batched message is (delivery.py ``move_on_batches``). The
+copies are written one at a time, each an entry of its own, so that no batch forms again.
+They lose their place in line, as a requeue does; a queue with one consumer is left alone, its
+messages in order. (A consumer cancelled, or a Basic.Get consumer retired, while deliveries of
+it are unacknowledged moves its batches on at once: ``PulsarQueueSubscription.retire``.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -24,16 +25,12 @@ from typing import Protocol
 import trio
 
 from gateway.pulsar.consumer import TrioConsumer
-from gateway.pulsar.received import ReceivedMessage
 
 log = logging.getLogger("gateway.pulsar.delivery")
 
 # How long a client must have been at its prefetch limit before what its consumer read ahead
 # of batches is moved: a consumer that keeps up acknowledges well within it.
 HELD_BACK_AFTER = 0.2
-# How long the rest of a batch may take to come out of pulsar-client's receiver queue, where
-# it arrived whole (a listener round: milliseconds).
-TAIL_WAIT = 1.0
 
 
 class Holder(Protocol):
@@ -47,9 +44,8 @@ class Holder(Protocol):
     def consuming(self) -> bool:
         """Still one of the queue's consumers: not closed, left or retired."""
 
-    def two_step(self) -> contextlib.AbstractContextManager[None]: ...
-
-    async def move_to_queue_topic(self, received: ReceivedMessage) -> None: ...
+    async def move_on_batches(self) -> int:
+        """Move what was read ahead of batches on to the queue's other consumers; how many."""
 
 
 class HeldBack:
@@ -87,25 +83,16 @@ class HeldBack:
                     and self._others_consume()
                     and holder.consumer.holds_batched()
                 ):
-                    await self._move_on(holder)
+                    moved = await holder.move_on_batches()
+                    log.debug(
+                        "moved %d messages of batches held back by a client of '%s' at its "
+                        "prefetch limit (%d)",
+                        moved,
+                        holder.queue,
+                        self.prefetch,
+                    )
         finally:
             self._watching = False
 
     def _at_limit(self, holder: Holder) -> bool:
         return holder.consuming and holder.outstanding >= self.prefetch
-
-    async def _move_on(self, holder: Holder) -> None:
-        # A close waits for it (``two_step``): a Pulsar consumer closed between a copy and the
-        # original's acknowledgement would give the original back beside its copy.
-        with holder.two_step():
-            taken = await holder.consumer.take_batched_read_ahead(TAIL_WAIT)
-            for received in taken:
-                await holder.move_to_queue_topic(received)
-        if taken:
-            log.debug(
-                "moved %d messages of batches held back by a client of '%s' at its prefetch "
-                "limit (%d)",
-                len(taken),
-                holder.queue,
-                self.prefetch,
-            )

@@ -157,22 +157,6 @@ def publish_native_batch(setup: Setup, queue: str, count: int = COUNT) -> None:
         client.close()
 
 
-# Pulsar dispatches an entry whole to one consumer, and a consumer keeps what it was sent until
-# it acknowledges it or closes: what a Basic.Get consumer has read ahead of a batch waits
-# while a client holds a Get delivery of it (docs/compatibility.md, "Settlement", "With
-# batching on"). Not fixed yet; strict, so that a fix shows.
-HELD_BACK_BY_A_BATCH = [
-    pytest.param(
-        broker,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="the rest of a batch waits while a client holds one of its messages",
-        ),
-    )
-    for broker in ("entry-acks", "batch-index-acks")
-]
-
-
 def bodies(got: list[Got]) -> list[bytes]:
     return [g.body for g in got]
 
@@ -293,7 +277,6 @@ def get_one(channel: BlockingChannel, queue: str) -> tuple[int, bytes]:
         assert time.monotonic() < deadline, "Basic.Get found nothing"
 
 
-@pytest.mark.parametrize("setup", HELD_BACK_BY_A_BATCH, indirect=True)
 def test_gateway_batch_get_reject_recover_prefetch(setup: Setup) -> None:
     """Basic.Get, a reject without requeue, a prefetch limit and Basic.Recover, on messages of
     one entry: each settles its own message, and the rest of the entry is delivered meanwhile
