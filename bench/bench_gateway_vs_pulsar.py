@@ -277,6 +277,19 @@ def fresh_namespace(web_url: str, zookeeper: str) -> Iterator[str]:
             delete_gateway_metadata(zookeeper, f"public/{name}")
 
 
+def entries_and_messages(web_url: str, namespace: str) -> tuple[int, int]:
+    """Pulsar entries written and messages received by the topics of ``public/<namespace>``
+    (internal stats' ``entriesAddedCounter``, stats' ``msgInCounter``): how well producers
+    batched."""
+    entries = messages = 0
+    with httpx.Client(base_url=web_url, timeout=30) as admin:
+        for topic in admin.get(f"/admin/v2/persistent/public/{namespace}").json():
+            path = str(topic).replace("persistent://", "/admin/v2/persistent/")
+            entries += int(admin.get(path + "/internal-stats").json()["entriesAddedCounter"])
+            messages += int(admin.get(path + "/stats").json()["msgInCounter"])
+    return entries, messages
+
+
 def delete_gateway_metadata(zookeeper: str, namespace: str) -> None:
     """Remove the gateway's ZooKeeper subtree of ``namespace`` (what outlives its deletion)."""
     from kazoo.client import KazooClient
