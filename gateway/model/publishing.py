@@ -6,6 +6,11 @@ from gateway.amqp.errors import ChannelError, ReplyCode
 from gateway.amqp.properties import PROPERTY_FLAGS, decode_properties
 
 _USER_ID_FLAG = PROPERTY_FLAGS["user_id"]
+# The flag's byte within the two flag bytes and its bit there: tested per message published,
+# one byte looked at rather than an int made of a slice (~0.2 us less a message).
+_USER_ID_BYTE, _USER_ID_BIT = (
+    (0, _USER_ID_FLAG >> 8) if _USER_ID_FLAG > 0xFF else (1, _USER_ID_FLAG)
+)
 
 
 def check_user_id(header: bytes, user: str) -> None:
@@ -13,7 +18,7 @@ def check_user_id(header: bytes, user: str) -> None:
     (RabbitMQ's "validated user-id", ``rabbit_channel:check_user_id_header``; its
     ``impersonator`` tag has no counterpart here). ``header`` is the raw property flags and
     list; only a message with the flag set is decoded."""
-    if len(header) < 2 or not int.from_bytes(header[:2], "big") & _USER_ID_FLAG:
+    if len(header) < 2 or not header[_USER_ID_BYTE] & _USER_ID_BIT:
         return
     claimed = decode_properties(header).user_id
     if isinstance(claimed, bytes):

@@ -16,7 +16,6 @@ import math
 import os
 import ssl
 import time
-from typing import cast
 
 import trio
 
@@ -354,18 +353,18 @@ class ClientConnection:
         while events:
             for event in events:
                 try:
-                    kind = type(event)
                     session = self._session
                     # The per-message events first, straight to the session as plain calls:
                     # a read's publishes and acks are one pass, with no coroutine or
                     # checkpoint per message, unless a publish has to wait (then it is
-                    # awaited at once, so the events keep their order).
-                    if kind is ev.PublishReceived and session is not None:
-                        rest = session.publish_now(cast(ev.PublishReceived, event))
+                    # awaited at once, so the events keep their order). ``type() is``
+                    # narrows the type for mypy without typing.cast, a call per message.
+                    if type(event) is ev.PublishReceived and session is not None:
+                        rest = session.publish_now(event)
                         if rest is not None:
                             await rest
-                    elif kind is ev.AckReceived and session is not None:
-                        session.ack_now(cast(ev.AckReceived, event))
+                    elif type(event) is ev.AckReceived and session is not None:
+                        session.ack_now(event)
                     else:
                         await self._handle_event(event)
                 except AMQPError as error:
