@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import trio
 
@@ -39,7 +40,7 @@ from gateway.backend.pulsar.held_back import HeldBack
 from gateway.backend.pulsar.message_ttl import DeadLetter, QueueExpiry, enqueued_at
 from gateway.backend.pulsar.messages import REFUSED_BY, REQUEUED, from_pulsar, refused_by
 from gateway.backend.pulsar.redeliveries import Redeliveries, key_of
-from gateway.backend.pulsar.split_batches import rests_of_split_entries
+from gateway.backend.pulsar.split_batches import moved_in_order
 from gateway.bounded import remember
 from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
@@ -57,10 +58,20 @@ Admits = Callable[[Message, ReceivedMessage], bool]
 # record and Pulsar has the negative acknowledgements (delivery_records.py); the float is
 # when the last one was made (trio time).
 Returned = Callable[[float], Awaitable[None]]
-# Writes a copy of a batched message to the queue's own topic; returns once stored. The int
-# is when the original entered the queue (ms): the copy keeps its expiry; the bool, whether it
-# is marked requeued (delivered next with redelivered=true).
-RequeueCopy = Callable[[str, Message, int, bool], Awaitable[None]]
+
+
+class Copy(NamedTuple):
+    """A copy of a message written back to its queue (a requeue inside a batch, a move)."""
+
+    message: Message
+    # When the original entered the queue (ms): the copy keeps its expiry.
+    enqueued: int
+    # Marked requeued: delivered next with redelivered=true.
+    requeued: bool
+
+
+# Writes copies to the queue's own topic, in their order; returns once all are stored.
+RequeueCopies = Callable[[str, Sequence[Copy]], Awaitable[None]]
 # How many messages a new consumer of a priority queue should find to read (the queue's
 # messages Pulsar has not dispatched to its other consumers, on any replica:
 # consumers/priority_reads.py).
@@ -98,6 +109,11 @@ def exchange_and_key(topic: str) -> tuple[str, str | None] | None:
 
 _decoded_topics: dict[str, tuple[str, str | None] | None] = {}
 _DECODED_TOPICS = 4096
+
+
+def _topic_order(received: ReceivedMessage) -> tuple[str, tuple[int, int, int], int]:
+    position = received.batch_position
+    return received.topic, position.entry, position.batch_index
 
 
 def message_of(received: ReceivedMessage, properties: Mapping[str, str]) -> Message:
@@ -241,9 +257,8 @@ class PulsarDelivery:
         subscription = self._subscription
         received = self._received
         try:
-            await subscription.requeue_copy(
-                subscription.queue, self.message, enqueued_at(received, received.properties), True
-            )
+            copy = Copy(self.message, enqueued_at(received, received.properties), True)
+            await subscription.requeue_copies(subscription.queue, [copy])
         except Exception as error:
             log.warning(
                 "requeueing a %s message of '%s' by copy failed (%s); %s",
@@ -289,7 +304,7 @@ class PulsarQueueSubscription:
         admits: Admits,
         on_closed: Callable[[PulsarQueueSubscription], None],
         redeliveries: Redeliveries,
-        requeue_copy: RequeueCopy,
+        requeue_copies: RequeueCopies,
         dead_letter: DeadLetter,
         *,
         exclusive: bool = False,
@@ -311,7 +326,7 @@ class PulsarQueueSubscription:
         # When this consumer last gave a message back (trio time), if it did.
         self._last_nack: float | None = None
         self.expiry = expiry
-        self.requeue_copy = requeue_copy
+        self.requeue_copies = requeue_copies
         self.dead_letter = dead_letter
         self.consumer = consumer
         self.exclusive = exclusive
@@ -547,8 +562,9 @@ class PulsarQueueSubscription:
         queue's other consumers (held_back.py); how many. A close waits for it."""
         with self.two_step():
             taken = await self.consumer.take_batched_read_ahead(ENTRY_TAIL_WAIT)
+            taken.sort(key=_topic_order)  # a priority consumer's read-ahead is in its order
             for received in taken:
-                await self.move_to_queue_topic(received)
+                await self.move_to_queue_topic([received])
         return len(taken)
 
     async def end(self) -> None:
@@ -602,26 +618,23 @@ class PulsarQueueSubscription:
         if not unreceived:
             return
         positions = [(received.topic, received.batch_position) for received in unreceived]
-        rests = [unreceived[number] for number in rests_of_split_entries(positions)]
-        if rests:
-            async with trio.open_nursery() as nursery:
-                for received in rests:
-                    nursery.start_soon(self.move_to_queue_topic, received)
+        await self.move_to_queue_topic([unreceived[number] for number in moved_in_order(positions)])
 
-    async def move_to_queue_topic(self, received: ReceivedMessage) -> None:
-        """A copy of ``received`` to the queue's own topic (one that is not the queue's, as
-        ``_admit`` finds, is not copied), then the original acknowledged. If the copy could
-        not be stored, the original stays (its batch comes back whole: duplicates, no loss)."""
-        properties = received.properties
-        message = message_of(received, properties)
-        if self._belongs(received, properties, message):
+    async def move_to_queue_topic(self, moved: Sequence[ReceivedMessage]) -> None:
+        """Copies of ``moved`` to the queue's own topic, in their order (those that are not the
+        queue's, as ``_admit`` finds, are not copied), then the originals acknowledged. If the
+        copies could not all be stored, the originals stay (their batches come back whole:
+        duplicates, no loss)."""
+        copies: list[Copy] = []
+        for received in moved:
+            properties = received.properties
+            message = message_of(received, properties)
+            if self._belongs(received, properties, message):
+                seen = self.redeliveries.seen(self.queue, received)
+                copies.append(Copy(message, enqueued_at(received, properties), seen))
+        if copies:
             try:
-                await self.requeue_copy(
-                    self.queue,
-                    message,
-                    enqueued_at(received, properties),
-                    self.redeliveries.seen(self.queue, received),
-                )
+                await self.requeue_copies(self.queue, copies)
             except Exception as error:
                 log.warning(
                     "moving the rest of a batch of '%s' failed (%s); the whole batch comes back",
@@ -629,4 +642,5 @@ class PulsarQueueSubscription:
                     error,
                 )
                 return
-        self.acknowledge(received)
+        for received in moved:
+            self.acknowledge(received)

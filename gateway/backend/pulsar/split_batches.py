@@ -15,7 +15,14 @@ to the queue's own topic and the original is acknowledged, which completes the e
 the whole rest is still in the gateway's hands (the batch's last message is among what it read
 ahead): what pulsar-client's receiver queue still holds cannot be acknowledged, and the entry
 comes back with it anyway (docs/compatibility.md, "Settlement"). An entry nothing of which was
-taken is left alone: it comes back whole, in its place.
+taken is left alone: it comes back whole, in its place, unless it lies after a moved one.
+
+A copy goes to the end of the queue's topic, and the messages read ahead after the moved ones
+would come back in their places, ahead of it: the moved messages would lose their place among
+what was read with them (a Basic.Get consumer of a priority queue, which reads the queue, took
+one message of a batch; the consumer after it got messages of one priority out of their
+order). So everything read ahead after the first moved message of a topic is moved with it,
+all in their order in the topic (``moved_in_order``).
 """
 
 from __future__ import annotations
@@ -41,3 +48,28 @@ def rests_of_split_entries(unreceived: Sequence[tuple[str, BatchPosition]]) -> l
         if size - 1 in indexes and len(indexes) < size:
             rests.extend(numbers)
     return sorted(rests)
+
+
+def moved_in_order(unreceived: Sequence[tuple[str, BatchPosition]]) -> list[int]:
+    """``rests_of_split_entries``, and with them every message of the same topic that lies
+    after the first of them, in their order in the topic (topic by topic)."""
+    rests = rests_of_split_entries(unreceived)
+    first: dict[str, tuple[tuple[int, int, int], int]] = {}
+    for number in rests:
+        topic, position = unreceived[number]
+        place = (position.entry, position.batch_index)
+        if topic not in first or place < first[topic]:
+            first[topic] = place
+
+    def place_of(number: int) -> tuple[str, tuple[int, int, int], int]:
+        topic, position = unreceived[number]
+        return topic, position.entry, position.batch_index
+
+    return sorted(
+        (
+            number
+            for number, (topic, position) in enumerate(unreceived)
+            if topic in first and (position.entry, position.batch_index) >= first[topic]
+        ),
+        key=place_of,
+    )

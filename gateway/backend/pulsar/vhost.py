@@ -22,6 +22,7 @@ queues, and drained or recorded subscriptions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import trio
 
@@ -47,7 +48,7 @@ from gateway.backend.pulsar.binding_changes import BindingChanges
 from gateway.backend.pulsar.consumers.priority_reads import priority_options, to_read
 from gateway.backend.pulsar.consumers.strategy import strategy_of
 from gateway.backend.pulsar.dead_letter_publishing import DeadLettering
-from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
+from gateway.backend.pulsar.delivery import Copy, PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.delivery_records import DeliveryRecord
 from gateway.backend.pulsar.drains import Drains, position_of
 from gateway.backend.pulsar.held_back import HeldBack
@@ -466,7 +467,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
             self._admission.of(queue),
             self._consumer_closed,
             self._redeliveries,
-            self._requeue_copy,
+            self._requeue_copies,
             self._dead_lettering.dead_letter,
             exclusive=exclusive,
             expiry=self._expiry(view, queue),
@@ -510,36 +511,38 @@ class PulsarVirtualHost(CatalogVirtualHost):
             subscription_type=subscription_type,
         )
 
-    async def _requeue_copy(
-        self, queue: str, message: Message, enqueued: int, redelivered: bool
-    ) -> None:
-        """Write a copy of one message of a batch to ``queue``'s own topic (the default
-        exchange's: only this queue reads it) and wait until Pulsar stored it. It keeps the
-        time the original entered the queue (its TTL runs from then); marked requeued (next
-        delivered with ``redelivered=true``) if ``redelivered``."""
-        await self._write_to_queue(queue, message, enqueued=enqueued, requeued=redelivered)
+    async def _requeue_copies(self, queue: str, copies: Sequence[Copy]) -> None:
+        """Write copies of messages (of batches, or chunked) to ``queue``'s own topic (the
+        default exchange's: only this queue reads it), in their order, and wait until Pulsar
+        stored them all. Each keeps the time its original entered the queue (its TTL runs from
+        then); marked requeued (next delivered with ``redelivered=true``) if so."""
+        topic = await self._queue_topic_prepared(queue)
+        stored = []
+        for copy in copies:
+            properties = to_pulsar(copy.message)
+            properties[ENQUEUED] = str(copy.enqueued)
+            if copy.requeued:
+                properties[REQUEUED] = "true"
+            stored.append(await self._r.producers.submit(topic, copy.message.body, properties))
+        for handle in stored:
+            await handle.durable()
 
-    async def _write_to_queue(
-        self, queue: str, message: Message, *, enqueued: int | None = None, requeued: bool = False
-    ) -> None:
-        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it
-        (``enqueued``: a copy of a message that entered the queue then, marked ``requeued``
-        or not)."""
-        topic = topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
+    async def _write_to_queue(self, queue: str, message: Message) -> None:
+        """Write ``message`` to ``queue``'s own topic and wait until Pulsar stored it."""
+        topic = await self._queue_topic_prepared(queue)
+        stored = await self._r.producers.submit(topic, message.body, to_pulsar(message))
+        await stored.durable()
+
+    async def _queue_topic_prepared(self, queue: str) -> str:
+        """``queue``'s own topic, ready to keep what is written there for the queue."""
         # With lazy subscriptions that topic has no subscription until something is published
         # to it through the default exchange (activation.py): prepared here as a publisher
-        # prepares it, or the copy would be stored where no subscription keeps it, and the
+        # prepares it, or a copy would be stored where no subscription keeps it, and the
         # original acknowledged: the message lost.
         default = self.catalog.exchange(self.catalog.view, DEFAULT_EXCHANGE)
         if default is not None:
             await self._publish_routes.prepare(default, queue)
-        properties = to_pulsar(message)
-        if enqueued is not None:
-            properties[ENQUEUED] = str(enqueued)
-        if requeued:
-            properties[REQUEUED] = "true"
-        stored = await self._r.producers.submit(topic, message.body, properties)
-        await stored.durable()
+        return topic_for(self.namespace, DEFAULT_EXCHANGE, queue)
 
     async def follow(self) -> None:
         """Keep this replica's consumers in step with the metadata, whichever replica changed

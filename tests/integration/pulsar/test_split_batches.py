@@ -5,11 +5,13 @@ queue's own topic and acknowledged, so the batch is not dispatched again
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 
 from gateway.backend.interface import Message
-from gateway.backend.pulsar.delivery import PulsarQueueSubscription
+from gateway.backend.pulsar.delivery import Copy, PulsarQueueSubscription
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.model.dead_letter import Reason
 from gateway.pulsar.admin import PulsarAdmin
@@ -70,11 +72,11 @@ class Copies:
     def __init__(self) -> None:
         self.written: list[tuple[bytes, bool]] = []
 
-    async def __call__(
-        self, queue: str, message: Message, enqueued: int, redelivered: bool
-    ) -> None:
-        assert queue == "q" and enqueued > 0
-        self.written.append((message.body, redelivered))
+    async def __call__(self, queue: str, copies: Sequence[Copy]) -> None:
+        assert queue == "q"
+        for copy in copies:
+            assert copy.enqueued > 0
+            self.written.append((copy.message.body, copy.requeued))
 
 
 async def refuse_dead_letters(queue: str, message: Message, reason: Reason) -> None:

@@ -62,7 +62,7 @@ async def refused(*_args: object) -> None:
 def subscription_of(
     consumer: FakeConsumer,
     *,
-    requeue_copy: Callable[..., Awaitable[None]] = refused,
+    requeue_copies: Callable[..., Awaitable[None]] = refused,
     dead_letter: Callable[..., Awaitable[None]] = refused,
 ) -> PulsarQueueSubscription:
     return PulsarQueueSubscription(
@@ -71,7 +71,7 @@ def subscription_of(
         lambda _message, _received: True,
         lambda _subscription: None,
         Redeliveries(),
-        requeue_copy,
+        requeue_copies,
         dead_letter,
     )
 
@@ -107,7 +107,7 @@ async def test_the_close_waits_for_copies_under_way(later: int) -> None:
     async def slow_copy(*_args: object) -> None:
         await stored.wait()
 
-    subscription = subscription_of(consumer, requeue_copy=slow_copy)
+    subscription = subscription_of(consumer, requeue_copies=slow_copy)
     deliveries = [delivery_of(subscription, f"m{n}") for n in range(1 + later)]
     with trio.fail_after(4):  # under TWO_STEP_WAIT: the close must not merely time out
         async with trio.open_nursery() as nursery:

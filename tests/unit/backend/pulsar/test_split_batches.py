@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.backend.pulsar.split_batches import rests_of_split_entries
+from gateway.backend.pulsar.split_batches import moved_in_order, rests_of_split_entries
 from gateway.pulsar.ids import BatchPosition
 
 
@@ -53,3 +53,43 @@ def test_an_entry_is_moved_exactly_when_it_was_split_and_its_rest_is_here(
         if size > 1 and taken > 0 and here and here[-1] == size - 1:
             expected.extend(range(len(unreceived) - len(here), len(unreceived)))
     assert rests_of_split_entries(unreceived) == expected
+
+
+def test_what_was_read_after_a_moved_message_is_moved_with_it_in_topic_order() -> None:
+    # A priority consumer's buffer: out of topic order. Entry 1 was split (index 0 taken);
+    # entry 0 (before it) comes back in its place; entries 1 and 2 and the message of its own
+    # after them move, in topic order; topic "b" had nothing split.
+    unreceived = [at(2, 0, 2), at(1, 2, 3), at(0, 0, 2), at(1, 1, 3), at(2, 1, 2)]
+    unreceived += [("t", BatchPosition((1, 3, -1), -1, 0)), at(0, 0, 2, "b"), at(0, 1, 2, "b")]
+    assert moved_in_order(unreceived) == [3, 1, 0, 4, 5]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ab"), st.integers(0, 4), st.integers(0, 3), st.integers(2, 4)),
+        max_size=12,
+    )
+)
+def test_moved_in_order_keeps_the_rests_and_the_topic_order(
+    messages: list[tuple[str, int, int, int]],
+) -> None:
+    unreceived = [
+        at(entry, min(index, size - 1), size, topic) for topic, entry, index, size in messages
+    ]
+    moved = moved_in_order(unreceived)
+    assert set(rests_of_split_entries(unreceived)) <= set(moved)
+    assert len(set(moved)) == len(moved)
+    for topic in "ab":
+        places = [
+            (unreceived[n][1].entry, unreceived[n][1].batch_index)
+            for n in moved
+            if unreceived[n][0] == topic
+        ]
+        assert places == sorted(places)
+        if places:  # everything of the topic from the first moved one on
+            after = [
+                n
+                for n, (t, p) in enumerate(unreceived)
+                if t == topic and (p.entry, p.batch_index) >= places[0]
+            ]
+            assert set(after) <= set(moved)
