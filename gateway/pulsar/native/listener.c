@@ -152,19 +152,74 @@ static PyObject *message_data(MessageObject *self, PyObject *unused) {
                                      pulsar_message_get_length(self->message));
 }
 
+/* Property names and values come by again and again (the gateway's own, a publisher's same
+   header, exchange and routing key): the str of each recently seen one is kept, direct-mapped
+   by a hash of its bytes, and handed out again. A message's properties then make no new str
+   for what was seen before, and the str keeps its hash for the dict lookups that follow (the
+   Python side looks the raw header up in a cache by its value). Guarded by the GIL: only
+   ``properties()`` uses them. Strings are immutable, so sharing one is unobservable. */
+#define SEEN_SLOTS 64
+#define SEEN_MAX_LENGTH 512
+
+typedef struct {
+    PyObject *str;    /* a reference of the table's own, or NULL */
+    const char *utf8; /* its UTF-8, the bytes it was made of (kept by ``str``) */
+    Py_ssize_t length;
+} seen_t;
+
+static seen_t seen[SEEN_SLOTS];
+
+/* FNV-1a over the length, the first 16 bytes and the last 8. */
+static size_t seen_slot(const char *text, size_t length) {
+    uint64_t hash = 14695981039346656037ULL ^ length;
+    size_t head = length < 16 ? length : 16;
+    for (size_t i = 0; i < head; i++) hash = (hash ^ (unsigned char)text[i]) * 1099511628211ULL;
+    for (size_t i = length > 24 ? length - 8 : length; i < length; i++)
+        hash = (hash ^ (unsigned char)text[i]) * 1099511628211ULL;
+    return (size_t)(hash % SEEN_SLOTS);
+}
+
+/* A new reference to the str of ``text`` (strict UTF-8, as PyUnicode_FromString). */
+static PyObject *seen_str(const char *text) {
+    size_t length = strlen(text);
+    if (length > SEEN_MAX_LENGTH) return PyUnicode_FromStringAndSize(text, (Py_ssize_t)length);
+    seen_t *entry = &seen[seen_slot(text, length)];
+    if (entry->str && entry->length == (Py_ssize_t)length &&
+        memcmp(entry->utf8, text, length) == 0) {
+        Py_INCREF(entry->str);
+        return entry->str;
+    }
+    PyObject *str = PyUnicode_FromStringAndSize(text, (Py_ssize_t)length);
+    if (!str) return NULL;
+    Py_ssize_t utf8_length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(str, &utf8_length);
+    if (!utf8) {
+        PyErr_Clear(); /* not kept, still returned */
+        return str;
+    }
+    Py_INCREF(str);
+    Py_XSETREF(entry->str, str);
+    entry->utf8 = utf8;
+    entry->length = utf8_length;
+    return str;
+}
+
 static PyObject *message_properties(MessageObject *self, PyObject *unused) {
     PyObject *properties = PyDict_New();
     if (!properties) return NULL;
     pulsar_string_map_t *map = pulsar_message_get_properties(self->message);
     int size = pulsar_string_map_size(map);
     for (int i = 0; i < size; i++) {
-        PyObject *value = PyUnicode_FromString(pulsar_string_map_get_value(map, i));
-        if (!value || PyDict_SetItemString(properties, pulsar_string_map_get_key(map, i), value)) {
+        PyObject *key = seen_str(pulsar_string_map_get_key(map, i));
+        PyObject *value = key ? seen_str(pulsar_string_map_get_value(map, i)) : NULL;
+        if (!value || PyDict_SetItem(properties, key, value)) {
+            Py_XDECREF(key);
             Py_XDECREF(value);
             Py_DECREF(properties);
             pulsar_string_map_free(map);
             return NULL;
         }
+        Py_DECREF(key);
         Py_DECREF(value);
     }
     pulsar_string_map_free(map);
