@@ -152,12 +152,13 @@ static PyObject *message_data(MessageObject *self, PyObject *unused) {
                                      pulsar_message_get_length(self->message));
 }
 
-/* Property names and values come by again and again (the gateway's own, a publisher's same
-   header, exchange and routing key): the str of each recently seen one is kept, direct-mapped
-   by a hash of its bytes, and handed out again. A message's properties then make no new str
-   for what was seen before, and the str keeps its hash for the dict lookups that follow (the
-   Python side looks the raw header up in a cache by its value). Guarded by the GIL: only
-   ``properties()`` uses them. Strings are immutable, so sharing one is unobservable. */
+/* Topic names, property names and values come by again and again (the gateway's own, a
+   publisher's same header, exchange and routing key): the str of each recently seen one is
+   kept, direct-mapped by a hash of its bytes, and handed out again. A message's properties
+   then make no new str for what was seen before, and the str keeps its hash for the dict
+   lookups that follow (the Python side looks the raw header up in a cache by its value).
+   Guarded by the GIL: only ``properties()`` and ``topic_name()`` use them. Strings are
+   immutable, so sharing one is unobservable. */
 #define SEEN_SLOTS 64
 #define SEEN_MAX_LENGTH 512
 
@@ -227,7 +228,10 @@ static PyObject *message_properties(MessageObject *self, PyObject *unused) {
 }
 
 static PyObject *message_topic_name(MessageObject *self, PyObject *unused) {
-    return PyUnicode_FromString(pulsar_message_get_topic_name(self->message));
+    /* One of a few topics, asked once per message and then a key of several dicts (the
+       topic's decoded name, the redelivery key, the outstanding count): a seen str keeps
+       its hash. */
+    return seen_str(pulsar_message_get_topic_name(self->message));
 }
 
 static PyObject *message_partition_key(MessageObject *self, PyObject *unused) {
