@@ -47,6 +47,7 @@ import bench_gateway_vs_pulsar as gvp  # noqa: E402
 import maven  # noqa: E402
 import pulsar_direct  # noqa: E402
 import rabbitmq  # noqa: E402
+import starlight_java  # noqa: E402
 
 POM = BENCH_DIR / "perftest" / "pom.xml"
 BEHIND = 0.9  # a direct load's consumer under this share of its producer's rate fell behind
@@ -335,6 +336,25 @@ def print_report(results: dict[str, dict[str, PerfResult]], notes: list[str]) ->
         print(f"note: {note}")
 
 
+def print_versus_starlight_java(results: dict[str, dict[str, PerfResult]]) -> None:
+    """The gateway beside Starlight for RabbitMQ's Java implementation (--starlight-java)."""
+    gw, java = results.get("gateway", {}), results.get("starlight-java", {})
+    print()
+    print("| load | metric | gateway | Starlight-Java | gateway/Starlight-Java |")
+    print("|---|---|---|---|---|")
+    for load in dict.fromkeys([*gw, *java]):
+        g, j = gw.get(load), java.get(load)
+        for metric, gv, jv in (
+            ("sent msg/s (confirmed)", g.sent if g else None, j.sent if j else None),
+            ("received msg/s", g.received if g else None, j.received if j else None),
+        ):
+            print(f"| {load} | {metric} | {fmt(gv)} | {fmt(jv)} | {ratio(gv, jv)} |")
+        print(
+            f"| {load} | consumer latency median/95th/99th ms | "
+            f"{g.latency('consumer') if g else '-'} | {j.latency('consumer') if j else '-'} | |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time", type=int, default=30, help="seconds of the throughput run")
@@ -394,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
         "AMQP (bench/pulsar_direct.py): Pulsar's own pulsar-perf (Java), pulsar-client's "
         "Python binding alone, or its C API from Python (c-api); repeat for several",
     )
+    parser.add_argument(
+        "--starlight-java",
+        action="store_true",
+        help="also run Starlight for RabbitMQ's Java implementation "
+        f"{starlight_java.TAG}, built from source (bench/starlight_java.py)",
+    )
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument(
@@ -443,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"RabbitMQ skipped: {reason}")
         else:
             targets.append(("rabbitmq", rabbitmq_target()))
+    if args.starlight_java:
+        if stack.is_up():
+            targets.append(("starlight-java", starlight_java.starlight_java_target(stack)))
+        else:
+            notes.append("Starlight-Java skipped: the local stack is not up (scripts/stack.py up)")
     try:
         for name, target in targets:
             try:
@@ -477,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             notes.append(f"PerfTest output in {log_dir}")
     print_report(results, notes)
+    if args.starlight_java:
+        print_versus_starlight_java(results)
     return 0 if results else 1
 
 
