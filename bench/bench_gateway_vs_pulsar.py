@@ -285,7 +285,7 @@ def entries_and_messages(web_url: str, namespace: str) -> tuple[int, int]:
     with httpx.Client(base_url=web_url, timeout=30) as admin:
         for topic in admin.get(f"/admin/v2/persistent/public/{namespace}").json():
             path = str(topic).replace("persistent://", "/admin/v2/persistent/")
-            entries += int(admin.get(path + "/internal-stats").json()["entriesAddedCounter"])
+            entries += int(admin.get(path + "/internalStats").json()["entriesAddedCounter"])
             messages += int(admin.get(path + "/stats").json()["msgInCounter"])
     return entries, messages
 
