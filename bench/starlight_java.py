@@ -31,6 +31,14 @@ server on free loopback ports, vhost ``/`` mapped to a fresh ``public/bench-<ran
 (``/bench-starlight-java-<random>``; its curator namespace ``/starlight-rabbitmq`` is also the
 gateway's prefix). All three go afterwards. It also writes ``public/default/__exchange-keys``
 (a name fixed in its code), which is left in place.
+
+Its netty event loops busy-wait (``EventLoopUtil.newEventLoopGroup(n, true, ...)`` in
+GatewayService, not configurable): one acceptor and one I/O thread per core spin at 100% CPU
+whether or not there is traffic, so on a small shared machine they take the cores Pulsar and the
+client need, and its CPU per message counts the spinning. ``$STARLIGHT_JAVA_OPTS`` adds JVM
+options; ``STARLIGHT_JAVA_OPTS=-Dio.netty.transport.noNative=true`` makes netty's epoll
+transport unavailable, so Pulsar's EventLoopUtil falls back to NIO loops that block (a variant
+to report beside the default, not instead of it).
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ VERSION = TAG.removeprefix("v")
 MODULE = "starlight-rabbitmq"
 MAIN_JAR = f"{MODULE}-{VERSION}-jar-with-dependencies.jar"
 SOURCE_ENV = "STARLIGHT_JAVA_SOURCE"
+OPTS_ENV = "STARLIGHT_JAVA_OPTS"
 CACHE = maven.CACHE_DIR / f"starlight-java-{TAG}"
 # Pulsar modules Central has no 4.0.8 of; the versions scripts/pulsar/pom.xml pins for the stack.
 CENTRAL_PINS = {"jetcd-core-shaded": "4.0.7", "pulsar-opentelemetry": "4.0.7"}
@@ -290,13 +299,22 @@ def starlight_java_target(stack: ModuleType) -> Iterator[tuple[str, dict[str, in
         gvp.fresh_namespace(broker.web_url, broker.zookeeper) as namespace,
         zookeeper_chroot(broker.zookeeper) as zookeeper,
         starlight_java_process(
-            jar, broker.broker_url, broker.web_url, zookeeper, namespace, list(stack.JVM_FLAGS)
+            jar,
+            broker.broker_url,
+            broker.web_url,
+            zookeeper,
+            namespace,
+            [*stack.JVM_FLAGS, *os.environ.get(OPTS_ENV, "").split()],
         ) as (port, pid),
     ):
         pids = {"starlight-java": pid}
         if broker.pid:
             pids["pulsar"] = broker.pid
-        print(f"Starlight-Java {VERSION} on 127.0.0.1:{port}, namespace public/{namespace}")
+        extra = os.environ.get(OPTS_ENV)
+        print(
+            f"Starlight-Java {VERSION} on 127.0.0.1:{port}, namespace public/{namespace}"
+            + (f", {OPTS_ENV}={extra}" if extra else "")
+        )
         yield f"amqp://guest:guest@127.0.0.1:{port}", pids
         try:
             entries, messages = gvp.entries_and_messages(broker.web_url, namespace)
