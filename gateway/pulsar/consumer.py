@@ -61,10 +61,10 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.ids import BatchPosition, completes_batch, unfinished_batch
+from gateway.pulsar.ids import completes_batch, further, unfinished_batch
 from gateway.pulsar.owner import ClientOwner
 from gateway.pulsar.priority_level import priority_levels
-from gateway.pulsar.received import ListenedMessage, ReceivedMessage
+from gateway.pulsar.received import ListenedMessage, ReceivedMessage, furthest_per_topic
 
 SubscriptionType = Literal["shared", "exclusive", "failover", "key_shared"]
 InitialPosition = Literal["latest", "earliest"]
@@ -331,11 +331,17 @@ class TrioConsumer(AsyncClosing):
                 for each in self._natives.values():
                     each.resume_message_listener()
         message = self._message_type(native, native_consumer, self, place)
-        topic = message.topic
-        before = self._last_taken.get(topic) if place is not None else None
-        if before is None or before.batch_position.entry < message.batch_position.entry:
-            self._last_taken[topic] = message
+        if place is None:
+            self._last_taken[message.topic] = message
+        else:
+            self._note_taken(message)
         return message
+
+    def _note_taken(self, message: ReceivedMessage) -> None:
+        """``message`` left the consumer's hands: the furthest along its topic so far?"""
+        before = self._last_taken.get(message.topic)
+        if before is None or further(message.batch_position, before.batch_position):
+            self._last_taken[message.topic] = message
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
@@ -493,6 +499,8 @@ class TrioConsumer(AsyncClosing):
             items, self._kept = self._kept, []
             batched = [make(native, native_consumer, self) for native_consumer, native in items]
             taken = [message for message in batched if message.in_batch]
+            for message in taken:  # taken out as ``receive()`` takes: their tails are here
+                self._note_taken(message)
             stay = [
                 item for item, message in zip(items, batched, strict=True) if not message.in_batch
             ]
@@ -536,15 +544,9 @@ class TrioConsumer(AsyncClosing):
             self._set_aside()
         make = self._message_type
         handed = [*self._last_taken.values(), *(make(n, c, self) for c, n in self._kept)]
-        furthest: dict[str, BatchPosition] = {}  # per topic, of what was handed over
-        for message in handed:
-            at = message.batch_position
-            known = furthest.get(message.topic)
-            if known is None or (known.entry, known.batch_index) < (at.entry, at.batch_index):
-                furthest[message.topic] = at
         wanted = {
             topic: position
-            for topic, position in furthest.items()
+            for topic, position in furthest_per_topic(handed).items()
             if topic in self._natives and unfinished_batch(position)
         }
         seen = len(self._kept)

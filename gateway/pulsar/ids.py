@@ -97,6 +97,11 @@ def unfinished_batch(position: BatchPosition) -> bool:
     return 0 <= position.batch_index < position.batch_size - 1
 
 
+def further(at: BatchPosition, than: BatchPosition) -> bool:
+    """Whether ``at`` lies after ``than`` in their topic (entry, then index in the batch)."""
+    return (at.entry, at.batch_index) > (than.entry, than.batch_index)
+
+
 def completes_batch(at: BatchPosition, position: BatchPosition) -> bool:
     """Whether the message at ``at`` is the last of the batch at ``position``, or further along
     their topic (so that the batch's last message came before it, in dispatch order)."""

@@ -7,10 +7,11 @@ acknowledgements are C calls.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from gateway.pulsar.bridge import ignore_result
-from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, is_chunked
+from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, further, is_chunked
 from gateway.pulsar.incoming import IncomingMessage
 
 
@@ -135,3 +136,14 @@ class ListenedMessage(ReceivedMessage):
 
     def send_negative_acknowledgement(self) -> None:
         self.native.negative_acknowledge()
+
+
+def furthest_per_topic(messages: Iterable[ReceivedMessage]) -> dict[str, BatchPosition]:
+    """Per topic, the position of the message of ``messages`` furthest along it."""
+    furthest: dict[str, BatchPosition] = {}
+    for message in messages:
+        at = message.batch_position
+        known = furthest.get(message.topic)
+        if known is None or further(at, known):
+            furthest[message.topic] = at
+    return furthest

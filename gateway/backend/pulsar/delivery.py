@@ -525,12 +525,16 @@ class PulsarQueueSubscription:
             spawn(self.close)
             return
 
-        # Closing waits for its deliveries' settlement; what it read ahead of batches goes on
-        # to other consumers now, or it would wait as long (held_back.py).
-        async def move_on() -> None:
-            await self.move_on_batches()
+        if hand_back:
+            # A Basic.Get consumer, retired by a Basic.Consume: closing waits for its
+            # deliveries' settlement, and what it read ahead of batches goes on to the new
+            # consumer now, or it would wait as long (held_back.py). (A cancelled consumer's
+            # waits: moved at once, the Java client's settle-on-close scenario got
+            # duplicates, 2 runs in 5, not understood yet; docs/compatibility.md.)
+            async def move_on() -> None:
+                await self.move_on_batches()
 
-        spawn(move_on)
+            spawn(move_on)
         for topic in self.consumer.topics:
             if topic not in self._outstanding_from:
                 self._let_go(spawn, topic)
@@ -630,7 +634,8 @@ class PulsarQueueSubscription:
             properties = received.properties
             message = message_of(received, properties)
             if self._belongs(received, properties, message):
-                seen = self.redeliveries.seen(self.queue, received)
+                # Delivered before, or itself a requeued copy (read ahead after the moved ones).
+                seen = REQUEUED in properties or self.redeliveries.seen(self.queue, received)
                 copies.append(Copy(message, enqueued_at(received, properties), seen))
         if copies:
             try:

@@ -182,3 +182,25 @@ async def test_the_rest_of_a_batch_still_in_the_receiver_queue_is_moved_too(
         message = await again.receive()
         pytest.fail(f"the batch came back: {message.payload!r}")
     await again.aclose()
+
+
+async def test_a_stopped_consumer_with_a_queue_of_one_gives_up_the_rest_of_a_batch(
+    client: PulsarClient, topic: Topic
+) -> None:
+    """A consumer reading ahead one message (prefetch 1) was sent a batch of five: after it
+    returned one and stopped (Basic.Cancel with that delivery unacknowledged), the rest is
+    taken out, from its buffer and from pulsar-client's receiver queue
+    (``take_batched_read_ahead``, for held_back.py)."""
+    name = topic("stopped")
+    consumer = await client.subscribe(
+        name, "q", ConsumerOptions(receiver_queue_size=1, buffer_size=1)
+    )
+    await write_batch(client, name)
+    with trio.fail_after(10):
+        taken = await consumer.receive()
+    consumer.stop_receiving(hand_back=False)
+    with trio.fail_after(10):
+        rest = await consumer.take_batched_read_ahead(5.0)
+    assert taken.payload == b"m0"
+    assert [message.payload for message in rest] == [b"m%d" % i for i in range(1, COUNT)]
+    await consumer.aclose()
