@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1000, help="timed calls of each kind")
     parser.add_argument("--rabbitmq", action="store_true", help="also a private RabbitMQ")
     parser.add_argument("--runs", type=int, default=1, help="gateway and raw runs, alternating")
+    gvp.add_gateway_switches(parser)
     args = parser.parse_args(argv)
     stack = gvp.load_stack()
     if not stack.is_up():
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[list[float], list[float], list[float]]] = []
     with (
         gvp.fresh_namespace(web, zookeeper) as namespace,
-        gvp.gateway_process(broker, web, zookeeper, namespace) as gateway,
+        gvp.gateway_process(
+            broker, web, zookeeper, namespace, extra_conf=gvp.gateway_conf(args)
+        ) as gateway,
     ):
         for _ in range(args.runs):
             publishes, gets = amqp_figures(gateway.port, args.messages)

@@ -265,7 +265,9 @@ async def test_multi_topic_buffering_is_bounded_too(
         return consumer.paused and len(dispatched) > 2 and dispatched[-1] == dispatched[-3]
 
     await wait_for(settled)
-    assert consumer.buffered == 8  # every per-topic listener was paused at once
+    # Every per-topic listener was paused at once; a listener call pulsar-client had begun by
+    # then still completes (it does not wait for one under way: consumer.py, ``_late``).
+    assert 8 <= consumer.buffered <= 9
     assert dispatched[-1] <= 8 + 3 * 5
     got = await receive_n(consumer, 180)
     assert len({(m.topic, m.message_id) for m in got}) == 180
