@@ -290,6 +290,17 @@ def entries_and_messages(web_url: str, namespace: str) -> tuple[int, int]:
     return entries, messages
 
 
+def print_entries_per_message(who: str, web_url: str, namespace: str) -> None:
+    """``entries_and_messages``, printed as "<who> entries per message: ..."."""
+    try:
+        entries, messages = entries_and_messages(web_url, namespace)
+    except (httpx.HTTPError, KeyError, ValueError) as error:
+        print(f"{who} entries per message: not read ({error})")
+        return
+    per = f"{entries / messages:.3f}" if messages else "-"
+    print(f"{who} entries per message: {per} ({entries:,} entries for {messages:,} messages)")
+
+
 def delete_gateway_metadata(zookeeper: str, namespace: str) -> None:
     """Remove the gateway's ZooKeeper subtree of ``namespace`` (what outlives its deletion)."""
     from kazoo.client import KazooClient

@@ -38,8 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-import httpx
-
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
@@ -226,13 +224,7 @@ def gateway_target(
             flush=True,
         )
         yield f"amqp://guest:guest@127.0.0.1:{gw.port}", pids
-        try:
-            entries, messages = gvp.entries_and_messages(broker.web_url, namespace)
-        except (httpx.HTTPError, KeyError, ValueError) as error:
-            print(f"entries per message: not read ({error})")
-        else:
-            per = f"{entries / messages:.3f}" if messages else "-"
-            print(f"entries per message: {per} ({entries:,} entries for {messages:,} messages)")
+        gvp.print_entries_per_message("gateway", broker.web_url, namespace)
 
 
 @contextlib.contextmanager

@@ -56,8 +56,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import httpx
-
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
@@ -316,13 +314,7 @@ def starlight_java_target(stack: ModuleType) -> Iterator[tuple[str, dict[str, in
             + (f", {OPTS_ENV}={extra}" if extra else "")
         )
         yield f"amqp://guest:guest@127.0.0.1:{port}", pids
-        try:
-            entries, messages = gvp.entries_and_messages(broker.web_url, namespace)
-        except (httpx.HTTPError, KeyError, ValueError) as error:
-            print(f"Starlight-Java entries per message: not read ({error})")
-        else:
-            per = f"{entries / messages:.3f}" if messages else "-"
-            print(f"Starlight-Java entries per message: {per} ({entries:,} for {messages:,})")
+        gvp.print_entries_per_message("Starlight-Java", broker.web_url, namespace)
 
 
 def main() -> int:

@@ -83,12 +83,26 @@ async def refuse_dead_letters(queue: str, message: Message, reason: Reason) -> N
     raise AssertionError(f"nothing is dead-lettered here ({reason})")
 
 
+async def never_again(client: PulsarClient, admin: PulsarAdmin, name: str) -> None:
+    """Every message of the entry is acknowledged: the broker does not send it again."""
+
+    async def settled() -> bool:
+        return await admin.subscription_backlog(name, "q") == 0
+
+    await wait_for(settled)
+    again = await client.subscribe(name, "q")
+    with trio.move_on_after(0.5):
+        message = await again.receive()
+        pytest.fail(f"the batch came back: {message.payload!r}")
+    await again.aclose()
+
+
 async def subscribed_batch(
-    client: PulsarClient, name: str
+    client: PulsarClient, name: str, options: ConsumerOptions | None = None
 ) -> tuple[TrioConsumer, PulsarQueueSubscription, Copies]:
     """A queue subscription of topic ``name`` (its copies recorded), then a batch written."""
     copies = Copies()
-    consumer = await client.subscribe(name, "q", ConsumerOptions(receiver_queue_size=10))
+    consumer = await client.subscribe(name, "q", options or ConsumerOptions(receiver_queue_size=10))
     subscription = PulsarQueueSubscription(
         "q",
         consumer,
@@ -117,16 +131,7 @@ async def test_a_closing_consumer_moves_the_rest_of_a_batch_it_delivered_part_of
     assert copies.written[0] == (b"m1", True)
     assert sorted(copies.written[1:]) == [(b"m2", False), (b"m3", False), (b"m4", False)]
 
-    # Every message of the entry is acknowledged: the broker does not send it again.
-    async def settled() -> bool:
-        return await admin.subscription_backlog(name, "q") == 0
-
-    await wait_for(settled)
-    again = await client.subscribe(name, "q")
-    with trio.move_on_after(0.5):
-        message = await again.receive()
-        pytest.fail(f"the batch came back: {message.payload!r}")
-    await again.aclose()
+    await never_again(client, admin, name)
 
 
 async def test_a_batch_nothing_of_which_was_delivered_comes_back_whole_in_its_place(
@@ -152,20 +157,8 @@ async def test_the_rest_of_a_batch_still_in_the_receiver_queue_is_moved_too(
     (``TrioConsumer.collect_entry_tails``); before, the whole entry came back, the
     acknowledged message with it."""
     name = topic("tail")
-    copies = Copies()
-    consumer = await client.subscribe(
-        name, "q", ConsumerOptions(receiver_queue_size=10, buffer_size=1)
-    )
-    subscription = PulsarQueueSubscription(
-        "q",
-        consumer,
-        lambda _message, _received: True,
-        lambda _subscription: None,
-        Redeliveries(),
-        copies,
-        refuse_dead_letters,
-    )
-    await write_batch(client, name)
+    options = ConsumerOptions(receiver_queue_size=10, buffer_size=1)
+    consumer, subscription, copies = await subscribed_batch(client, name, options)
     with trio.fail_after(10):
         acknowledged = await subscription.receive()
     acknowledged.ack_now()
@@ -173,15 +166,7 @@ async def test_the_rest_of_a_batch_still_in_the_receiver_queue_is_moved_too(
     await subscription.close()
     assert sorted(copies.written) == [(b"m%d" % i, False) for i in range(1, COUNT)]
 
-    async def settled() -> bool:
-        return await admin.subscription_backlog(name, "q") == 0
-
-    await wait_for(settled)
-    again = await client.subscribe(name, "q")
-    with trio.move_on_after(0.5):
-        message = await again.receive()
-        pytest.fail(f"the batch came back: {message.payload!r}")
-    await again.aclose()
+    await never_again(client, admin, name)
 
 
 async def test_a_stopped_consumer_with_a_queue_of_one_gives_up_the_rest_of_a_batch(
