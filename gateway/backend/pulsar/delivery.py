@@ -528,9 +528,9 @@ class PulsarQueueSubscription:
         if hand_back:
             # A Basic.Get consumer, retired by a Basic.Consume: closing waits for its
             # deliveries' settlement, and what it read ahead of batches goes on to the new
-            # consumer now, or it would wait as long (held_back.py). (A cancelled consumer's
-            # waits: moved at once, the Java client's settle-on-close scenario got
-            # duplicates, 2 runs in 5, not understood yet; docs/compatibility.md.)
+            # consumer now, or it would wait as long (held_back.py). A cancelled consumer's
+            # read-ahead waits: moved at once, it gave duplicates in the Java client's
+            # settle-on-close scenario (2 runs in 5, cause not found; docs/compatibility.md).
             async def move_on() -> None:
                 await self.move_on_batches()
 
