@@ -279,8 +279,16 @@ def test_bundles_moved_to_the_other_broker(cluster: OwnCluster, replicas: Replic
         moved.update(topic=topic, queue=queue, source=source, destination=destination)
         began = time.monotonic()
         moved["bundle"] = cluster.move_topic(topic, destination)
-        # Over when the destination owns the topic (the unload answered before it does).
-        return began, wait_for_owner(cluster, topic, destination, timeout=60)
+        # Over when the destination owns the topic (the unload answered before it does). The
+        # destination is a hint to Pulsar's load manager: a lookup racing the unload may get
+        # the bundle assigned to its source again (the source still owned it after 60 s in two
+        # of three runs on the 2-core machine), and then it is unloaded again.
+        for _ in range(2):
+            try:
+                return began, wait_for_owner(cluster, topic, destination, timeout=20)
+            except AssertionError:
+                cluster.move_topic(topic, destination)
+        return began, wait_for_owner(cluster, topic, destination, timeout=20)
 
     def follows() -> None:
         # The gateways followed the move: their producers and consumers are on the new
