@@ -65,6 +65,9 @@ class QueueSubscriptions:
         self._getters = getters
         # (queue, topic) -> this replica's creation of that subscription under way.
         self._creating: dict[tuple[str, str], _Creation] = {}
+        # queue -> its topics being given to this replica's consumers in the background
+        # (subscribe_to_write), each set when done.
+        self._giving: dict[str, list[trio.Event]] = {}
 
     async def subscribe(self, topic: str, queue: str) -> None:
         """Make sure ``queue``'s subscription on ``topic`` exists, then give the topic to
@@ -87,16 +90,40 @@ class QueueSubscriptions:
         fails is logged: the next change of the view gives the topic again (vhost.py's
         ``_reconcile``), as when the metadata watch's own ``subscribe`` fails."""
         await self._made(topic, queue)
-        if self._consumers.get(queue):
-            with contextlib.suppress(RuntimeError):  # the nursery is closed: shutting down
-                self._r.nursery.start_soon(self._give_logged, topic, queue)
+        if not self._consumers.get(queue):
+            return
+        given = trio.Event()
+        self._giving.setdefault(queue, []).append(given)
+        try:
+            self._r.nursery.start_soon(self._give_logged, topic, queue, given)
+        except RuntimeError:  # the nursery is closed: shutting down
+            self._given(queue, given)
 
-    async def _give_logged(self, topic: str, queue: str) -> None:
-        for subscription in self.by_priority(queue):
-            try:
-                await subscription.add_topic(topic)
-            except Exception as error:
-                log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
+    async def _give_logged(self, topic: str, queue: str, given: trio.Event) -> None:
+        try:
+            for subscription in self.by_priority(queue):
+                try:
+                    await subscription.add_topic(topic)
+                except Exception as error:
+                    log.warning("giving %s to a consumer of '%s' failed: %s", topic, queue, error)
+        finally:
+            self._given(queue, given)
+
+    def _given(self, queue: str, given: trio.Event) -> None:
+        given.set()
+        waiting = self._giving[queue]
+        waiting.remove(given)
+        if not waiting:
+            del self._giving[queue]
+
+    async def gives_done(self, queue: str) -> None:
+        """Until the topics being given to this replica's consumers of ``queue`` in the
+        background are theirs. A Basic.Get waits for them: on RabbitMQ a message enqueued
+        while a consumer is ready goes to that consumer, so a Get right after the publish
+        finds nothing (the Java client's doAutoDelete test); had the Get's own consumer
+        attached first, Pulsar could give the message to it instead."""
+        for given in list(self._giving.get(queue, ())):
+            await given.wait()
 
     async def _made(self, topic: str, queue: str) -> None:
         """Until ``queue``'s subscription on ``topic`` exists, made here or by the creation

@@ -769,6 +769,7 @@ class PulsarVirtualHost(CatalogVirtualHost):
         queue = entity.name
         self.catalog.check_get(entity)
         await self._queue_use.used(queue, entity.arguments)
+        await self._subscriptions.gives_done(queue)
         return await self._basic_gets.get(queue, lambda: self.catalog.find_queue(queue, owner))
 
     async def release(self, owner: Owner) -> None:

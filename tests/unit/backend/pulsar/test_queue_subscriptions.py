@@ -306,3 +306,33 @@ async def test_a_publisher_whose_subscription_fails_gives_the_topic_to_nobody() 
         with pytest.raises(AMQPError):
             await subscriptions.subscribe_to_write(TOPIC, "orders")
     assert given == []
+
+
+async def test_a_get_waits_until_the_consumers_have_the_topic() -> None:
+    """A Basic.Get right after a first publish waits for the background attach: on RabbitMQ
+    the message goes to the ready consumer, and a Get attached first could take it."""
+    given: list[tuple[int, str]] = []
+    attach = trio.Event()
+
+    class SlowConsumer(Consumer):
+        async def add_topic(self, topic: str) -> None:
+            await attach.wait()
+            await super().add_topic(topic)
+
+    subscriptions, resources = subscriptions_with(Admin(), {"orders": {SlowConsumer(0, given)}})
+    got: list[list[tuple[int, str]]] = []
+
+    async def get() -> None:
+        await subscriptions.gives_done("orders")
+        got.append(list(given))
+
+    async with trio.open_nursery() as nursery:
+        resources.nursery = nursery
+        await subscriptions.subscribe_to_write(TOPIC, "orders")
+        nursery.start_soon(get)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        attach.set()
+    assert got == [[(0, TOPIC)]]
+    with trio.fail_after(1):  # nothing under way: no wait
+        await subscriptions.gives_done("orders")
