@@ -57,12 +57,16 @@ class PublishRoutes:
 
     def routes_now(self, exchange: Exchange, message: Message) -> bool | None:
         """``routes`` when it need not wait: None if the key has to be prepared first."""
-        key = message.routing_key
-        if (exchange.name, key) not in self.prepared_keys and (
-            exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange)
-        ):
+        if self.unprepared(exchange, message.routing_key):
             return None
         return bool(self.catalog.routes(self.catalog.view, exchange, message))
+
+    def unprepared(self, exchange: Exchange, key: str) -> bool:
+        """Whether ``exchange``'s ``key`` has a topic of its own that this replica has not
+        prepared yet: its first message waits for that (``prepare``)."""
+        return (exchange.name, key) not in self.prepared_keys and (
+            exchange.type is ExchangeType.TOPIC or self._lazy_default_or_direct(exchange)
+        )
 
     async def prepare(self, exchange: Exchange, key: str) -> bool:
         """Prepare ``exchange``'s ``key`` before this replica's first message to its topic

@@ -22,7 +22,8 @@ from gateway.backend.catalog import Catalog
 from gateway.backend.interface import Message, PublishOutcome, Stored
 from gateway.backend.overflow import RefusedStored
 from gateway.backend.pulsar.length_limit import LengthLimits
-from gateway.backend.pulsar.messages import REFUSED_BY, to_pulsar
+from gateway.backend.pulsar.message_ttl import now_ms
+from gateway.backend.pulsar.messages import ENQUEUED, REFUSED_BY, to_pulsar
 from gateway.backend.pulsar.publish_routes import PublishRoutes
 from gateway.backend.pulsar.reply_codes import to_amqp_error
 from gateway.backend.pulsar.resources import PulsarResources
@@ -37,6 +38,18 @@ from gateway.pulsar.errors import PulsarClientError
 __all__ = ["AllStored", "Sending"]
 
 _PUBLISH_TOPICS_CACHED = 4096
+
+
+def _enqueued(properties: dict[str, str], arrived: int | None) -> dict[str, str]:
+    """``properties``, with the time the message ``arrived`` (ms) if it waited for its key
+    to be prepared. A queue's message TTL runs from Pulsar's publish time (message_ttl.py),
+    but RabbitMQ's runs from the enqueue; the first message to a new key waits ~70-100 ms
+    for Pulsar to create its queues' subscriptions (docs/performance.md), so it would live
+    that much longer (amqp091-go's TestRabbitMQQueueTTLGet: a 100 ms TTL, a Get after
+    200 ms found it)."""
+    if arrived is not None:
+        properties[ENQUEUED] = str(arrived)
+    return properties
 
 
 class AllStored:
@@ -96,6 +109,7 @@ class Sending:
         published = exchange
         key = message.routing_key
         routes = self._routes
+        arrived = now_ms() if routes.unprepared(exchange, key) else None
         routed = await routes.routes(exchange, message)
         seen = {exchange.name}
         while not routed:
@@ -120,7 +134,7 @@ class Sending:
         # replica may not have reached the view yet, and Pulsar drops a message that no
         # subscription wants anyway.
         topic = self._topic(exchange, key)
-        properties = to_pulsar(message)
+        properties = _enqueued(to_pulsar(message), arrived)
         refused = await self._refusals(exchange, message) if self._limits.of(self._view) else []
         if refused:
             # Full queues with x-overflow reject-publish: the others still get the message.
@@ -183,6 +197,7 @@ class Sending:
         self, exchange: Exchange, message: Message, *, mandatory: bool
     ) -> PublishOutcome:
         key = message.routing_key
+        arrived = now_ms() if self._routes.unprepared(exchange, key) else None
         # The published-to exchange's key first (its first use registers it and subscribes
         # where ZooKeeper says it leads: zk_graph.py), then every other topic written to.
         await self._routes.prepare(exchange, key)
@@ -199,7 +214,7 @@ class Sending:
         parts: list[Stored] = []
         for write in route.writes:
             topic = self._topic(write.exchange, key)
-            properties = to_pulsar(message)
+            properties = _enqueued(to_pulsar(message), arrived)
             skip = write.skip | set(refused)
             if skip:
                 properties[REFUSED_BY] = json.dumps(sorted(skip))

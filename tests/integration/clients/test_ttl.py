@@ -56,6 +56,21 @@ def test_expired_messages_are_never_delivered_and_leave_the_count(running: Runni
     channel.connection.close()
 
 
+def test_the_first_message_to_a_new_queue_expires_from_its_publish(running: Running) -> None:
+    """TTL runs from the enqueue, as on RabbitMQ: the first message to a new queue waits for
+    Pulsar to create the queue's subscription (~70-100 ms on Pulsar), and its TTL counts that
+    wait (amqp091-go's TestRabbitMQQueueTTLGet found it alive 200 ms after its publish)."""
+    channel = running.connect().channel()
+    channel.confirm_delivery()
+    queue = unique("q")
+    channel.queue_declare(queue, arguments={"x-message-ttl": 100})
+    sent = time.time()
+    channel.basic_publish("", queue, b"m")
+    wait_past(sent + 0.12, channel.connection)
+    assert channel.basic_get(queue, auto_ack=True) == (None, None, None)
+    channel.connection.close()
+
+
 def test_the_lower_of_queue_and_message_ttl_wins(running: Running) -> None:
     channel = running.connect().channel()
     channel.confirm_delivery()
