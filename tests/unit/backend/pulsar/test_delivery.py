@@ -1,6 +1,7 @@
 """PulsarDelivery's two-step settlements (a copy stored, then the original acknowledged) with
-the store failing, and PulsarQueueSubscription's close waiting for them: a fake Pulsar
-consumer records what reaches it, in order."""
+the store failing, PulsarQueueSubscription's moves of batch messages (the rests of split
+batches at the close, read-ahead moved on for other consumers) likewise, and the close waiting
+for them: a fake Pulsar consumer records what reaches it, in order."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from gateway.backend.interface import Message
 from gateway.backend.pulsar.delivery import PulsarDelivery, PulsarQueueSubscription
 from gateway.backend.pulsar.redeliveries import Redeliveries
 from gateway.pulsar.consumer import TrioConsumer
+from gateway.pulsar.ids import BatchPosition
 
 TOPIC = "persistent://public/default/amq.default__q"
+ALONE = BatchPosition((1, 1, -1), -1, 0)  # a message that is an entry of its own
 
 
 @dataclass
@@ -35,6 +38,12 @@ class FakeReceived:
     properties: dict[str, str] = field(default_factory=dict)
     publish_timestamp: int = 1
     redelivery_count: int = 0
+    batch_position: BatchPosition = ALONE
+
+
+def in_entry(name: str, index: int, size: int = 3) -> Any:
+    """Message ``index`` of a batch of ``size`` in entry 1:1."""
+    return FakeReceived(name.encode(), batch_position=BatchPosition((1, 1, -1), index, size))
 
 
 @dataclass
@@ -44,6 +53,18 @@ class FakeConsumer:
     events: list[str] = field(default_factory=list)
     options: FakeOptions = field(default_factory=FakeOptions)
     topics: tuple[str, ...] = (TOPIC,)
+    # What it read ahead and never handed over: taken at the close, or moved on.
+    read_ahead: list[Any] = field(default_factory=list)
+
+    async def collect_entry_tails(self, _wait: float) -> None:
+        pass
+
+    def take_unreceived(self) -> list[Any]:
+        taken, self.read_ahead = self.read_ahead, []
+        return taken
+
+    async def take_batched_read_ahead(self, _wait: float) -> list[Any]:
+        return self.take_unreceived()
 
     def acknowledge(self, received: FakeReceived) -> None:
         self.events.append(f"ack {received.id_bytes.decode()}")
@@ -122,3 +143,43 @@ async def test_the_close_waits_for_copies_under_way(later: int) -> None:
             stored.set()
     *acks, last = consumer.events
     assert sorted(acks) == [f"ack m{n}" for n in range(1 + later)] and last == "close"
+
+
+def copies_recorded_in(consumer: FakeConsumer) -> Callable[..., Awaitable[None]]:
+    async def store(_queue: str, copies: list[Any]) -> None:
+        consumer.events.append(f"copies {len(copies)}")
+
+    return store
+
+
+async def test_moved_messages_are_acknowledged_only_after_their_copies_are_stored() -> None:
+    consumer = FakeConsumer()
+    subscription = subscription_of(consumer, requeue_copies=copies_recorded_in(consumer))
+    await subscription.move_to_queue_topic([in_entry("m1", 1), in_entry("m2", 2)])
+    assert consumer.events == ["copies 2", "ack m1", "ack m2"]
+
+
+async def test_a_move_whose_copies_are_not_stored_acknowledges_nothing() -> None:
+    """The batch comes back whole from Pulsar (duplicates, never a loss)."""
+    consumer = FakeConsumer()
+    await subscription_of(consumer).move_to_queue_topic([in_entry("m1", 1), in_entry("m2", 2)])
+    assert consumer.events == []
+
+
+async def test_read_ahead_moved_on_for_other_consumers_is_kept_when_its_copy_fails() -> None:
+    consumer = FakeConsumer(read_ahead=[in_entry("m1", 0), in_entry("m2", 1)])
+    assert await subscription_of(consumer).move_on_batches() == 2
+    assert consumer.events == []
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["stored", "refused"])
+async def test_the_rests_of_split_batches_are_moved_at_the_close(stored: bool) -> None:
+    """Message 0 of the entry was delivered, 1 and 2 were read ahead: on a broker without
+    batch-index acknowledgements they are moved (copied, then acknowledged) before the
+    consumer closes; with the copy refused nothing is acknowledged and the close goes on."""
+    consumer = FakeConsumer(options=FakeOptions(batch_index_ack=False))
+    consumer.read_ahead = [in_entry("m1", 1), in_entry("m2", 2)]
+    store = copies_recorded_in(consumer) if stored else refused
+    await subscription_of(consumer, requeue_copies=store).close()
+    moved = ["copies 2", "ack m1", "ack m2"] if stored else []
+    assert consumer.events == [*moved, "close"]
