@@ -22,14 +22,21 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from server_process import (  # bench/, next to this file
+    free_port,
+    log_tail,
+    port_open,
+    start_logged,
+    stop,
+    wait_ready,
+)
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 START_TIMEOUT = 90.0
@@ -49,22 +56,6 @@ class RabbitNode:
     @property
     def amqp_url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def version() -> str | None:
@@ -94,28 +85,6 @@ def unavailable_reason() -> str | None:
     if shutil.which("epmd") is None:
         return "epmd (Erlang) is not on PATH"
     return None
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _stop_process(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
-    """Signal the process itself, wait, then kill whatever is left of its session (our own
-    process group: it was started with start_new_session)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _beam_pid(script_pid: int) -> int | None:
@@ -174,34 +143,27 @@ def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 10
-        while not port_open(epmd_port):
-            if epmd.poll() is not None or time.monotonic() > deadline:
-                raise RabbitMQUnavailable(f"epmd did not start on port {epmd_port}")
-            time.sleep(0.05)
-        with log.open("wb") as out:
-            server = subprocess.Popen(
-                [str(SERVER_SCRIPT)],
-                cwd=base,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while b"Server startup complete" not in log.read_bytes():
-            if server.poll() is not None:
-                raise RabbitMQUnavailable(
-                    f"rabbitmq-server exited with {server.returncode}:\n{_tail(log)}"
-                )
-            if time.monotonic() > deadline:
-                raise RabbitMQUnavailable(
-                    f"rabbitmq-server not ready within {START_TIMEOUT:.0f} s:\n{_tail(log)}"
-                )
-            time.sleep(0.2)
+        wait_ready(
+            epmd,
+            lambda: port_open(epmd_port),
+            log=base / "no-epmd-log",
+            what=f"epmd on port {epmd_port}",
+            timeout=10,
+            error=RabbitMQUnavailable,
+        )
+        server = start_logged([str(SERVER_SCRIPT)], log, cwd=base, env=env)
+        wait_ready(
+            server,
+            lambda: b"Server startup complete" in log.read_bytes(),
+            log=log,
+            what="rabbitmq-server",
+            timeout=START_TIMEOUT,
+            error=RabbitMQUnavailable,
+        )
         if not port_open(port):
-            raise RabbitMQUnavailable(f"rabbitmq-server does not listen on {port}:\n{_tail(log)}")
+            raise RabbitMQUnavailable(
+                f"rabbitmq-server does not listen on {port}:\n{log_tail(log)}"
+            )
         yield RabbitNode(port=port, pid=_beam_pid(server.pid) or server.pid, log=log)
     finally:
         if server is not None:
@@ -211,9 +173,9 @@ def local_rabbitmq(port: int | None = None) -> Iterator[RabbitNode]:
             if vm is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(vm, signal.SIGTERM)
-            _stop_process(server, signal.SIGTERM, STOP_TIMEOUT)
+            stop(server, signal.SIGTERM, STOP_TIMEOUT)
         if epmd is not None:
-            _stop_process(epmd, signal.SIGTERM, 5)
+            stop(epmd, signal.SIGTERM, 5)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -50,7 +50,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +60,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import bench_gateway_vs_pulsar as gvp  # noqa: E402
 import maven  # noqa: E402
-import rabbitmq  # noqa: E402
+from server_process import free_port, port_open, start_logged, stop, wait_ready  # noqa: E402
 
 TAG = "v4.0.0.4"
 VERSION = TAG.removeprefix("v")
@@ -220,31 +219,13 @@ def zookeeper_chroot(zookeeper: str) -> Iterator[str]:
         zk.close()
 
 
-def _log_tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (its shutdown hook closes producers and listeners), then SIGKILL if it lingers;
-    then whatever is left of its session."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 @contextlib.contextmanager
 def starlight_java_process(
     jar: Path, broker_url: str, web_url: str, zookeeper: str, namespace: str, jvm_flags: list[str]
 ) -> Iterator[tuple[int, int]]:
     """The standalone Java gateway serving vhost ``/`` on ``public/<namespace>``: (AMQP port,
     pid) once it listens; stopped on exit."""
-    amqp_port, web_port = rabbitmq.free_port(), rabbitmq.free_port()
+    amqp_port, web_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="bench-starlight-java-") as directory:
         conf, log = Path(directory) / "starlight-rabbitmq.conf", Path(directory) / "java.log"
         conf.write_text(
@@ -260,30 +241,22 @@ def starlight_java_process(
         java = shutil.which("java")
         if java is None:
             raise StarlightJavaUnavailable("`java` is not on PATH")
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [java, *jvm_flags, "-jar", str(jar), "-c", str(conf)],
-                cwd=directory,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = start_logged(
+            [java, *jvm_flags, "-jar", str(jar), "-c", str(conf)], log, cwd=directory
+        )
         try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while not rabbitmq.port_open(amqp_port):
-                if proc.poll() is not None:
-                    raise StarlightJavaUnavailable(
-                        f"it exited with {proc.returncode}:\n{_log_tail(log)}"
-                    )
-                if time.monotonic() > deadline:
-                    raise StarlightJavaUnavailable(
-                        f"not listening within {START_TIMEOUT:.0f} s:\n{_log_tail(log)}"
-                    )
-                time.sleep(0.2)
+            wait_ready(
+                proc,
+                lambda: port_open(amqp_port),
+                log=log,
+                what="Starlight for RabbitMQ (Java)",
+                timeout=START_TIMEOUT,
+                error=StarlightJavaUnavailable,
+            )
             yield amqp_port, proc.pid
         finally:
-            _stop(proc)
+            # SIGTERM: its shutdown hook closes producers and listeners.
+            stop(proc, signal.SIGTERM, STOP_TIMEOUT)
 
 
 @contextlib.contextmanager
