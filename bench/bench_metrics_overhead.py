@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
-import rabbitmq  # noqa: E402
 from bench_gateway_vs_pulsar import (  # noqa: E402
     AmqpClient,
     amqp_consume,
@@ -56,6 +54,7 @@ from bench_gateway_vs_pulsar import (  # noqa: E402
     load_stack,
     proc_cpu_seconds,
 )
+from server_process import free_port, port_open, start_logged, stop, wait_ready  # noqa: E402
 
 PYTHON = REPO_DIR / ".venv" / "bin" / "python"
 BASELINE_REF = "75a0d88"
@@ -75,8 +74,8 @@ def gateway(
 ) -> Iterator[tuple[int, int | None, int]]:
     """(AMQP port, metrics port or None, pid) of a running gateway of ``variant``."""
     broker_url, web_url, zookeeper = urls
-    port = rabbitmq.free_port()
-    metrics = rabbitmq.free_port() if variant.scrape else None
+    port = free_port()
+    metrics = free_port() if variant.scrape else None
     conf = workdir / f"{variant.name}.conf"
     conf.write_text(
         f"brokerServiceURL={broker_url}\nbrokerWebServiceURL={web_url}\n"
@@ -88,30 +87,14 @@ def gateway(
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
     if variant.pythonpath:
         env["PYTHONPATH"] = variant.pythonpath
-    log = (workdir / f"{variant.name}.log").open("wb")
-    proc = subprocess.Popen(
-        [str(PYTHON), "-m", "gateway.cli", "-c", str(conf)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=workdir,
-    )
+    log = workdir / f"{variant.name}.log"
+    command = [str(PYTHON), "-m", "gateway.cli", "-c", str(conf)]
+    proc = start_logged(command, log, cwd=workdir, env=env, new_session=False)
     try:
-        deadline = time.monotonic() + 60
-        while not rabbitmq.port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{variant.name} did not start: see {workdir}")
-            time.sleep(0.1)
+        wait_ready(proc, lambda: port_open(port), log=log, what=variant.name, timeout=60)
         yield port, metrics, proc.pid
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        stop(proc, signal.SIGINT)  # the gateway's graceful stop
 
 
 class Scraper:
