@@ -9,7 +9,7 @@ its confirm and its delivery). The gateway creates a queue's Pulsar producer on 
 publish to it, so the first message pays for that; the raw client's column times the same
 three sends on a fresh topic with a consumer attached, the producer's creation included in
 the first. This is what made `bench_gateway_vs_pulsar.py`'s latency p99 when its trickle
-measured from the 21st message (docs/performance.md, "Latency: the first publish to a new
+measured from the 21st message (docs/benchmarks.md, "Latency: the first publish to a new
 queue").
 """
 

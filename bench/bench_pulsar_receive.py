@@ -3,7 +3,7 @@
 The gateway's TrioConsumer uses a ``message_listener``, which pulsar-client calls on its own
 listener thread once per message; asking for each message with ``receive_async`` instead,
 which pulsar-client answers on the calling (trio) thread when its receiver queue holds one,
-was tried and reverted (docs/performance.md, "Issue 16, consume side"). This measures the
+was tried and reverted (docs/benchmarks.md, "A listener, not asking"). This measures the
 two shapes alone, without the gateway: N messages of 1 KiB are published to a fresh topic
 of ``public/default`` on the local stack, then each mode reads them all from a new Shared
 subscription (receiver queue 1,000), reading the properties and payload of each message and

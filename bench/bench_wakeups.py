@@ -8,7 +8,7 @@ gateway's event loop), an asyncio task (the benchmarks' AMQP client) and a plain
 per read. Nothing but the loop's own machinery runs per read, so this is the floor of what a
 message costs a process each time it has to wake up for it; at low rates the loop sleeps
 between messages and every message pays a full wake-up, with the loop's code and data gone
-cold (docs/performance.md, "Latency at 1,000 msg/s on a quiet machine").
+cold (docs/benchmarks.md, "Latency at 1,000 msg/s on a quiet machine").
 """
 
 from __future__ import annotations

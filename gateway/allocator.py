@@ -7,7 +7,7 @@ With the C library's allocator a request of 1 KiB or more first merges all freed
 blocks (``malloc_consolidate``): under PerfTest's 1,000-byte messages, glibc's malloc and free
 took ~13 % of the trio thread and ~12 % of pulsar-client's I/O thread (perf). jemalloc keeps
 small and large sizes apart; with it the gateway spent 0.86x the CPU per message and moved
-1.10x the messages (medians of 12 interleaved PerfTest pairs, docs/performance.md).
+1.10x the messages (medians of 12 interleaved PerfTest pairs, docs/benchmarks.md).
 
 An allocator has to be in place before the first allocation, so it cannot be switched from
 Python: the command re-executes itself once, with jemalloc in ``LD_PRELOAD`` (the same

@@ -65,7 +65,7 @@ class QueueSubscription(Protocol):
         """A message that is already here, or None. The channel takes a consumer's messages
         through it in one pass while the consumer has credit, instead of one per scheduling
         round: with publishers keeping the gateway busy, one per round starved consumers
-        (docs/performance.md, "Consumer starvation"). A backend may always answer None
+        (docs/benchmarks.md, "Consumer starvation"). A backend may always answer None
         (then every message comes through ``receive``)."""
         ...
 

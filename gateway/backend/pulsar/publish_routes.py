@@ -151,7 +151,7 @@ class PublishRoutes:
 
         The message that follows needs both; one after the other, the first publish to a new
         key waited for their sum (its confirm came after 78 ms on the development VM), now for
-        the longer (docs/performance.md): the publish joins the creation under way
+        the longer (docs/benchmarks.md): the publish joins the creation under way
         (producer_cache.py). Whichever reaches Pulsar first creates the topic; nothing is
         written before the subscriptions exist, so their order does not matter. A producer
         that cannot be made is left to the publish, which tries again and says why."""

@@ -86,7 +86,7 @@ class QueueSubscriptions:
         the background. The message written next is kept by the subscription whether or not
         a consumer is attached yet, and goes to the first one that is, highest priority
         first as with ``subscribe``; the publisher need not wait for them (a consumer's
-        attach took 5-15 ms of the first publish's confirm, docs/performance.md). One that
+        attach took 5-15 ms of the first publish's confirm, docs/benchmarks.md). One that
         fails is logged: the next change of the view gives the topic again (vhost.py's
         ``_reconcile``), as when the metadata watch's own ``subscribe`` fails."""
         await self._made(topic, queue)

@@ -2,7 +2,7 @@
 message of the queue (the gateway's Basic.Get consumer, retired by the Basic.Consume, must
 not keep one it read ahead). Found by the Java client's settle_on_close scenario
 ("prefetch0-connection-cancel-get") when TrioConsumer briefly asked pulsar-client for
-messages instead of using a listener (docs/performance.md, "Issue 16, consume side")."""
+messages instead of using a listener (docs/benchmarks.md, "A listener, not asking")."""
 
 import time
 
