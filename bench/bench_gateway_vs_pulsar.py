@@ -250,12 +250,18 @@ def own_broker(stack: ModuleType, broker_config: str) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
-def measured_broker(stack: ModuleType, *, batch_index_acks: bool) -> Iterator[Broker]:
+def measured_broker(
+    stack: ModuleType, *, batch_index_acks: bool, broker_config: Sequence[str] = ()
+) -> Iterator[Broker]:
     """The Pulsar a run measures on: the local stack's (which must be up), or with
-    ``batch_index_acks`` a standalone of the run's own whose broker keeps batch-index
-    acknowledgements (the gateway's producers batch only there)."""
-    if batch_index_acks:
-        with own_broker(stack, BATCH_INDEX_ACKS) as broker:
+    ``batch_index_acks`` or ``broker_config`` (``key=value`` lines) a standalone of the run's
+    own with those broker settings (the gateway's producers batch only where the broker keeps
+    batch-index acknowledgements)."""
+    if batch_index_acks or broker_config:
+        lines = (BATCH_INDEX_ACKS if batch_index_acks else "") + "".join(
+            f"{line}\n" for line in broker_config
+        )
+        with own_broker(stack, lines) as broker:
             yield broker
     else:
         pid = find_pid("PulsarStandaloneStarter")
@@ -1360,6 +1366,18 @@ def add_gateway_switches(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_broker_config_switch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="measure on a Pulsar standalone of the run's own (free ports, the local stack's "
+        "memory settings, ~30 s to start) with this broker setting, e.g. "
+        "managedLedgerNewEntriesCheckDelayInMillis=0; repeat for several",
+    )
+
+
 def gateway_conf(args: argparse.Namespace) -> list[str]:
     """The configuration lines the command line asks for (add_gateway_switches)."""
     lines = ["gatewayCompiledHotPath=false"] if args.no_compiled else []
@@ -1714,6 +1732,7 @@ def main(argv: list[str] | None = None) -> int:
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
     add_gateway_switches(parser)
+    add_broker_config_switch(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,
@@ -1756,10 +1775,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_line()}")
     wait_for_quiet(args.wait_quiet)
     if not (args.no_raw and args.no_gateway):
-        if not args.batch_index_acks and not stack.is_up():
+        own = args.batch_index_acks or args.broker_config
+        if not own and not stack.is_up():
             print("the local stack is not up: python3 scripts/stack.py up", file=sys.stderr)
             return 2
-        with measured_broker(stack, batch_index_acks=args.batch_index_acks) as broker:
+        with measured_broker(
+            stack, batch_index_acks=args.batch_index_acks, broker_config=args.broker_config
+        ) as broker:
             run_pulsar_phases(broker, args, spy, results, notes)
     if not args.no_rabbitmq:
         reason = rabbitmq.unavailable_reason()

@@ -196,6 +196,7 @@ def gateway_target(
     switch_interval: float | None,
     *,
     batch_index_acks: bool = False,
+    broker_config: Sequence[str] = (),
     workers: int = 1,
     extra_conf: Sequence[str] = (),
 ) -> Iterator[tuple[str, dict[str, int]]]:
@@ -203,7 +204,9 @@ def gateway_target(
     run's own whose broker keeps batch-index acknowledgements (the gateway batches there);
     ``workers`` > 1 starts it with ``--workers`` (the kernel spreads connections over them)."""
     with (
-        gvp.measured_broker(stack, batch_index_acks=batch_index_acks) as broker,
+        gvp.measured_broker(
+            stack, batch_index_acks=batch_index_acks, broker_config=broker_config
+        ) as broker,
         gvp.fresh_namespace(broker.web_url, broker.zookeeper) as namespace,
         gvp.gateway_process(
             broker.broker_url,
@@ -370,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         help="wait up to SECONDS for the machine's load to drop below 0.3 cores before starting",
     )
     gvp.add_gateway_switches(parser)
+    gvp.add_broker_config_switch(parser)
     parser.add_argument(
         "--switch-interval",
         type=float,
@@ -437,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
 
     targets: list[tuple[str, contextlib.AbstractContextManager[tuple[str, dict[str, int]]]]] = []
     if not args.no_gateway:
-        if stack.is_up() or args.batch_index_acks:
+        if stack.is_up() or args.batch_index_acks or args.broker_config:
             targets.append(
                 (
                     "gateway",
@@ -445,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                         stack,
                         args.switch_interval,
                         batch_index_acks=args.batch_index_acks,
+                        broker_config=args.broker_config,
                         workers=args.workers,
                         extra_conf=gvp.gateway_conf(args),
                     ),
