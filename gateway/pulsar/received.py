@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from gateway.pulsar.bridge import ignore_result
 from gateway.pulsar.ids import BatchPosition, MessageId, batch_position, further, is_chunked
 from gateway.pulsar.incoming import IncomingMessage
+from gateway.pulsar.nul_properties import ESCAPED_KEY, restored
 
 
 class Settles(Protocol):
@@ -80,6 +81,10 @@ class ReceivedMessage(IncomingMessage):
             self._topic = str(self.native.topic_name())
         return self._topic
 
+    def contents(self) -> tuple[str, bytes, dict[str, str]]:
+        """``topic``, ``payload`` and ``properties`` at once: the delivery path reads all three."""
+        return self.topic, self.payload, self.properties
+
     @property
     def redelivery_count(self) -> int:
         """Redeliveries after nacks (Shared/Key_Shared only; kept in broker memory).
@@ -130,6 +135,14 @@ class ListenedMessage(ReceivedMessage):
         if self._id_bytes is None:
             self._id_bytes = self.native.id_bytes()
         return self._id_bytes
+
+    def contents(self) -> tuple[str, bytes, dict[str, str]]:
+        # One call into C for the three (and the topic kept for the later ``topic``s).
+        contents: tuple[str, bytes, dict[str, str]] = self.native.contents()
+        self._topic = contents[0]
+        if ESCAPED_KEY in contents[2]:  # a NUL in some (nul_properties.py)
+            return contents[0], contents[1], restored(contents[2])
+        return contents
 
     def send_acknowledgement(self) -> None:
         self.native.acknowledge()

@@ -117,9 +117,13 @@ def _topic_order(received: ReceivedMessage) -> tuple[str, tuple[int, int, int], 
 
 
 def message_of(received: ReceivedMessage, properties: Mapping[str, str]) -> Message:
-    topic = received.topic
+    return message_in(received.topic, received.payload, properties)
+
+
+def message_in(topic: str, payload: bytes, properties: Mapping[str, str]) -> Message:
+    """The AMQP message of a Pulsar message of ``topic``."""
     decoded = exchange_and_key(topic) or ("", topic.rsplit("/", 1)[-1])
-    return from_pulsar(received.payload, properties, decoded[0], decoded[1] or "")
+    return from_pulsar(payload, properties, decoded[0], decoded[1] or "")
 
 
 class PulsarDelivery:
@@ -448,8 +452,8 @@ class PulsarQueueSubscription:
         )
 
     def _admit(self, received: ReceivedMessage) -> PulsarDelivery | None:
-        properties = received.properties
-        message = message_of(received, properties)
+        topic, payload, properties = received.contents()
+        message = message_in(topic, payload, properties)
         if not self._belongs(received, properties, message):
             # Not for this queue (another binding's headers, unbound or purged): done with it.
             self.redeliveries.settled(key_of(self.queue, received))
