@@ -519,7 +519,8 @@ class PulsarQueueSubscription:
         earlier would make Pulsar redeliver messages a client still holds; keeping one longer
         would keep the message its read-ahead took meanwhile from every other consumer.)
         ``spawn`` starts the async work in the background. Without ``hand_back`` what was
-        fetched stays until its topic's consumer closes (``TrioConsumer.stop_receiving``)."""
+        fetched stays until its topic's consumer closes (``TrioConsumer.stop_receiving``),
+        except messages of batches, which are moved on at once either way."""
         if self._retired is not None:
             return
         self._retired = spawn
@@ -529,16 +530,13 @@ class PulsarQueueSubscription:
             spawn(self.close)
             return
 
-        if hand_back:
-            # A Basic.Get consumer, retired by a Basic.Consume: closing waits for its
-            # deliveries' settlement, and what it read ahead of batches goes on to the new
-            # consumer now, or it would wait as long (held_back.py). A cancelled consumer's
-            # read-ahead waits: moved at once, it gave duplicates in the Java client's
-            # settle-on-close scenario (2 runs in 5, cause not found; docs/compatibility.md).
-            async def move_on() -> None:
-                await self.move_on_batches()
+        # Closing waits for its deliveries' settlement; what it read ahead of batches goes on
+        # to the queue's other consumers now, or it would wait as long (held_back.py): a
+        # Basic.Get consumer retired by a Basic.Consume, or a cancelled consumer.
+        async def move_on() -> None:
+            await self.move_on_batches()
 
-            spawn(move_on)
+        spawn(move_on)
         for topic in self.consumer.topics:
             if topic not in self._outstanding_from:
                 self._let_go(spawn, topic)
@@ -567,8 +565,15 @@ class PulsarQueueSubscription:
     async def move_on_batches(self) -> int:
         """Move what the consumer read ahead of batches to the queue's own topic, one message
         at a time (each copy an entry of its own, so that no batch forms again), for the
-        queue's other consumers (held_back.py); how many. A close waits for it."""
-        with self.two_step():
+        queue's other consumers (held_back.py); how many. A close waits for it.
+
+        Not cancelled with the task that started it (the channel's, whose connection may be
+        lost meanwhile): cancelled while the consumer's listener is paused for the batches'
+        tails, it would stay paused; cancelled between a copy and its original's
+        acknowledgement, the whole batch came back beside the copies (the Java client's
+        settle-on-close scenario, a cancelled consumer's read-ahead moved as the connection
+        was lost). Every wait in it is bounded."""
+        with self.two_step(), trio.CancelScope(shield=True):
             taken = await self.consumer.take_batched_read_ahead(ENTRY_TAIL_WAIT)
             taken.sort(key=_topic_order)  # a priority consumer's read-ahead is in its order
             for received in taken:
@@ -631,8 +636,9 @@ class PulsarQueueSubscription:
     async def move_to_queue_topic(self, moved: Sequence[ReceivedMessage]) -> None:
         """Copies of ``moved`` to the queue's own topic, in their order (those that are not the
         queue's, as ``_admit`` finds, are not copied), then the originals acknowledged. If the
-        copies could not all be stored, the originals stay (their batches come back whole:
-        duplicates, no loss)."""
+        copies could not all be stored within ``TWO_STEP_WAIT``, the originals stay (their
+        batches come back whole: duplicates, no loss). The write and the acknowledgements
+        are one step that the caller's cancellation does not split (``move_on_batches``)."""
         copies: list[Copy] = []
         for received in moved:
             properties = received.properties
@@ -641,15 +647,20 @@ class PulsarQueueSubscription:
                 # Delivered before, or itself a requeued copy (read ahead after the moved ones).
                 seen = REQUEUED in properties or self.redeliveries.seen(self.queue, received)
                 copies.append(Copy(message, enqueued_at(received, properties), seen))
-        if copies:
+        if copies and not await self._moved_copies_stored(copies):
+            return
+        for received in moved:
+            self.acknowledge(received)
+
+    async def _moved_copies_stored(self, copies: list[Copy]) -> bool:
+        with trio.CancelScope(shield=True), trio.move_on_after(TWO_STEP_WAIT):
             try:
                 await self.requeue_copies(self.queue, copies)
+                return True
             except Exception as error:
                 log.warning(
                     "moving the rest of a batch of '%s' failed (%s); the whole batch comes back",
                     self.queue,
                     error,
                 )
-                return
-        for received in moved:
-            self.acknowledge(received)
+        return False

@@ -183,3 +183,34 @@ async def test_the_rests_of_split_batches_are_moved_at_the_close(stored: bool) -
     await subscription_of(consumer, requeue_copies=store).close()
     moved = ["copies 2", "ack m1", "ack m2"] if stored else []
     assert consumer.events == [*moved, "close"]
+
+
+@pytest.mark.parametrize("how", ["move", "move_on"])
+async def test_a_move_is_not_split_by_its_task_s_cancellation(how: str) -> None:
+    """Cancelled between the copies' write and the originals' acknowledgement (the channel's
+    connection lost while a cancelled consumer moved its read-ahead), the batch came back
+    whole beside the copies: the Java client's settle-on-close scenario, 2 runs in 4."""
+    consumer = FakeConsumer(read_ahead=[in_entry("m1", 1), in_entry("m2", 2)])
+    stored = trio.Event()
+
+    async def slow_copies(_queue: str, copies: list[Any]) -> None:
+        await stored.wait()
+        consumer.events.append(f"copies {len(copies)}")
+
+    subscription = subscription_of(consumer, requeue_copies=slow_copies)
+    with trio.fail_after(4):
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as scope:
+                if how == "move":
+                    moved = consumer.take_unreceived()
+                    nursery.start_soon(subscription.move_to_queue_topic, moved)
+                else:
+                    nursery.start_soon(subscription.move_on_batches)
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+            nursery.cancel_scope.cancel()  # the move's own task too
+            stored.set()
+    if how == "move":
+        assert consumer.events == ["copies 2", "ack m1", "ack m2"]
+    else:
+        assert consumer.events == ["copies 1", "ack m1", "copies 1", "ack m2"]
