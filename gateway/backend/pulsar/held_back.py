@@ -12,8 +12,9 @@ replica), those messages are moved: a copy of each to the queue's own topic, the
 acknowledged, as a requeue of a batched message is (delivery.py ``move_on_batches``). The
 copies are written one at a time, each an entry of its own, so that no batch forms again.
 They lose their place in line, as a requeue does; a queue with one consumer is left alone, its
-messages in order. (A Basic.Get consumer retired while a Get delivery is held moves its batches
-on at once: ``PulsarQueueSubscription.retire``.)
+messages in order. (A Basic.Get consumer retired while a Get delivery is held, and a consumer
+cancelled with deliveries unacknowledged, move their batches on at once:
+``PulsarQueueSubscription.retire``.)
 """
 
 from __future__ import annotations
