@@ -98,6 +98,18 @@ class Consumer:
         self.topics.remove(topic)
 
 
+class SlowConsumer(Consumer):
+    """A consumer whose attach to a topic waits for ``attach``."""
+
+    def __init__(self, priority: int, given: list[tuple[int, str]], attach: trio.Event) -> None:
+        super().__init__(priority, given)
+        self._attach = attach
+
+    async def add_topic(self, topic: str) -> None:
+        await self._attach.wait()
+        await super().add_topic(topic)
+
+
 class View:
     def __init__(self, consumers: dict[str, int]) -> None:
         self.consumers = consumers
@@ -275,16 +287,12 @@ async def test_a_publisher_goes_on_once_subscribed_and_consumers_get_the_topic_a
     given: list[tuple[int, str]] = []
     attach = trio.Event()
 
-    class SlowConsumer(Consumer):
-        async def add_topic(self, topic: str) -> None:
-            await attach.wait()
-            await super().add_topic(topic)
-
     class FailingConsumer(Consumer):
         async def add_topic(self, topic: str) -> None:
             raise RuntimeError("consumer closed meanwhile")
 
-    consumers = {"orders": {SlowConsumer(10, given), FailingConsumer(5, given), Consumer(0, given)}}
+    slow = SlowConsumer(10, given, attach)
+    consumers = {"orders": {slow, FailingConsumer(5, given), Consumer(0, given)}}
     admin = Admin()
     subscriptions, resources = subscriptions_with(admin, consumers)
     async with trio.open_nursery() as nursery:
@@ -313,13 +321,8 @@ async def test_a_get_waits_until_the_consumers_have_the_topic() -> None:
     the message goes to the ready consumer, and a Get attached first could take it."""
     given: list[tuple[int, str]] = []
     attach = trio.Event()
-
-    class SlowConsumer(Consumer):
-        async def add_topic(self, topic: str) -> None:
-            await attach.wait()
-            await super().add_topic(topic)
-
-    subscriptions, resources = subscriptions_with(Admin(), {"orders": {SlowConsumer(0, given)}})
+    slow = SlowConsumer(0, given, attach)
+    subscriptions, resources = subscriptions_with(Admin(), {"orders": {slow}})
     got: list[list[tuple[int, str]]] = []
 
     async def get() -> None:
