@@ -49,6 +49,10 @@ folder, stopped after; ~30 s to start) whose broker keeps acknowledgements per b
 (``acknowledgmentAtBatchIndexLevelEnabled=true``, PIP-54): only there do the gateway's
 producers batch and its consumers acknowledge per batch index (gateway/backend/pulsar/
 batching.py); the local stack has Pulsar's default, off. The raw client batches there too.
+``--broker-config KEY=VALUE`` (repeatable) does the same with other broker settings, e.g.
+``managedLedgerNewEntriesCheckDelayInMillis=0`` (a caught-up subscription is told of a new
+entry at once instead of at the broker's next check, 10 ms by default) and the bookie's
+``journalFlushWhenQueueEmpty=true`` (the standalone's bookie reads the same file).
 
 Every phase is bounded (``--phase-timeout``, default 120 s) and the whole run stays on loopback.
 """

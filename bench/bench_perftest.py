@@ -20,7 +20,9 @@ PerfTest JVM and everything else are printed per run, and per message received. 
 first gets ``--warmup`` seconds (default 10) of the throughput load, unmeasured, on a queue of
 its own. ``--direct pulsar-perf`` / ``python`` / ``c-api`` add the throughput load put
 straight onto Pulsar without AMQP (bench/pulsar_direct.py), for what Pulsar, pulsar-client's
-Python binding and its C API do on the same machine.
+Python binding and its C API do on the same machine. ``--broker-config KEY=VALUE`` runs the
+gateway on a standalone of the run's own with that broker (or bookie) setting instead of the
+local stack (bench_gateway_vs_pulsar.py's docstring).
 """
 
 from __future__ import annotations
