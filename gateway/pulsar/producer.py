@@ -20,6 +20,8 @@ limit is ours, and messages above ``GROUP_MAX_BYTES`` (which could exceed the br
 nacks messages of it that Pulsar may have stored (publishers then send them again). A message
 submitted while nothing is in flight is a group of its own, sent at once: there is no earlier
 send to wait behind, and a publisher waiting for each confirm has nothing more to add to it.
+Any other group goes once its task yields, through the run's group flusher (group_flusher.py:
+a system task, woken without the system calls of ``run_sync_soon``).
 
 With the compiled module (compiled.py) a group is built and sent from C: each message is built
 at its submit (so a refused property still fails there), and the group goes to pulsar-client
@@ -62,6 +64,7 @@ from gateway.pulsar.bridge import (
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
+from gateway.pulsar.group_flusher import group_flusher
 from gateway.pulsar.ids import MessageId
 from gateway.pulsar.nul_properties import with_escaped
 from gateway.pulsar.owner import ClientOwner
@@ -325,6 +328,7 @@ class TrioProducer(AsyncClosing):
         self._submits = 0
         # The group being collected (submit_grouped), sent when the submitting task yields.
         self._group: SendHandle | None = None
+        self._flusher = group_flusher()
         # The handle of the latest message handed to pulsar-client: ``flush`` waits for it.
         self._last: SendHandle | None = None
         self._closed = False
@@ -444,8 +448,8 @@ class TrioProducer(AsyncClosing):
             group.compiled = compiled
             self._track(group)
             if not idle:
-                # Runs once this task yields: everything submitted until then is one group.
-                self._client.token.run_sync_soon(self._send_group)
+                # Sent once this task yields: everything submitted until then is one group.
+                self._flusher.schedule(self)
             # Stamped once per group, not per message: its messages join it within one step
             # of the trio loop, and a producer with any in flight is never idle anyway.
             self.last_used = trio.current_time()
