@@ -88,9 +88,11 @@ class QueueSubscriptions:
         first as with ``subscribe``; the publisher need not wait for them (a consumer's
         attach took 5-15 ms of the first publish's confirm, docs/benchmarks.md). One that
         fails is logged: the next change of the view gives the topic again (vhost.py's
-        ``_reconcile``), as when the metadata watch's own ``subscribe`` fails."""
+        ``_reconcile``), as when the metadata watch's own ``subscribe`` fails. The queue's
+        Basic.Get consumer gets it last, so that a Get after the confirm finds the message
+        without waiting for the view's change to reach it."""
         await self._made(topic, queue)
-        if not self._consumers.get(queue):
+        if not self._consumers.get(queue) and queue not in self._getters:
             return
         given = trio.Event()
         self._giving.setdefault(queue, []).append(given)
@@ -101,7 +103,8 @@ class QueueSubscriptions:
 
     async def _give_logged(self, topic: str, queue: str, given: trio.Event) -> None:
         try:
-            for subscription in self.by_priority(queue):
+            getter = self._getters.get(queue)
+            for subscription in [*self.by_priority(queue), *([getter] if getter else [])]:
                 try:
                     await subscription.add_topic(topic)
                 except Exception as error:
@@ -117,11 +120,12 @@ class QueueSubscriptions:
             del self._giving[queue]
 
     async def gives_done(self, queue: str) -> None:
-        """Until the topics being given to this replica's consumers of ``queue`` in the
-        background are theirs. A Basic.Get waits for them: on RabbitMQ a message enqueued
-        while a consumer is ready goes to that consumer, so a Get right after the publish
-        finds nothing (the Java client's doAutoDelete test); had the Get's own consumer
-        attached first, Pulsar could give the message to it instead."""
+        """Until the topics being given to this replica's consumers of ``queue`` (and its
+        Basic.Get consumer) in the background are theirs. A Basic.Get waits for them: on
+        RabbitMQ a message enqueued while a consumer is ready goes to that consumer, so a Get
+        right after the publish finds nothing (the Java client's doAutoDelete test); had the
+        Get's own consumer attached first, Pulsar could give the message to it instead. And
+        a Get after the confirm finds the message (its consumer has the topic)."""
         for given in list(self._giving.get(queue, ())):
             await given.wait()
 

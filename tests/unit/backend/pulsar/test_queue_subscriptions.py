@@ -339,3 +339,28 @@ async def test_a_get_waits_until_the_consumers_have_the_topic() -> None:
     assert got == [[(0, TOPIC)]]
     with trio.fail_after(1):  # nothing under way: no wait
         await subscriptions.gives_done("orders")
+
+
+async def test_the_basic_get_consumer_gets_a_written_topic_after_the_consumers() -> None:
+    """A Get after the first publish's confirm finds the message: its consumer has the topic
+    (without waiting for the view's change); the queue's consumers get it first."""
+    given: list[tuple[int, str]] = []
+    attach = trio.Event()
+    getter = SlowConsumer(-1, given, attach)
+    subscriptions, resources = subscriptions_with(
+        Admin(), {"orders": {Consumer(3, given)}}, getters={"orders": getter}
+    )
+    got: list[list[tuple[int, str]]] = []
+
+    async def get() -> None:
+        await subscriptions.gives_done("orders")
+        got.append(list(given))
+
+    async with trio.open_nursery() as nursery:
+        resources.nursery = nursery
+        await subscriptions.subscribe_to_write(TOPIC, "orders")
+        nursery.start_soon(get)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [] and given == [(3, TOPIC)]  # the Get waits for its consumer
+        attach.set()
+    assert got == [[(3, TOPIC), (-1, TOPIC)]] and getter.topics == [TOPIC]
