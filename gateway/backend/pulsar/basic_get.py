@@ -43,6 +43,10 @@ GET_HOT_READ_AHEAD = 32
 HOT_AFTER = 8
 # How long Basic.Get waits for a message on its way from Pulsar before answering Get-Empty.
 GET_WAIT = 0.25
+# How long after its getter gave a message back (a reject with requeue, a channel's close) a
+# Get waits for it: Pulsar redelivers a negative acknowledgement after the consumer's delay
+# (100 ms), which pulsar-client sends from a timer (delivery_records.NACKS_SENT_AFTER).
+RETURN_WAIT = 1.0
 # A Basic.Get consumer unused this long is closed (its prefetched messages go back).
 GETTER_IDLE = 1.0
 # Get-Ok's message_count: counted by the broker on the first Basic.Get of a burst, then
@@ -123,7 +127,7 @@ class BasicGetConsumers:
         delivery = getter.receive_nowait()
         if delivery is None:
             try:
-                with trio.move_on_after(GET_WAIT):
+                with trio.move_on_after(_wait_for(getter)):
                     delivery = await getter.receive()
             except SubscriptionEnded:
                 # Retired while we waited (a consumer of the queue started), or the queue
@@ -252,3 +256,14 @@ class BasicGetConsumers:
             await getter.close()
         self.by_queue.clear()
         self.hot.clear()
+
+
+def _wait_for(getter: PulsarQueueSubscription) -> float:
+    """How long a Get waits for a message from ``getter``: ``GET_WAIT``, or longer while one it
+    gave back is on its way again. RabbitMQ has a requeued message back in the queue at once,
+    and a Get right after the requeue finds it (the Java client's RequeueOnClose; a Get after
+    a channel's close missed it under load when Pulsar's redelivery took over GET_WAIT)."""
+    nacked = getter.last_nack
+    if nacked is None:
+        return GET_WAIT
+    return max(GET_WAIT, nacked + RETURN_WAIT - trio.current_time())

@@ -478,6 +478,11 @@ class PulsarQueueSubscription:
             # for a message whose ack did not arrive.
             log.debug("ack after consumer close on %s", received.topic)
 
+    @property
+    def last_nack(self) -> float | None:
+        """When this consumer last gave a message back (trio time), if it did."""
+        return self._last_nack
+
     def negative_acknowledge(self, received: ReceivedMessage) -> None:
         """Give ``received`` back to the queue (Pulsar redelivers it, counted, after the
         consumer's negative-ack delay)."""

@@ -162,3 +162,28 @@ def test_a_consumer_gets_what_the_get_consumer_had_read_ahead(channel: BlockingC
         assert time.monotonic() < deadline, received
         channel.connection.process_data_events(time_limit=0.05)
     channel.basic_ack(0, multiple=True)
+
+
+@pytest.mark.parametrize("how", ["reject", "channel-close"])
+def test_a_get_right_after_a_requeue_finds_the_message(
+    channel: BlockingChannel, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """RabbitMQ has a requeued message back in the queue at once: the next Basic.Get finds it
+    (the Java client's RequeueOnClose). On Pulsar it comes back after the consumer's
+    negative-ack delay, which a Get waits for; with its usual wait cut short here, only that
+    keeps the Get from answering Get-Empty."""
+    from gateway.backend.pulsar import basic_get
+
+    monkeypatch.setattr(basic_get, "GET_WAIT", 0.01)
+    channel.queue_declare("q")
+    channel.basic_publish("", "q", b"requeued")
+    method, body = get(channel)
+    assert body == b"requeued"
+    if how == "reject":
+        channel.basic_reject(method.delivery_tag, requeue=True)
+        again = channel
+    else:
+        again = channel.connection.channel()
+        channel.close()
+    method, _, body = again.basic_get("q", auto_ack=True)
+    assert body == b"requeued" and method.redelivered
