@@ -141,11 +141,11 @@ import bench_gateway_vs_pulsar as gvp  # noqa: E402  (bench/, next to this file)
 import bench_metadata as bm  # noqa: E402
 import fleet_lag  # noqa: E402
 import httpx  # noqa: E402
-import rabbitmq  # noqa: E402  (bench/rabbitmq.py: port_open)
 import trio  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 from kazoo.exceptions import BadVersionError, NoNodeError  # noqa: E402
 from pamqp import body, commands, frame, header  # noqa: E402
+from server_process import port_open  # noqa: E402
 
 from gateway.metadata.paths import Layout  # noqa: E402
 from gateway.metadata.zookeeper import ZooKeeperMetadataStore  # noqa: E402
@@ -377,7 +377,7 @@ def start_private_zookeeper(run: Run, port: int | None = None, timeout: float = 
         if run.zookeeper_process.poll() is not None:
             tail = (run.workdir / "zookeeper.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"the private ZooKeeper exited:\n{tail}")
-        if rabbitmq.port_open(port):
+        if port_open(port):
             client = KazooClient(run.zookeeper_hosts)
             try:
                 client.start(timeout=max(1.0, deadline - time.monotonic()))

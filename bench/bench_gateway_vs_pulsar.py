@@ -92,6 +92,7 @@ REPO_DIR = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import rabbitmq  # noqa: E402  (bench/rabbitmq.py, next to this file)
+from server_process import free_port, port_open, start_logged, stop, wait_ready  # noqa: E402
 
 GATEWAY_EXE = REPO_DIR / ".venv" / "bin" / "starlight-rabbitmq"
 ZK_PREFIX = "/starlight-rabbitmq"
@@ -328,13 +329,6 @@ def delete_gateway_metadata(zookeeper: str, namespace: str) -> None:
         zk.close()
 
 
-def _log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 @dataclass
 class GatewayProcess:
     port: int
@@ -363,7 +357,7 @@ def gateway_process(
     ``key=value`` lines for its configuration file.
     """
     workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    port = rabbitmq.free_port()
+    port = free_port()
     conf = workdir / "gateway.conf"
     conf.write_text(
         f"brokerServiceURL={broker_url}\n"
@@ -375,55 +369,35 @@ def gateway_process(
     )
     log = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARLIGHT_")}
-    with log.open("wb") as out:
-        command = [str(GATEWAY_EXE), "-c", str(conf), *extra_args]
-        if switch_interval is not None:
-            command = [
-                str(GATEWAY_EXE.parent / "python"),
-                "-c",
-                f"import sys; sys.setswitchinterval({switch_interval!r}); "
-                "from gateway.cli import main; sys.exit(main(sys.argv[1:]))",
-                "-c",
-                str(conf),
-                *extra_args,
-            ]
-        if os.environ.get("BENCH_CPROFILE"):
-            # The gateway's trio thread under cProfile (written when it exits): call counts
-            # per message, which a sampling profiler does not give.
-            # (main() returns before the entry point's os._exit, so the stats get written.)
-            command = [
-                str(GATEWAY_EXE.parent / "python"),
-                "-c",
-                "import cProfile, sys; from gateway.cli import main; p = cProfile.Profile(); "
-                "p.runcall(main, sys.argv[2:]); p.dump_stats(sys.argv[1])",
-                os.environ["BENCH_CPROFILE"],
-                *command[1:],
-            ]
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=REPO_DIR,
-        )
+    command = [str(GATEWAY_EXE), "-c", str(conf), *extra_args]
+    if switch_interval is not None:
+        command = [
+            str(GATEWAY_EXE.parent / "python"),
+            "-c",
+            f"import sys; sys.setswitchinterval({switch_interval!r}); "
+            "from gateway.cli import main; sys.exit(main(sys.argv[1:]))",
+            "-c",
+            str(conf),
+            *extra_args,
+        ]
+    if os.environ.get("BENCH_CPROFILE"):
+        # The gateway's trio thread under cProfile (written when it exits): call counts
+        # per message, which a sampling profiler does not give.
+        # (main() returns before the entry point's os._exit, so the stats get written.)
+        command = [
+            str(GATEWAY_EXE.parent / "python"),
+            "-c",
+            "import cProfile, sys; from gateway.cli import main; p = cProfile.Profile(); "
+            "p.runcall(main, sys.argv[2:]); p.dump_stats(sys.argv[1])",
+            os.environ["BENCH_CPROFILE"],
+            *command[1:],
+        ]
+    proc = start_logged(command, log, cwd=REPO_DIR, env=env, new_session=False)
     try:
-        deadline = time.monotonic() + timeout
-        while not rabbitmq.port_open(port):
-            if proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {proc.returncode}:\n{_log_tail(log)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the gateway did not listen within {timeout:.0f} s")
-            time.sleep(0.1)
+        wait_ready(proc, lambda: port_open(port), log=log, what="the gateway", timeout=timeout)
         yield GatewayProcess(port=port, pid=proc.pid, log=log)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop(proc, signal.SIGINT)  # the gateway's graceful stop
         shutil.rmtree(workdir, ignore_errors=True)
 
 
