@@ -265,6 +265,12 @@ def _clients_follow(
     )
 
 
+def _counts_of(cluster: OwnCluster, topic: str, subscription: str) -> tuple[int, int]:
+    """How many producers ``topic`` and consumers ``subscription`` have on the topic's owner."""
+    producers, consumers = cluster.clients_of(topic, subscription)
+    return len(producers), len(consumers)
+
+
 def test_bundles_moved_to_the_other_broker(cluster: OwnCluster, replicas: Replicas) -> None:
     moved: dict[str, str] = {}
     before: list[tuple[set[str], set[str]]] = []
@@ -338,13 +344,9 @@ def test_the_owning_broker_killed_and_started_again(
         # to the first confirm on a quiet 2-core machine, more under a full test run's load),
         # when a publish is nacked and its producer made again (a new name).
         producers, consumers = before[0]
+        topic, subscription = crash["topic"], subscription_for(crash["queue"])
         wait_until(
-            lambda: (
-                tuple(
-                    map(len, cluster.clients_of(crash["topic"], subscription_for(crash["queue"])))
-                )
-                == (len(producers), len(consumers))
-            ),
+            lambda: _counts_of(cluster, topic, subscription) == (len(producers), len(consumers)),
             timeout=60,
             what=f"{len(producers)} producers and {len(consumers)} consumers on the new owner",
         )
