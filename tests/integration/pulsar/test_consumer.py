@@ -265,9 +265,11 @@ async def test_multi_topic_buffering_is_bounded_too(
         return consumer.paused and len(dispatched) > 2 and dispatched[-1] == dispatched[-3]
 
     await wait_for(settled)
-    # Every per-topic listener was paused at once; a listener call pulsar-client had begun by
-    # then still completes (it does not wait for one under way: consumer.py, ``_late``).
-    assert 8 <= consumer.buffered <= 9
+    # The message that filled the buffer paused every per-topic consumer attached by then; a
+    # topic whose subscribe completed afterwards delivers one message, which pauses it
+    # (native/listener.c, ``on_message``; consumer.py, ``_pause``). So each topic but the first
+    # may add one.
+    assert 8 <= consumer.buffered <= 8 + len(names) - 1
     assert dispatched[-1] <= 8 + 3 * 5
     got = await receive_n(consumer, 180)
     assert len({(m.topic, m.message_id) for m in got}) == 180
