@@ -31,6 +31,7 @@ from gateway.observability.counters import COUNTERS, VhostCounters
 from gateway.server.channel_state import Consumer
 from gateway.server.session import AMQPSession
 from gateway.server.settings import ServerSettings
+from gateway.server.socket_write import write_now
 
 log = logging.getLogger("gateway.connection")
 
@@ -85,6 +86,10 @@ class ClientConnection:
         self._outbox, self._outbox_reader = trio.open_memory_channel[bytes](
             settings.write_queue_depth
         )
+        # Chunks put in the outbox and not yet written by the writer: while there are any, a
+        # flush queues behind them instead of writing at once (socket_write.py), so the client
+        # gets the bytes in the order they were made.
+        self._unwritten = 0
         # Wraps the reader: its deadline is the handshake timeout, and cancelling it ends the
         # connection from another task (the timer, when the peer stopped sending heartbeats).
         self._reader_scope = trio.CancelScope()
@@ -285,6 +290,7 @@ class ClientConnection:
                         chunks.append(self._outbox_reader.receive_nowait())
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 await self._stream.send_all(data)
+                self._unwritten -= len(chunks)
                 COUNTERS.outgoing_bytes += len(data)
             self._written_out = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -334,6 +340,15 @@ class ClientConnection:
         data = self.protocol.data_to_send()
         if not data:
             return
+        if not self._unwritten:
+            sent = write_now(self._stream, data)
+            if sent:
+                COUNTERS.outgoing_bytes += sent
+                if sent == len(data):
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    return
+                data = data[sent:]
+        self._unwritten += 1
         try:
             try:
                 self._outbox.send_nowait(data)
