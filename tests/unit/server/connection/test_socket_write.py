@@ -107,3 +107,37 @@ async def test_replies_written_at_once_and_queued_reach_a_slow_client_in_order()
         await client.expect(commands.Connection.CloseOk)
         await client_stream.aclose()
     assert connection.close_reason == "closed by client: 200 "
+
+
+async def test_bytes_made_while_some_are_queued_wait_behind_them() -> None:
+    """A flush while the writer still holds bytes for a full socket queues behind them, even
+    when the socket has just made room: written at once, they would overtake the queued ones."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        peer = socket.create_connection(listener.getsockname())
+        ours, _address = listener.accept()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    small_buffers(stream, peer)
+    client_stream = trio.SocketStream(trio.socket.from_stdlib_socket(peer))
+    connection = ClientConnection(
+        stream,
+        ServerSettings(),
+        AcceptAnyone(),  # type: ignore[arg-type]
+        UnsupportedBackend(),  # type: ignore[arg-type]
+        PeerIdentity("test:1"),
+    )
+    client = ScriptedClient(client_stream)
+    first, second = b"a" * 100_000, b"b" * 1_000
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await client.handshake()
+        connection.protocol._write(first)
+        await connection.flush()  # part at once, the rest queued: the socket is full
+        # Room, read without a trio checkpoint: the writer has not seen it yet.
+        received = bytearray(peer.recv(4096))
+        connection.protocol._write(second)
+        await connection.flush()
+        with trio.fail_after(30):
+            while len(received) < len(first) + len(second):
+                received += await client_stream.receive_some(65536)
+        assert bytes(received) == first + second
+        nursery.cancel_scope.cancel()
