@@ -22,6 +22,19 @@ def socket_stream_pair() -> tuple[trio.SocketStream, socket.socket]:
     return trio.SocketStream(trio.socket.from_stdlib_socket(ours)), theirs
 
 
+def tcp_stream_pair() -> tuple[trio.SocketStream, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        peer = socket.create_connection(listener.getsockname())
+        ours, _address = listener.accept()
+    return trio.SocketStream(trio.socket.from_stdlib_socket(ours)), peer
+
+
+def served_over(stream: trio.SocketStream) -> ClientConnection:
+    return ClientConnection(
+        stream, ServerSettings(), AcceptAnyone(), UnsupportedBackend(), PeerIdentity("test:1")
+    )
+
+
 def small_buffers(stream: trio.SocketStream, peer: socket.socket) -> None:
     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -67,19 +80,10 @@ async def test_replies_written_at_once_and_queued_reach_a_slow_client_in_order()
     """5,376 replies (256 channels opened, each given Basic.Qos 20 times) over TCP with small
     buffers to a client that sends and reads at once: replies go out at once while nothing is
     queued, and queue behind the full socket otherwise."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        peer = socket.create_connection(listener.getsockname())
-        ours, _address = listener.accept()
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    stream, peer = tcp_stream_pair()
     small_buffers(stream, peer)
     client_stream = trio.SocketStream(trio.socket.from_stdlib_socket(peer))
-    connection = ClientConnection(
-        stream,
-        ServerSettings(),
-        AcceptAnyone(),  # type: ignore[arg-type]
-        UnsupportedBackend(),  # type: ignore[arg-type]
-        PeerIdentity("test:1"),
-    )
+    connection = served_over(stream)
     client = ScriptedClient(client_stream)
     qos = commands.Basic.Qos(prefetch_count=10)
     order = [(c, "OpenOk") for c in range(1, 257)] + [
@@ -112,19 +116,10 @@ async def test_replies_written_at_once_and_queued_reach_a_slow_client_in_order()
 async def test_bytes_made_while_some_are_queued_wait_behind_them() -> None:
     """A flush while the writer still holds bytes for a full socket queues behind them, even
     when the socket has just made room: written at once, they would overtake the queued ones."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        peer = socket.create_connection(listener.getsockname())
-        ours, _address = listener.accept()
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    stream, peer = tcp_stream_pair()
     small_buffers(stream, peer)
     client_stream = trio.SocketStream(trio.socket.from_stdlib_socket(peer))
-    connection = ClientConnection(
-        stream,
-        ServerSettings(),
-        AcceptAnyone(),  # type: ignore[arg-type]
-        UnsupportedBackend(),  # type: ignore[arg-type]
-        PeerIdentity("test:1"),
-    )
+    connection = served_over(stream)
     client = ScriptedClient(client_stream)
     first, second = b"a" * 100_000, b"b" * 1_000
     async with trio.open_nursery() as nursery:
