@@ -30,6 +30,10 @@ class SessionLink(Protocol):
 
     async def flush(self) -> None: ...
 
+    def flush_now(self) -> bool:
+        """``flush`` without waiting; False, with nothing taken, if it would have to wait."""
+        ...
+
     async def fail(self, channel: int, error: AMQPError) -> None:
         """Close ``channel`` (soft error) or the connection (hard error) from a background task."""
         ...
@@ -74,7 +78,6 @@ class SessionChannel:
     confirms: ConfirmQueue | None = None
     # Without confirms: the watch that closes the channel when a write fails (write_watch.py).
     writes: WriteWatch | None = None
-    confirm_scope: trio.CancelScope | None = None
     tx: Transaction[Unacked] | None = None  # in tx mode (Tx.Select): what commit applies
     last_queue: str = ""  # for the empty queue name meaning "the last one declared here"
     credit_changed: trio.Event = field(default_factory=trio.Event)

@@ -337,30 +337,55 @@ class ClientConnection:
         # and then dropped by a cancellation never reach the client (py-amqp then saw the
         # socket close without Close-Ok, ~2% of closes with consumers running).
         await trio.lowlevel.checkpoint_if_cancelled()
+        left = self._write_or_queue()
+        if left is None:
+            return
+        if left:
+            try:
+                # The writer is behind (the client reads slowly): wait for room, shielded;
+                # if the writer ends instead, it closes the outbox and this wait ends too.
+                with trio.CancelScope(shield=True):
+                    await self._outbox.send(left)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._record_reason("client stopped reading (socket broken)")
+                return
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the schedule point send() had
+
+    def flush_now(self) -> bool:
+        """``flush`` for code that cannot wait (a publisher confirm sent from a Pulsar send's
+        done-callback, server/confirms.py): the core's bytes are written, or queued for the
+        writer, at once. False, with nothing taken, when that could mean waiting for room in
+        the writer's queue, or while we close the connection (``flush`` sets its deadline):
+        the caller must ``await flush()``."""
+        if self.protocol.state is ConnectionState.CLOSING:
+            return False
+        if self._unwritten >= self._settings.write_queue_depth:
+            return False  # the outbox may be full; with fewer chunks out, it has room
+        self._write_or_queue()
+        return True
+
+    def _write_or_queue(self) -> bytes | None:
+        """Take the core's bytes (None: there were none) and write them at once if nothing
+        is queued ahead of them; what the socket does not take goes to the writer's queue.
+        Returns what did not fit there (b"" when all did), for the caller to queue waiting."""
         data = self.protocol.data_to_send()
         if not data:
-            return
+            return None
         if not self._unwritten:
             sent = write_now(self._stream, data)
             if sent:
                 COUNTERS.outgoing_bytes += sent
                 if sent == len(data):
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                    return
+                    return b""
                 data = data[sent:]
         self._unwritten += 1
         try:
-            try:
-                self._outbox.send_nowait(data)
-            except trio.WouldBlock:
-                # The writer is behind (the client reads slowly): wait for room, shielded;
-                # if the writer ends instead, it closes the outbox and this wait ends too.
-                with trio.CancelScope(shield=True):
-                    await self._outbox.send(data)
+            self._outbox.send_nowait(data)
+        except trio.WouldBlock:
+            return data
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._record_reason("client stopped reading (socket broken)")
-            return
-        await trio.lowlevel.cancel_shielded_checkpoint()  # the schedule point send() had
+        return b""
 
     # ----------------------------------------------------------------------------- events
 

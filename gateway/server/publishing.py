@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import trio
-
 from gateway.amqp import commands as cmd
 from gateway.amqp import events as ev
 from gateway.amqp.errors import AMQPError, ReplyCode, amqp_error
@@ -175,7 +173,7 @@ class Publishing(SessionPart):
             counts = self._counts
             confirmed_upto = 0
 
-            async def send_confirm(tag: int, multiple: bool, ok: bool) -> None:
+            def send_confirm(tag: int, multiple: bool, ok: bool) -> None:
                 # Tags are sequential on a confirm channel: this frame settles every message
                 # after the previous confirm up to ``tag``.
                 nonlocal confirmed_upto
@@ -188,14 +186,9 @@ class Publishing(SessionPart):
                     self._protocol.send_ack(channel, tag, multiple)
                 else:
                     self._protocol.send_nack(channel, tag, multiple)
-                await self._link.flush()
 
-            state.confirms = ConfirmQueue(send_confirm, COUNTERS.publish_confirm_seconds)
-            state.confirm_scope = trio.CancelScope()
-            self._link.nursery.start_soon(_run_in_scope, state.confirm_scope, state.confirms.run)
+            state.confirms = ConfirmQueue(
+                send_confirm, self._link, COUNTERS.publish_confirm_seconds
+            )
+            self._link.nursery.start_soon(state.confirms.run)
         self._protocol.send_reply(state.number, command, cmd.ConfirmSelectOk())
-
-
-async def _run_in_scope(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
-    with scope:
-        await run()

@@ -175,8 +175,8 @@ class AMQPSession:
     # ------------------------------------------------------------------ teardown
 
     async def _release_channel(self, state: SessionChannel) -> None:
-        if state.confirm_scope is not None:
-            state.confirm_scope.cancel()
+        if state.confirms is not None:
+            state.confirms.close()
         if state.tx is not None:
             # An uncommitted transaction dies with its channel: its messages were never
             # published, the deliveries it settled go back to the queue with the rest.
