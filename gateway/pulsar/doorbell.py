@@ -1,12 +1,11 @@
 """The trio side of the compiled module's Doorbell (native/doorbell.c): one system task per
-trio run waits for the bell's eventfd and calls the ``on_ready`` of every sender that rang.
+trio run waits for the bell's eventfd and calls the ``on_ready`` of every compiled sender
+(producer.py) and listener (consumer.py) that rang.
 
-pulsar-client's I/O thread rings without the GIL when a producer's receipts are waiting, so
-the trio thread, woken by the eventfd, finds the GIL free. The wake-up it replaces
-(``TrioWaker``: ``run_sync_soon`` called from the I/O thread) held the GIL through a Python
-call and the write to trio's wake-up socket, and the trio thread then waited for the GIL;
-this path is ~0.05 ms shorter per lone publisher confirm on the 2-core VM
-(docs/performance.md).
+pulsar-client's I/O thread rings without the GIL when receipts or messages are waiting, so
+the trio thread, woken by the eventfd, finds the GIL free. Through ``run_sync_soon`` called
+from the I/O thread (``bridge.TrioWaker``, what the binding's own callbacks still use) a
+lone publisher confirm took ~0.08 ms longer on the 2-core VM (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class _Doorbell:
                 try:
                     on_ready()
                 except Exception:  # an exception here would crash the trio run
-                    log.exception("draining a producer's receipts failed")
+                    log.exception("draining receipts or messages failed")
 
 
 _DOORBELL: trio.lowlevel.RunVar[_Doorbell] = trio.lowlevel.RunVar("pulsar_doorbell")

@@ -1,5 +1,5 @@
 /* What the compiled module's files share (gateway/pulsar/native/): Pulsar's C API, how a
-   binding object's C++ object is found and checked, and how Python is woken from a C++ thread. */
+   binding object's C++ object is found and checked, and the Doorbell a C++ thread rings. */
 #ifndef STARLIGHT_NATIVE_COMMON_H
 #define STARLIGHT_NATIVE_COMMON_H
 
@@ -55,12 +55,6 @@ const char *pulsar_string_map_get_value(pulsar_string_map_t *, int);
 void pulsar_string_map_free(pulsar_string_map_t *);
 const char *pulsar_producer_get_topic(pulsar_producer_t *);
 
-#if PY_VERSION_HEX >= 0x030D0000
-#define interpreter_finalizing() Py_IsFinalizing()
-#else
-#define interpreter_finalizing() _Py_IsFinalizing()
-#endif
-
 /* The C++ object a pybind11 instance of the binding holds (native_objects.cpp_address). */
 static inline void *cpp_object(PyObject *instance) { return ((void **)instance)[2]; }
 
@@ -74,10 +68,6 @@ void *checked_object(PyObject *instance, int kind);
 /* Room for one more item in the growing array ``*items`` of ``*cap`` items of ``size`` bytes,
    ``len`` of them used (the caller holds the array's lock): 0 when memory ran out. */
 int room_for_one(void **items, size_t *cap, size_t len, size_t size);
-
-/* Call the Python callable in ``*slot`` (if any: a closed object's is NULL), from any thread,
-   with or without the GIL. */
-void wake_python(PyObject **slot);
 
 /* doorbell.c: what rings a Doorbell. ``release`` drops the reference its ring took; both
    members are read by ``take`` with the GIL. */

@@ -1,12 +1,14 @@
-/* Doorbell: how pulsar-client's I/O thread tells the trio thread that receipts are waiting,
-   without the GIL (gateway/pulsar/doorbell.py runs the trio side).
+/* Doorbell: how pulsar-client's I/O thread tells the trio thread that receipts (sender.c) or
+   messages (listener.c) are waiting, without the GIL (gateway/pulsar/doorbell.py runs the
+   trio side).
 
-   A sender with news rings once (sender.c: until Python drains it); the ring puts the sender
-   on the bell's list and, when the list was empty, writes the bell's eventfd, which trio's
-   I/O manager watches. Python takes the list (``take``) and calls each sender's on_ready.
-   Waking Python from the I/O thread through ``wake_python`` held the GIL for a Python call
-   and a write to trio's wake-up socket, and the trio thread, woken by that write, then
-   waited for the GIL again; a ring takes no GIL at all.
+   A sender or listener with news rings once (until Python drains it); the ring puts it on the
+   bell's list and, when the list was empty, writes the bell's eventfd, which trio's I/O
+   manager watches. Python takes the list (``take``) and calls each one's ``on_ready``. The
+   I/O thread never holds the GIL for this, so the trio thread, woken by the eventfd, finds
+   the GIL free: a Python call from the I/O thread (``TrioToken.run_sync_soon``) held it
+   through the call and its write to trio's wake-up socket, and the woken trio thread then
+   waited for it.
 
    No wake-up is lost: every ring that finds the list empty writes the eventfd after it has
    added to the list, and ``take`` empties the list only after the eventfd woke the trio side

@@ -241,11 +241,11 @@ static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
     pthread_mutex_unlock(&sender->lock);
     for (Py_ssize_t i = 0; i < count; i++)
         messages[i] = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
-    /* Without the GIL: the I/O thread may call back into Python while it holds the
-       producer's lock (a send made through the binding); sending with the GIL held then
-       deadlocks (seen under AddressSanitizer, tests/integration/test_native_asan.py, when
-       receipts still woke Python through wake_python). The Outgoing objects stay alive in
-       ``items``, which the caller holds. */
+    /* Without the GIL: the I/O thread may call into Python (the callback of a send made
+       through the binding) while it holds the producer's lock; sending with the GIL held
+       could then deadlock (seen under AddressSanitizer, tests/integration/test_native_asan.py,
+       when receipts called into Python too). The Outgoing objects stay alive in ``items``,
+       which the caller holds. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == count - 1) pulsar_producer_send_async(native, messages[i], on_sent, sent);
