@@ -136,3 +136,39 @@ async def test_bytes_made_while_some_are_queued_wait_behind_them() -> None:
                 received += await client_stream.receive_some(65536)
         assert bytes(received) == first + second
         nursery.cancel_scope.cancel()
+
+
+async def test_flush_now_writes_at_once_or_takes_nothing() -> None:
+    """``flush_now`` (a publisher confirm sent from a send's done-callback): written before
+    any checkpoint while nothing is queued; with the writer's queue at its depth it takes
+    nothing, and the bytes go out, in order, with the next ``flush``."""
+    stream, peer = tcp_stream_pair()
+    small_buffers(stream, peer)
+    client_stream = trio.SocketStream(trio.socket.from_stdlib_socket(peer))
+    connection = ClientConnection(
+        stream,
+        ServerSettings(write_queue_depth=1),
+        AcceptAnyone(),
+        UnsupportedBackend(),
+        PeerIdentity("test:1"),
+    )
+    client = ScriptedClient(client_stream)
+    first, second, third = b"a" * 10, b"b" * 100_000, b"c" * 1_000
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await client.handshake()
+        connection.protocol._write(first)
+        assert connection.flush_now()
+        peer.setblocking(False)
+        received = bytearray(peer.recv(4096))  # no checkpoint since flush_now
+        assert bytes(received) == first
+        connection.protocol._write(second)
+        await connection.flush()  # part at once, the rest queued: the socket is full
+        connection.protocol._write(third)
+        assert not connection.flush_now()  # the queue is at its depth of 1
+        await connection.flush()
+        with trio.fail_after(30):
+            while len(received) < len(first) + len(second) + len(third):
+                received += await client_stream.receive_some(65536)
+        assert bytes(received) == first + second + third
+        nursery.cancel_scope.cancel()
