@@ -5,7 +5,8 @@ trio run waits for the bell's eventfd and calls the ``on_ready`` of every compil
 pulsar-client's I/O thread rings without the GIL when receipts or messages are waiting, so
 the trio thread, woken by the eventfd, finds the GIL free. Through ``run_sync_soon`` called
 from the I/O thread (``bridge.TrioWaker``, what the binding's own callbacks still use) a
-lone publisher confirm took ~0.08 ms longer on the 2-core VM (docs/performance.md).
+lone publisher confirm took ~0.06 ms longer on the 2-core VM (docs/benchmarks.md,
+"Synchronous patterns").
 """
 
 from __future__ import annotations

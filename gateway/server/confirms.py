@@ -10,9 +10,10 @@ its outcome to done-callbacks, which run on the trio thread as its receipt is dr
 queue registers one on the handle at its head, and that callback sends the confirms and
 writes them to the socket at once (``Output.flush_now``). A publisher waiting for each
 confirm then gets it one pass of trio's run loop sooner than through a task woken by the
-receipt (~0.05 ms of a lone message's confirm on the 2-core VM, docs/performance.md). Any
-other ``Stored`` (one write for several queues, a refusal by a full queue), and a flush that
-would have to wait for the writer, are left to the queue's task.
+receipt (~0.05 ms of a lone message's confirm on the 2-core VM; docs/benchmarks.md,
+"Synchronous patterns"). Any other ``Stored`` (one write for several queues, a refusal by a
+full queue), and a flush that would have to wait for the writer, are left to the queue's
+task.
 """
 
 from __future__ import annotations
