@@ -119,6 +119,8 @@ class KazooSession:
         # that will run them is on its way.
         self._handed: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._handing = False
+        # Called before each answer is applied (``before_answers``).
+        self._before_answer: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -270,9 +272,17 @@ class KazooSession:
         # Direct: handed to trio from the connection thread as it reads the answer, in order.
         async_result.rawlink(direct(lambda result: self.notify(self._apply, apply, result)))
 
-    @staticmethod
-    def _apply(apply: Callable[[Any], None], result: Any) -> None:
+    def before_answers(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` on the trio thread before each answer linked with ``link`` is
+        applied: the watcher applies the watch events that arrived before the answer but
+        wait for their batch (zookeeper/watcher.py, ``_flush``), so that an answer, newer
+        than them, is never applied before them. One hook per session."""
+        self._before_answer = hook
+
+    def _apply(self, apply: Callable[[Any], None], result: Any) -> None:
         try:
+            if self._before_answer is not None:
+                self._before_answer()
             apply(result)
         except Exception:
             # An exception here would end the trio run; log it instead.

@@ -4,7 +4,9 @@ and a closed namespace left alone."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import trio
@@ -148,3 +150,47 @@ async def test_changes_of_every_kind_reach_the_view(
     raw.delete(queue_path, recursive=True)
     await _until(state, lambda view: "q" not in view.queues and not view.bindings)
     assert parts.watcher._persistent is persistent
+
+
+async def test_an_answer_is_applied_after_the_events_that_came_before_it(
+    parts: Parts, raw: KazooClient, namespace: str
+) -> None:
+    """The events of a transaction and an answer read after it, handed to trio together: the
+    events wait for their batch (``_flush``), queued behind the answer, but are applied before
+    it. Applied after, the answer's new drain record was in the view beside the exchange the
+    same transaction deleted (tests/integration/metadata/test_contract_drains.py, once)."""
+    state = await _open(parts, namespace)
+    exchange = parts.layout.node(namespace, Folder.EXCHANGES, "x")
+    raw.create(exchange, encode_exchange(Exchange("x", ExchangeType.DIRECT)), makepath=True)
+    child = drain_child("q", "t")
+    drain = parts.layout.node(namespace, Folder.DRAINS, child)
+    raw.create(drain, encode_drain(DrainRecord((1, 1))), makepath=True)
+    await _until(state, lambda view: "x" in view.exchanges and ("q", "t") in view.drains)
+
+    mirror = state.mirror
+    exchange_there_at_drain_data: list[bool] = []
+    apply_data = mirror.apply_data
+
+    def recording(folder: Folder, *args: Any) -> bool:
+        if folder is Folder.DRAINS:
+            exchange_there_at_drain_data.append("x" in mirror.snapshot().exchanges)
+        return apply_data(folder, *args)
+
+    mirror.apply_data = recording  # type: ignore[method-assign]
+    # Holding trio's thread, so that nothing handed to it runs: another client deletes the
+    # exchange and rewrites the record in one transaction, then this store reads the record.
+    # Its answer comes after the transaction's two events, and all three wait in one batch.
+    transaction = raw.transaction()
+    transaction.delete(exchange)
+    transaction.set_data(drain, encode_drain(DrainRecord((2, 2))))
+    transaction.commit()
+    handed = parts.session._handed
+    parts.watcher._read(state, Folder.DRAINS, [child])
+    deadline = time.monotonic() + DEADLINE
+    while len(handed) < 3:
+        assert time.monotonic() < deadline, f"{len(handed)} of 3 calls handed to trio"
+        time.sleep(0.001)  # the trio thread is held on purpose: nothing else may run
+
+    view = await _until(state, lambda view: view.drains.get(("q", "t")) == DrainRecord((2, 2)))
+    assert "x" not in view.exchanges
+    assert exchange_there_at_drain_data and not any(exchange_there_at_drain_data)
