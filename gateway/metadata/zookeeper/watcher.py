@@ -11,10 +11,10 @@ together: creations and reads are collected and handled in one go once the event
 the trio thread have run (``_flush``), or before any answer that came after them, whichever
 is first (an answer is newer than the events before it), in a multiRead per folder: a child
 created and deleted in one transaction (a sentinel, an "absent" check) costs nothing, and one
-deleted and created again is replaced in the view (when both events were queued before the flush ran; otherwise
-it is missing from the view until the read of the new one is answered). Refs (children of
-entity nodes), bucket and folder nodes and the leader election's nodes are not entities and
-are skipped. Events for what this replica's own transactions in flight create or change are
+deleted and created again is replaced in the view (when both events were queued before the
+flush ran; otherwise it is missing from the view until the read of the new one is answered).
+Refs (children of entity nodes), bucket and folder nodes and the leader election's nodes are
+not entities and are skipped. Events for what this replica's own transactions in flight create or change are
 held back (own_writes.py): the answers apply those. A new folder needs nothing here: every
 ``Folder`` is watched, listed and read alike.
 
