@@ -14,9 +14,9 @@ created and deleted in one transaction (a sentinel, an "absent" check) costs not
 deleted and created again is replaced in the view (when both events were queued before the
 flush ran; otherwise it is missing from the view until the read of the new one is answered).
 Refs (children of entity nodes), bucket and folder nodes and the leader election's nodes are
-not entities and are skipped. Events for what this replica's own transactions in flight create or change are
-held back (own_writes.py): the answers apply those. A new folder needs nothing here: every
-``Folder`` is watched, listed and read alike.
+not entities and are skipped. Events for what this replica's own transactions in flight
+create or change are held back (own_writes.py): the answers apply those. A new folder needs
+nothing here: every ``Folder`` is watched, listed and read alike.
 
 **One-shot watches** (a ZooKeeper without ``addWatch``): children watches on each folder (to
 learn new buckets) and each bucket. A watch event re-lists that bucket (one listing in flight
