@@ -11,8 +11,7 @@
    waited for it.
 
    No wake-up is lost: every ring that finds the list empty writes the eventfd after it has
-   added to the list, and ``take`` empties the list only after the eventfd woke the trio side
-   (a ring between ``take``'s swap and its read of the eventfd costs one more empty take). */
+   added to the list, and ``take`` reads the eventfd before it takes the list (``take``). */
 #include <errno.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -115,16 +114,21 @@ static PyObject *doorbell_fileno(DoorbellObject *self, PyObject *unused) {
 static PyObject *doorbell_take(DoorbellObject *self, PyObject *unused) {
     doorbell_t *bell = doorbell_of((PyObject *)self);
     if (!bell) return NULL;
+    /* The eventfd is read before the list is taken: a ring between the two is taken with
+       the list (its write, if it made one, wakes the trio side once more, for an empty
+       take). Read after the swap, it could eat the write of a ring that found the swapped
+       list empty: that ringer would sit on the list with nothing to wake the trio side, and
+       ring no more until drained. */
+    uint64_t count;
+    ssize_t got;
+    do got = read(bell->fd, &count, sizeof count);
+    while (got < 0 && errno == EINTR);
     pthread_mutex_lock(&bell->lock);
     ringer_t **rung = bell->rung;
     size_t len = bell->len;
     bell->rung = NULL;
     bell->len = bell->cap = 0;
     pthread_mutex_unlock(&bell->lock);
-    uint64_t count;
-    ssize_t got;
-    do got = read(bell->fd, &count, sizeof count);
-    while (got < 0 && errno == EINTR);
     PyObject *result = PyList_New(0);
     for (size_t i = 0; i < len; i++) {
         ringer_t *ringer = rung[i];
