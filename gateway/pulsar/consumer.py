@@ -60,7 +60,6 @@ from gateway.pulsar.bridge import (
 )
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
-from gateway.pulsar.doorbell import doorbell
 from gateway.pulsar.errors import ClosedError, PulsarClientError
 from gateway.pulsar.ids import completes_batch, further, unfinished_batch
 from gateway.pulsar.owner import ClientOwner
@@ -196,10 +195,9 @@ class TrioConsumer(AsyncClosing):
         if module is None:
             self._waker = TrioWaker(self._wake_receivers, client.token)
         else:
-            # The listener holds its on_ready: weakly, or this consumer would never be freed.
-            self._listener = module.Listener(
-                self._capacity, weakly(self._drain_listener), doorbell(module)
-            )
+            # The listener holds the waker: weakly, or this consumer would never be freed.
+            self._waker = TrioWaker(weakly(self._drain_listener), client.token)
+            self._listener = module.Listener(self._capacity, self._waker.wake)
             self._message_type = ListenedMessage
 
     # --- listener thread ------------------------------------------------------------------

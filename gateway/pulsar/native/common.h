@@ -1,5 +1,5 @@
 /* What the compiled module's files share (gateway/pulsar/native/): Pulsar's C API, how a
-   binding object's C++ object is found and checked, and the Doorbell a C++ thread rings. */
+   binding object's C++ object is found and checked, and how Python is woken from a C++ thread. */
 #ifndef STARLIGHT_NATIVE_COMMON_H
 #define STARLIGHT_NATIVE_COMMON_H
 
@@ -55,6 +55,12 @@ const char *pulsar_string_map_get_value(pulsar_string_map_t *, int);
 void pulsar_string_map_free(pulsar_string_map_t *);
 const char *pulsar_producer_get_topic(pulsar_producer_t *);
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define interpreter_finalizing() Py_IsFinalizing()
+#else
+#define interpreter_finalizing() _Py_IsFinalizing()
+#endif
+
 /* The C++ object a pybind11 instance of the binding holds (native_objects.cpp_address). */
 static inline void *cpp_object(PyObject *instance) { return ((void **)instance)[2]; }
 
@@ -69,24 +75,11 @@ void *checked_object(PyObject *instance, int kind);
    ``len`` of them used (the caller holds the array's lock): 0 when memory ran out. */
 int room_for_one(void **items, size_t *cap, size_t len, size_t size);
 
-/* doorbell.c: what rings a Doorbell. ``release`` drops the reference its ring took; both
-   members are read by ``take`` with the GIL. */
-typedef struct ringer {
-    PyObject *on_ready; /* (GIL) NULL once closed */
-    void (*release)(struct ringer *);
-} ringer_t;
-typedef struct doorbell doorbell_t;
-
-/* The Doorbell object's bell (a borrowed pointer), or NULL with a TypeError. */
-doorbell_t *doorbell_of(PyObject *object);
-void doorbell_retain(doorbell_t *bell);
-void doorbell_release(doorbell_t *bell);
-/* Any thread, no GIL: put ``ringer`` (holding a reference for the bell) on the bell's list
-   and wake the trio side; 0 when memory ran out (nothing done). */
-int doorbell_ring(doorbell_t *bell, ringer_t *ringer);
+/* Call the Python callable in ``*slot`` (if any: a closed object's is NULL), from any thread,
+   with or without the GIL. */
+void wake_python(PyObject **slot);
 
 extern PyTypeObject MessageType, ListenerType; /* listener.c */
 extern PyTypeObject SenderType, OutgoingType;  /* sender.c */
-extern PyTypeObject DoorbellType;              /* doorbell.c */
 
 #endif

@@ -3,9 +3,9 @@
 
    The listener is C, set through Pulsar's C API on the binding's own
    ConsumerConfiguration before the binding subscribes with it: a message is queued under a
-   mutex without the GIL, and the listener rings its Doorbell (doorbell.c, no GIL either) only
-   when the queue goes from empty to not empty; Python then calls its ``on_ready``, and
-   ``drain()`` takes everything queued in one call. A drained ``Message`` answers the accessors the gateway uses (data, properties,
+   mutex without the GIL, and Python is woken (one call of its ``on_ready``, with the GIL) only
+   when the queue goes from empty to not empty; ``drain()`` then takes everything queued in one
+   call. A drained ``Message`` answers the accessors the gateway uses (data, properties,
    topic_name, ids, timestamps) from C, and acknowledges through the C API on the C++ Consumer
    of the binding's consumer object that received it, with no callback.
 
@@ -41,7 +41,6 @@ typedef struct {
 /* A TrioConsumer's listener state. Fields marked (lock) are guarded by ``lock``; (GIL) ones are
    only touched with the GIL held. */
 struct core {
-    ringer_t ringer; /* first: the bell hands it back as the core */
     pthread_mutex_t lock;
     item_t *items; /* (lock) queued, oldest first */
     size_t len, cap;
@@ -49,8 +48,7 @@ struct core {
     long capacity;  /* pause at this many held */
     long low_water; /* ``left`` says resume at or below this */
     int full;       /* (lock) a consumer was paused since the last resume */
-    int wake_pending; /* (lock) rang, and drain() not called since */
-    int ring_pending; /* (lock) on the bell's list: the core must not be freed */
+    int wake_pending; /* (lock) on_ready called and drain() not yet */
     int closed;     /* (lock) */
     tag_t *tags;    /* (lock) every tag ever made, freed with the core */
     int tag_count;  /* (lock) */
@@ -58,7 +56,7 @@ struct core {
        not attached */
     PyObject **consumers;
     int consumers_size;
-    doorbell_t *bell;
+    PyObject *on_ready;   /* (GIL) */
     time_t closed_at;
     core_t *next_dead;
 };
@@ -72,28 +70,11 @@ static void core_free(core_t *core) {
     }
     free(core->items);
     free(core->consumers);
-    doorbell_release(core->bell);
     pthread_mutex_destroy(&core->lock);
     free(core);
 }
 
-/* The bell took the ring (with the GIL). */
-static void release_ringer(ringer_t *ringer) {
-    core_t *core = (core_t *)ringer;
-    pthread_mutex_lock(&core->lock);
-    core->ring_pending = 0;
-    pthread_mutex_unlock(&core->lock);
-}
-
-static int ring_pending(core_t *core) {
-    pthread_mutex_lock(&core->lock);
-    int pending = core->ring_pending;
-    pthread_mutex_unlock(&core->lock);
-    return pending;
-}
-
-/* Closed cores, freed a minute after their close (with the GIL, from new Listeners), and not
-   while the bell has them. */
+/* Closed cores, freed a minute after their close (with the GIL, from new Listeners). */
 static core_t *graveyard;
 #define GRACE_SECONDS 60
 
@@ -104,7 +85,7 @@ static void bury(core_t *core) {
     core_t **link = &graveyard;
     while (*link) {
         core_t *dead = *link;
-        if (time(NULL) - dead->closed_at >= GRACE_SECONDS && !ring_pending(dead)) {
+        if (time(NULL) - dead->closed_at >= GRACE_SECONDS) {
             *link = dead->next_dead;
             core_free(dead);
         } else {
@@ -117,7 +98,7 @@ static void bury(core_t *core) {
 static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, void *context) {
     tag_t *tag = context;
     core_t *core = tag->core;
-    int ring = 0;
+    int call_wake = 0;
     pthread_mutex_lock(&core->lock);
     if (core->closed || tag->detached) {
         pthread_mutex_unlock(&core->lock);
@@ -146,13 +127,9 @@ static void on_message(pulsar_consumer_t *consumer, pulsar_message_t *message, v
         }
         pulsar_consumer_pause_message_listener(consumer);
     }
-    if (!core->wake_pending) ring = core->wake_pending = core->ring_pending = 1;
+    if (!core->wake_pending) call_wake = core->wake_pending = 1;
     pthread_mutex_unlock(&core->lock);
-    if (ring && !doorbell_ring(core->bell, &core->ringer)) {
-        pthread_mutex_lock(&core->lock); /* out of memory: the next message rings again */
-        core->wake_pending = core->ring_pending = 0;
-        pthread_mutex_unlock(&core->lock);
-    }
+    if (call_wake) wake_python(&core->on_ready);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -367,13 +344,10 @@ typedef struct {
 } ListenerObject;
 
 static int listener_init(ListenerObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"capacity", "on_ready", "doorbell", NULL};
+    static char *names[] = {"capacity", "on_ready", NULL};
     long capacity;
-    PyObject *on_ready, *doorbell;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lOO", names, &capacity, &on_ready, &doorbell))
-        return -1;
-    doorbell_t *bell = doorbell_of(doorbell);
-    if (!bell) return -1;
+    PyObject *on_ready;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lO", names, &capacity, &on_ready)) return -1;
     if (capacity < 1) {
         PyErr_SetString(PyExc_ValueError, "capacity must be >= 1");
         return -1;
@@ -390,10 +364,7 @@ static int listener_init(ListenerObject *self, PyObject *args, PyObject *kwargs)
     pthread_mutex_init(&core->lock, NULL);
     core->capacity = capacity;
     core->low_water = capacity / 2;
-    core->ringer.on_ready = Py_NewRef(on_ready);
-    core->ringer.release = release_ringer;
-    doorbell_retain(bell);
-    core->bell = bell;
+    core->on_ready = Py_NewRef(on_ready);
     self->core = core;
     return 0;
 }
@@ -418,7 +389,7 @@ static void listener_close_core(core_t *core) {
     free(items);
     for (int i = 0; i < consumers_size; i++) Py_XDECREF(consumers[i]);
     free(consumers);
-    Py_CLEAR(core->ringer.on_ready);
+    Py_CLEAR(core->on_ready);
 }
 
 static void listener_dealloc(ListenerObject *self) {
@@ -544,7 +515,7 @@ static PyObject *listener_detach(ListenerObject *self, PyObject *arg) {
 }
 
 /* drain() -> [(consumer, Message)]: everything queued from attached consumers, oldest first;
-   messages of a consumer not attached yet stay queued. The next message rings again. */
+   messages of a consumer not attached yet stay queued. Re-arms on_ready. */
 static PyObject *listener_drain(ListenerObject *self, PyObject *unused) {
     core_t *core = self->core;
     if (!check_open(core)) return NULL;
@@ -655,7 +626,7 @@ PyTypeObject ListenerType = {
     .tp_basicsize = sizeof(ListenerObject),
     .tp_dealloc = (destructor)listener_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Listener(capacity, on_ready, doorbell): a C message listener for one TrioConsumer.",
+    .tp_doc = "Listener(capacity, on_ready): a C message listener for one TrioConsumer.",
     .tp_methods = listener_methods,
     .tp_getset = listener_getset,
     .tp_init = (initproc)listener_init,

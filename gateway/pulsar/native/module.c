@@ -1,7 +1,8 @@
 /* _starlight_compiled: the per-message calls into pulsar-client, in C, for
    gateway/pulsar/consumer.py (listener.c: Listener, Message) and gateway/pulsar/producer.py
-   (sender.c: Sender, Outgoing; doorbell.c: Doorbell); gateway/pulsar/compiled.py builds and loads it
-   (docs/pulsar-layer.md). This file: the checks every entry point makes, and the module.
+   (sender.c: Sender, Outgoing); gateway/pulsar/compiled.py builds and loads it
+   (docs/pulsar-layer.md). This file: the checks every entry point makes, the wake-up of
+   Python from a C++ thread, and the module.
 
    pulsar-client's Python binding calls a Python message listener with the GIL for every
    message, and every accessor and acknowledgement afterwards is a pybind11 call (ack: one more
@@ -49,6 +50,28 @@ int room_for_one(void **items, size_t *cap, size_t len, size_t size) {
     *items = more;
     *cap = grown;
     return 1;
+}
+
+/* A C++ thread keeps its Python thread state (as bridge.keep_thread_state does for
+   pulsar-client's Python callbacks): one PyGILState reference taken and never released. */
+static __thread int thread_state_kept;
+
+void wake_python(PyObject **slot) {
+    if (interpreter_finalizing()) return;
+    PyGILState_STATE state = PyGILState_Ensure();
+    if (!thread_state_kept) {
+        thread_state_kept = 1;
+        PyGILState_Ensure();
+    }
+    PyObject *on_ready = *slot;
+    if (on_ready) {
+        Py_INCREF(on_ready);
+        PyObject *result = PyObject_CallNoArgs(on_ready);
+        if (result) Py_DECREF(result);
+        else PyErr_Clear(); /* on_ready must not raise (bridge.TrioWaker.wake does not) */
+        Py_DECREF(on_ready);
+    }
+    PyGILState_Release(state);
 }
 
 /* receiver_queue_size(configuration) -> int, read through the C API: compiled.py's
@@ -100,16 +123,14 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_starlight_compi
 
 PyMODINIT_FUNC PyInit__starlight_compiled(void) {
     if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&ListenerType) < 0 ||
-        PyType_Ready(&SenderType) < 0 || PyType_Ready(&OutgoingType) < 0 ||
-        PyType_Ready(&DoorbellType) < 0)
+        PyType_Ready(&SenderType) < 0 || PyType_Ready(&OutgoingType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;
     if (PyModule_AddObjectRef(module, "Message", (PyObject *)&MessageType) < 0 ||
         PyModule_AddObjectRef(module, "Listener", (PyObject *)&ListenerType) < 0 ||
         PyModule_AddObjectRef(module, "Sender", (PyObject *)&SenderType) < 0 ||
-        PyModule_AddObjectRef(module, "Outgoing", (PyObject *)&OutgoingType) < 0 ||
-        PyModule_AddObjectRef(module, "Doorbell", (PyObject *)&DoorbellType) < 0) {
+        PyModule_AddObjectRef(module, "Outgoing", (PyObject *)&OutgoingType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

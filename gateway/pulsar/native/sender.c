@@ -1,9 +1,9 @@
 /* Grouped sends for gateway/pulsar/producer.py: Outgoing, a message built at its submit, and
    Sender, one per TrioProducer, which sends a group of them through the C API (one call from
-   Python for the group), the last with a callback that queues its receipt. A sender with
-   receipts queued rings its Doorbell once (doorbell.c), without the GIL, and Python drains
-   them all. Receipts of the sends Python makes through the binding are queued here too
-   (``receipt``), so that Python sees every receipt in the order pulsar-client gave them. */
+   Python for the group), the last with a callback that queues its receipt; Python is woken
+   as the listener wakes it (listener.c), once per batch of receipts. Receipts of the sends
+   Python makes through the binding are queued here too (``receipt``), so that Python sees
+   every receipt in the order pulsar-client gave them. */
 #include "common.h"
 
 typedef struct {
@@ -12,14 +12,13 @@ typedef struct {
 } receipt_t;
 
 typedef struct sender {
-    ringer_t ringer; /* first: the bell hands it back as the sender */
     pthread_mutex_t lock;
     receipt_t *items; /* (lock) */
     size_t len, cap;
-    int rung;   /* (lock) rang, and not drained since */
-    int closed; /* (lock) */
-    long refs;  /* (lock) the Python object + each send whose callback is due + a ring */
-    doorbell_t *bell;
+    int wake_pending; /* (lock) */
+    int closed;       /* (lock) */
+    long refs;        /* (lock) the Python object + each send whose callback is due */
+    PyObject *on_ready; /* (GIL) */
 } sender_t;
 
 typedef struct {
@@ -32,18 +31,15 @@ static void sender_release(sender_t *sender) {
     int last = --sender->refs == 0;
     pthread_mutex_unlock(&sender->lock);
     if (last) {
-        doorbell_release(sender->bell);
         free(sender->items);
         pthread_mutex_destroy(&sender->lock);
         free(sender);
     }
 }
 
-static void release_ringer(ringer_t *ringer) { sender_release((sender_t *)ringer); }
-
 /* Any thread: queue a receipt; 0 when memory ran out (it is lost, and so is its group). */
 static int sender_push(sender_t *sender, long long token, int result) {
-    int ring = 0;
+    int call_wake = 0;
     pthread_mutex_lock(&sender->lock);
     if (!room_for_one((void **)&sender->items, &sender->cap, sender->len, sizeof(receipt_t))) {
         pthread_mutex_unlock(&sender->lock);
@@ -52,17 +48,9 @@ static int sender_push(sender_t *sender, long long token, int result) {
     sender->items[sender->len].token = token;
     sender->items[sender->len].result = result;
     sender->len++;
-    if (!sender->rung && !sender->closed) {
-        ring = sender->rung = 1;
-        sender->refs++; /* the bell's, until Python takes the ring */
-    }
+    if (!sender->wake_pending && !sender->closed) call_wake = sender->wake_pending = 1;
     pthread_mutex_unlock(&sender->lock);
-    if (ring && !doorbell_ring(sender->bell, &sender->ringer)) {
-        pthread_mutex_lock(&sender->lock);
-        sender->rung = 0; /* the next receipt rings again */
-        pthread_mutex_unlock(&sender->lock);
-        sender_release(sender);
-    }
+    if (call_wake) wake_python(&sender->on_ready);
     return 1;
 }
 
@@ -86,11 +74,9 @@ typedef struct {
 } SenderObject;
 
 static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"on_ready", "doorbell", NULL};
-    PyObject *on_ready, *doorbell;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &on_ready, &doorbell)) return -1;
-    doorbell_t *bell = doorbell_of(doorbell);
-    if (!bell) return -1;
+    static char *names[] = {"on_ready", NULL};
+    PyObject *on_ready;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", names, &on_ready)) return -1;
     if (self->sender) {
         PyErr_SetString(PyExc_RuntimeError, "Sender already initialized");
         return -1;
@@ -102,10 +88,7 @@ static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
     }
     pthread_mutex_init(&sender->lock, NULL);
     sender->refs = 1;
-    sender->ringer.on_ready = Py_NewRef(on_ready);
-    sender->ringer.release = release_ringer;
-    doorbell_retain(bell);
-    sender->bell = bell;
+    sender->on_ready = Py_NewRef(on_ready);
     self->sender = sender;
     return 0;
 }
@@ -116,7 +99,7 @@ static void sender_dealloc(SenderObject *self) {
         pthread_mutex_lock(&sender->lock);
         sender->closed = 1;
         pthread_mutex_unlock(&sender->lock);
-        Py_CLEAR(sender->ringer.on_ready);
+        Py_CLEAR(sender->on_ready);
         sender_release(sender);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -241,11 +224,10 @@ static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
     pthread_mutex_unlock(&sender->lock);
     for (Py_ssize_t i = 0; i < count; i++)
         messages[i] = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
-    /* Without the GIL: the I/O thread may call into Python (the callback of a send made
-       through the binding) while it holds the producer's lock; sending with the GIL held
-       could then deadlock (seen under AddressSanitizer, tests/integration/test_native_asan.py,
-       when receipts called into Python too). The Outgoing objects stay alive in ``items``,
-       which the caller holds. */
+    /* Without the GIL: pulsar-client's I/O thread may hold the producer's lock while a
+       receipt's callback waits for the GIL (wake_python); sending with the GIL held then
+       deadlocks (seen under AddressSanitizer, tests/integration/test_native_asan.py). The
+       Outgoing objects stay alive in ``items``, which the caller holds. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == count - 1) pulsar_producer_send_async(native, messages[i], on_sent, sent);
@@ -271,7 +253,7 @@ static PyObject *sender_receipt(SenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* drain() -> [(token, result)] in the order they came; the next receipt rings again. */
+/* drain() -> [(token, result)] in the order they came; re-arms on_ready. */
 static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
     sender_t *sender = self->sender;
     if (!sender) return PyList_New(0);
@@ -280,7 +262,7 @@ static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
     size_t len = sender->len;
     sender->items = NULL;
     sender->len = sender->cap = 0;
-    sender->rung = 0;
+    sender->wake_pending = 0;
     pthread_mutex_unlock(&sender->lock);
     PyObject *result = PyList_New((Py_ssize_t)len);
     for (size_t i = 0; result && i < len; i++) {
@@ -303,7 +285,7 @@ PyTypeObject SenderType = {
     .tp_basicsize = sizeof(SenderObject),
     .tp_dealloc = (destructor)sender_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Sender(on_ready, doorbell): grouped sends and their receipts for one TrioProducer.",
+    .tp_doc = "Sender(on_ready): grouped sends and their receipts for one TrioProducer.",
     .tp_methods = sender_methods,
     .tp_init = (initproc)sender_init,
     .tp_new = PyType_GenericNew,
