@@ -170,7 +170,7 @@ class TrioConsumer(AsyncClosing):
         # (A message redelivered from further back, taken after part of a batch, hides that
         # batch: its rest then stays in the receiver queue. Comparing positions for every
         # message would cost ~5 µs each.)
-        self._last_taken: dict[str, ReceivedMessage] = {}
+        self.last_taken: dict[str, ReceivedMessage] = {}
         # Instead of _buffer when the consumer orders by priority (priority_of).
         self._ordered: PriorityBuffer[tuple[Any, Any]] | None = (
             None if options.priority_of is None else PriorityBuffer()
@@ -332,16 +332,16 @@ class TrioConsumer(AsyncClosing):
                     each.resume_message_listener()
         message = self._message_type(native, native_consumer, self, place)
         if place is None:
-            self._last_taken[message.topic] = message
+            self.last_taken[message.topic] = message
         else:
             self._note_taken(message)
         return message
 
     def _note_taken(self, message: ReceivedMessage) -> None:
         """``message`` left the consumer's hands: the furthest along its topic so far?"""
-        before = self._last_taken.get(message.topic)
+        before = self.last_taken.get(message.topic)
         if before is None or further(message.batch_position, before.batch_position):
-            self._last_taken[message.topic] = message
+            self.last_taken[message.topic] = message
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
@@ -530,9 +530,7 @@ class TrioConsumer(AsyncClosing):
             waiting = list(self._buffer if self._ordered is None else self._ordered)
         if any(make(native, native_consumer, self).in_batch for native_consumer, native in waiting):
             return True
-        return any(
-            unfinished_batch(message.batch_position) for message in self._last_taken.values()
-        )
+        return any(unfinished_batch(message.batch_position) for message in self.last_taken.values())
 
     async def _bring_entry_tails(self, wait: float) -> None:
         """Stopped: ``collect_entry_tails``'s work, for each batch the listener handed over
@@ -543,7 +541,7 @@ class TrioConsumer(AsyncClosing):
         with self._lock:
             self._set_aside()
         make = self._message_type
-        handed = [*self._last_taken.values(), *(make(n, c, self) for c, n in self._kept)]
+        handed = [*self.last_taken.values(), *(make(n, c, self) for c, n in self._kept)]
         wanted = {
             topic: position
             for topic, position in furthest_per_topic(handed).items()
@@ -661,7 +659,7 @@ class TrioConsumer(AsyncClosing):
                 self._buffer = kept
             # What was set aside since a stop goes back with this topic's consumer too.
             self._kept = list(filter(elsewhere, self._kept))
-            self._last_taken.pop(topic, None)
+            self.last_taken.pop(topic, None)
             late = list(filter(elsewhere, self._late))
             dropped_late = len(self._late) - len(late)
             self._late = late
@@ -679,7 +677,7 @@ class TrioConsumer(AsyncClosing):
             self._take_all()
             self._kept.clear()
             self._late.clear()
-            self._last_taken.clear()
+            self.last_taken.clear()
             natives = list(self._natives.values())
             self._natives.clear()
             if self._listener is not None:

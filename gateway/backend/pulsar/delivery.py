@@ -46,7 +46,7 @@ from gateway.model.dead_letter import Reason
 from gateway.model.naming import decode_local_name
 from gateway.pulsar.consumer import TrioConsumer
 from gateway.pulsar.errors import ClosedError, PulsarClientError
-from gateway.pulsar.received import ReceivedMessage
+from gateway.pulsar.received import ReceivedMessage, furthest_per_topic
 
 log = logging.getLogger("gateway.pulsar.delivery")
 
@@ -636,7 +636,9 @@ class PulsarQueueSubscription:
         if not unreceived:
             return
         positions = [(received.topic, received.batch_position) for received in unreceived]
-        await self.move_to_queue_topic([unreceived[number] for number in moved_in_order(positions)])
+        taken = furthest_per_topic(self.consumer.last_taken.values())
+        moved = moved_in_order(positions, taken)
+        await self.move_to_queue_topic([unreceived[number] for number in moved])
 
     async def move_to_queue_topic(self, moved: Sequence[ReceivedMessage]) -> None:
         """Copies of ``moved`` to the queue's own topic, in their order (those that are not the

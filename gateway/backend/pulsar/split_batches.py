@@ -12,9 +12,12 @@ got there (found by the settlement property test).
 
 So before such a consumer closes, the rest of each batch it took part of is moved: a copy goes
 to the queue's own topic and the original is acknowledged, which completes the entry. Only when
-the whole rest is still in the gateway's hands (the batch's last message is among what it read
-ahead): what pulsar-client's receiver queue still holds cannot be acknowledged, and the entry
-comes back with it anyway (docs/compatibility.md, "Settlement"). An entry nothing of which was
+the whole rest is still in the gateway's hands: the batch's last message is among what it read
+ahead, or was taken itself (a priority consumer takes out of order: a Basic.Get took the
+highest priority, the last of its batch, and the Java client's next consumer got it again);
+messages arrive in order, so all of the batch came. What pulsar-client's receiver queue still
+holds cannot be acknowledged, and the entry comes back with it anyway (docs/compatibility.md,
+"Settlement"). An entry nothing of which was
 taken is left alone: it comes back whole, in its place, unless it lies after a moved one.
 
 A copy goes to the end of the queue's topic, and the messages read ahead after the moved ones
@@ -27,33 +30,47 @@ all in their order in the topic (``moved_in_order``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from gateway.pulsar.ids import BatchPosition
+from gateway.pulsar.ids import BatchPosition, completes_batch
+
+NOTHING_TAKEN: Mapping[str, BatchPosition] = {}
 
 
-def rests_of_split_entries(unreceived: Sequence[tuple[str, BatchPosition]]) -> list[int]:
+def rests_of_split_entries(
+    unreceived: Sequence[tuple[str, BatchPosition]],
+    taken: Mapping[str, BatchPosition] = NOTHING_TAKEN,
+) -> list[int]:
     """Of messages read ahead and never delivered (each its topic and batch position, in the
     order they arrived), the numbers of those to move: every message of an entry part of which
-    was taken, when the entry's last message is among them (so all of the entry arrived, and
-    what is missing was taken)."""
+    was taken, when all of the entry arrived (so what is missing was taken): its last message
+    is among them, or ``taken`` (per topic, the furthest message taken) is it or lies after
+    it."""
     by_entry: dict[tuple[str, tuple[int, int, int]], list[int]] = {}
     for number, (topic, position) in enumerate(unreceived):
         if position.batch_size > 1 and position.batch_index >= 0:
             by_entry.setdefault((topic, position.entry), []).append(number)
     rests: list[int] = []
     for numbers in by_entry.values():
-        size = unreceived[numbers[0]][1].batch_size
+        topic, position = unreceived[numbers[0]]
+        size = position.batch_size
         indexes = {unreceived[number][1].batch_index for number in numbers}
-        if size - 1 in indexes and len(indexes) < size:
+        furthest = taken.get(topic)
+        arrived = size - 1 in indexes or (
+            furthest is not None and completes_batch(furthest, position)
+        )
+        if arrived and len(indexes) < size:
             rests.extend(numbers)
     return sorted(rests)
 
 
-def moved_in_order(unreceived: Sequence[tuple[str, BatchPosition]]) -> list[int]:
+def moved_in_order(
+    unreceived: Sequence[tuple[str, BatchPosition]],
+    taken: Mapping[str, BatchPosition] = NOTHING_TAKEN,
+) -> list[int]:
     """``rests_of_split_entries``, and with them every message of the same topic that lies
     after the first of them, in their order in the topic (topic by topic)."""
-    rests = rests_of_split_entries(unreceived)
+    rests = rests_of_split_entries(unreceived, taken)
     first: dict[str, tuple[tuple[int, int, int], int]] = {}
     for number in rests:
         topic, position = unreceived[number]

@@ -93,3 +93,16 @@ def test_moved_in_order_keeps_the_rests_and_the_topic_order(
                 if t == topic and (p.entry, p.batch_index) >= places[0]
             ]
             assert set(after) <= set(moved)
+
+
+def test_an_entry_whose_last_message_was_taken_is_moved_too() -> None:
+    # A priority consumer took the last message of entry 0 (a Basic.Get of the highest
+    # priority) and read the rest: all of it came, and is moved; entry 1, whose last message
+    # is still in pulsar-client, is not.
+    unreceived = [at(0, 0, 3), at(0, 1, 3), at(1, 0, 3)]
+    assert rests_of_split_entries(unreceived) == []
+    assert rests_of_split_entries(unreceived, {"t": at(0, 2, 3)[1]}) == [0, 1]
+    # Taken further along (a later entry): every message of entry 0 came before it.
+    assert rests_of_split_entries(unreceived[:2], {"t": at(4, 0, 1)[1]}) == [0, 1]
+    # Another topic's taken message says nothing of this one.
+    assert rests_of_split_entries(unreceived, {"u": at(0, 2, 3)[1]}) == []
