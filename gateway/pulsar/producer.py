@@ -25,10 +25,11 @@ a system task, woken without the system calls of ``run_sync_soon``).
 
 With the compiled module (compiled.py) a group is built and sent from C: each message is built
 at its submit (so a refused property still fails there), and the group goes to pulsar-client
-in one call whose last send's receipt is queued without the GIL; trio is woken once per batch
-of receipts. A batching producer is flushed after each group there: the group is one entry,
-sent at once, not held for ``batching_max_publish_delay_ms`` (through the binding it is:
-its ``flush_async`` deadlocks, see ``flush``). Receipts of the sends made through the
+in one call whose last send's receipt is queued without the GIL; the sender then rings the
+run's doorbell (doorbell.py), also without the GIL, once per batch of receipts. A batching
+producer is flushed after each group there: the group is one entry, sent at once, not held
+for ``batching_max_publish_delay_ms`` (through the binding it is: its ``flush_async``
+deadlocks, see ``flush``). Receipts of the sends made through the
 binding (plain ``submit``, and a message whose property has a NUL character, which Pulsar's C
 API cannot carry) are queued there too, so handles still complete in the order pulsar-client
 reported.
@@ -63,6 +64,7 @@ from gateway.pulsar.bridge import (
 )
 from gateway.pulsar.closing import AsyncClosing
 from gateway.pulsar.compiled import load as load_compiled
+from gateway.pulsar.doorbell import doorbell
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.group_flusher import group_flusher
 from gateway.pulsar.ids import MessageId
@@ -320,9 +322,10 @@ class TrioProducer(AsyncClosing):
         if self._compiled is None:
             self._waker = TrioWaker(self._drain, client.token)
         else:
-            # The sender holds the waker: weakly, or this producer would never be freed.
-            self._waker = TrioWaker(weakly(self._drain_receipts), client.token)
-            self._sender = self._compiled.Sender(self._waker.wake)
+            # The sender holds its on_ready: weakly, or this producer would never be freed.
+            self._sender = self._compiled.Sender(
+                weakly(self._drain_receipts), doorbell(self._compiled)
+            )
         self._in_flight = 0
         self._sends = 0  # for sampling the send latency
         self._submits = 0

@@ -79,7 +79,24 @@ int room_for_one(void **items, size_t *cap, size_t len, size_t size);
    with or without the GIL. */
 void wake_python(PyObject **slot);
 
+/* doorbell.c: what rings a Doorbell. ``release`` drops the reference its ring took; both
+   members are read by ``take`` with the GIL. */
+typedef struct ringer {
+    PyObject *on_ready; /* (GIL) NULL once closed */
+    void (*release)(struct ringer *);
+} ringer_t;
+typedef struct doorbell doorbell_t;
+
+/* The Doorbell object's bell (a borrowed pointer), or NULL with a TypeError. */
+doorbell_t *doorbell_of(PyObject *object);
+void doorbell_retain(doorbell_t *bell);
+void doorbell_release(doorbell_t *bell);
+/* Any thread, no GIL: put ``ringer`` (holding a reference for the bell) on the bell's list
+   and wake the trio side; 0 when memory ran out (nothing done). */
+int doorbell_ring(doorbell_t *bell, ringer_t *ringer);
+
 extern PyTypeObject MessageType, ListenerType; /* listener.c */
 extern PyTypeObject SenderType, OutgoingType;  /* sender.c */
+extern PyTypeObject DoorbellType;              /* doorbell.c */
 
 #endif

@@ -1,6 +1,7 @@
 /* _starlight_compiled: the per-message calls into pulsar-client, in C, for
    gateway/pulsar/consumer.py (listener.c: Listener, Message) and gateway/pulsar/producer.py
-   (sender.c: Sender, Outgoing); gateway/pulsar/compiled.py builds and loads it
+   (sender.c: Sender, Outgoing; doorbell.c: Doorbell); gateway/pulsar/compiled.py builds and
+   loads it
    (docs/pulsar-layer.md). This file: the checks every entry point makes, the wake-up of
    Python from a C++ thread, and the module.
 
@@ -123,14 +124,16 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_starlight_compi
 
 PyMODINIT_FUNC PyInit__starlight_compiled(void) {
     if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&ListenerType) < 0 ||
-        PyType_Ready(&SenderType) < 0 || PyType_Ready(&OutgoingType) < 0)
+        PyType_Ready(&SenderType) < 0 || PyType_Ready(&OutgoingType) < 0 ||
+        PyType_Ready(&DoorbellType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;
     if (PyModule_AddObjectRef(module, "Message", (PyObject *)&MessageType) < 0 ||
         PyModule_AddObjectRef(module, "Listener", (PyObject *)&ListenerType) < 0 ||
         PyModule_AddObjectRef(module, "Sender", (PyObject *)&SenderType) < 0 ||
-        PyModule_AddObjectRef(module, "Outgoing", (PyObject *)&OutgoingType) < 0) {
+        PyModule_AddObjectRef(module, "Outgoing", (PyObject *)&OutgoingType) < 0 ||
+        PyModule_AddObjectRef(module, "Doorbell", (PyObject *)&DoorbellType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -1,9 +1,9 @@
 /* Grouped sends for gateway/pulsar/producer.py: Outgoing, a message built at its submit, and
    Sender, one per TrioProducer, which sends a group of them through the C API (one call from
-   Python for the group), the last with a callback that queues its receipt; Python is woken
-   as the listener wakes it (listener.c), once per batch of receipts. Receipts of the sends
-   Python makes through the binding are queued here too (``receipt``), so that Python sees
-   every receipt in the order pulsar-client gave them. */
+   Python for the group), the last with a callback that queues its receipt. A sender with
+   receipts queued rings its Doorbell once (doorbell.c), without the GIL, and Python drains
+   them all. Receipts of the sends Python makes through the binding are queued here too
+   (``receipt``), so that Python sees every receipt in the order pulsar-client gave them. */
 #include "common.h"
 
 typedef struct {
@@ -12,13 +12,14 @@ typedef struct {
 } receipt_t;
 
 typedef struct sender {
+    ringer_t ringer; /* first: the bell hands it back as the sender */
     pthread_mutex_t lock;
     receipt_t *items; /* (lock) */
     size_t len, cap;
-    int wake_pending; /* (lock) */
-    int closed;       /* (lock) */
-    long refs;        /* (lock) the Python object + each send whose callback is due */
-    PyObject *on_ready; /* (GIL) */
+    int rung;   /* (lock) rang, and not drained since */
+    int closed; /* (lock) */
+    long refs;  /* (lock) the Python object + each send whose callback is due + a ring */
+    doorbell_t *bell;
 } sender_t;
 
 typedef struct {
@@ -31,15 +32,18 @@ static void sender_release(sender_t *sender) {
     int last = --sender->refs == 0;
     pthread_mutex_unlock(&sender->lock);
     if (last) {
+        doorbell_release(sender->bell);
         free(sender->items);
         pthread_mutex_destroy(&sender->lock);
         free(sender);
     }
 }
 
+static void release_ringer(ringer_t *ringer) { sender_release((sender_t *)ringer); }
+
 /* Any thread: queue a receipt; 0 when memory ran out (it is lost, and so is its group). */
 static int sender_push(sender_t *sender, long long token, int result) {
-    int call_wake = 0;
+    int ring = 0;
     pthread_mutex_lock(&sender->lock);
     if (!room_for_one((void **)&sender->items, &sender->cap, sender->len, sizeof(receipt_t))) {
         pthread_mutex_unlock(&sender->lock);
@@ -48,9 +52,17 @@ static int sender_push(sender_t *sender, long long token, int result) {
     sender->items[sender->len].token = token;
     sender->items[sender->len].result = result;
     sender->len++;
-    if (!sender->wake_pending && !sender->closed) call_wake = sender->wake_pending = 1;
+    if (!sender->rung && !sender->closed) {
+        ring = sender->rung = 1;
+        sender->refs++; /* the bell's, until Python takes the ring */
+    }
     pthread_mutex_unlock(&sender->lock);
-    if (call_wake) wake_python(&sender->on_ready);
+    if (ring && !doorbell_ring(sender->bell, &sender->ringer)) {
+        pthread_mutex_lock(&sender->lock);
+        sender->rung = 0; /* the next receipt rings again */
+        pthread_mutex_unlock(&sender->lock);
+        sender_release(sender);
+    }
     return 1;
 }
 
@@ -74,9 +86,11 @@ typedef struct {
 } SenderObject;
 
 static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"on_ready", NULL};
-    PyObject *on_ready;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", names, &on_ready)) return -1;
+    static char *names[] = {"on_ready", "doorbell", NULL};
+    PyObject *on_ready, *doorbell;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &on_ready, &doorbell)) return -1;
+    doorbell_t *bell = doorbell_of(doorbell);
+    if (!bell) return -1;
     if (self->sender) {
         PyErr_SetString(PyExc_RuntimeError, "Sender already initialized");
         return -1;
@@ -88,7 +102,10 @@ static int sender_init(SenderObject *self, PyObject *args, PyObject *kwargs) {
     }
     pthread_mutex_init(&sender->lock, NULL);
     sender->refs = 1;
-    sender->on_ready = Py_NewRef(on_ready);
+    sender->ringer.on_ready = Py_NewRef(on_ready);
+    sender->ringer.release = release_ringer;
+    doorbell_retain(bell);
+    sender->bell = bell;
     self->sender = sender;
     return 0;
 }
@@ -99,7 +116,7 @@ static void sender_dealloc(SenderObject *self) {
         pthread_mutex_lock(&sender->lock);
         sender->closed = 1;
         pthread_mutex_unlock(&sender->lock);
-        Py_CLEAR(sender->on_ready);
+        Py_CLEAR(sender->ringer.on_ready);
         sender_release(sender);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -224,10 +241,11 @@ static PyObject *sender_send_group(SenderObject *self, PyObject *args) {
     pthread_mutex_unlock(&sender->lock);
     for (Py_ssize_t i = 0; i < count; i++)
         messages[i] = ((OutgoingObject *)PyList_GET_ITEM(items, i))->message;
-    /* Without the GIL: pulsar-client's I/O thread may hold the producer's lock while a
-       receipt's callback waits for the GIL (wake_python); sending with the GIL held then
-       deadlocks (seen under AddressSanitizer, tests/integration/test_native_asan.py). The
-       Outgoing objects stay alive in ``items``, which the caller holds. */
+    /* Without the GIL: the I/O thread may call into Python (the callback of a send made
+       through the binding) while it holds the producer's lock; sending with the GIL held
+       could then deadlock (seen under AddressSanitizer, tests/integration/test_native_asan.py,
+       when receipts called into Python too). The Outgoing objects stay alive in ``items``,
+       which the caller holds. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == count - 1) pulsar_producer_send_async(native, messages[i], on_sent, sent);
@@ -253,7 +271,7 @@ static PyObject *sender_receipt(SenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* drain() -> [(token, result)] in the order they came; re-arms on_ready. */
+/* drain() -> [(token, result)] in the order they came; the next receipt rings again. */
 static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
     sender_t *sender = self->sender;
     if (!sender) return PyList_New(0);
@@ -262,7 +280,7 @@ static PyObject *sender_drain(SenderObject *self, PyObject *unused) {
     size_t len = sender->len;
     sender->items = NULL;
     sender->len = sender->cap = 0;
-    sender->wake_pending = 0;
+    sender->rung = 0;
     pthread_mutex_unlock(&sender->lock);
     PyObject *result = PyList_New((Py_ssize_t)len);
     for (size_t i = 0; result && i < len; i++) {
@@ -285,7 +303,7 @@ PyTypeObject SenderType = {
     .tp_basicsize = sizeof(SenderObject),
     .tp_dealloc = (destructor)sender_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Sender(on_ready): grouped sends and their receipts for one TrioProducer.",
+    .tp_doc = "Sender(on_ready, doorbell): grouped sends and their receipts for one TrioProducer.",
     .tp_methods = sender_methods,
     .tp_init = (initproc)sender_init,
     .tp_new = PyType_GenericNew,
