@@ -55,6 +55,8 @@ class FakeConsumer:
     topics: tuple[str, ...] = (TOPIC,)
     # What it read ahead and never handed over: taken at the close, or moved on.
     read_ahead: list[Any] = field(default_factory=list)
+    # Per topic, the message furthest along it that receive() returned.
+    last_taken: dict[str, Any] = field(default_factory=dict)
 
     async def collect_entry_tails(self, _wait: float) -> None:
         pass
