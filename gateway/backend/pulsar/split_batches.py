@@ -17,8 +17,8 @@ ahead, or was taken itself (a priority consumer takes out of order: a Basic.Get 
 highest priority, the last of its batch, and the Java client's next consumer got it again);
 messages arrive in order, so all of the batch came. What pulsar-client's receiver queue still
 holds cannot be acknowledged, and the entry comes back with it anyway (docs/compatibility.md,
-"Settlement"). An entry nothing of which was
-taken is left alone: it comes back whole, in its place, unless it lies after a moved one.
+"Settlement"). An entry nothing of which was taken is left alone: it comes back whole, in its
+place, unless it lies after a moved one.
 
 A copy goes to the end of the queue's topic, and the messages read ahead after the moved ones
 would come back in their places, ahead of it: the moved messages would lose their place among
