@@ -70,8 +70,7 @@ class ConfirmQueue:
         self._watched: Stored | None = None
         self._unflushed = False  # confirms sent to the output and not written yet
         self._work = trio.Event()  # the task has something to do
-        self._scope = trio.CancelScope()
-        self._closed = False
+        self._scope = trio.CancelScope()  # cancelled by ``close``
 
     def add(self, stored: Stored) -> int:
         """Track the next published message; returns its sequence number (delivery tag)."""
@@ -87,7 +86,6 @@ class ConfirmQueue:
 
     def close(self) -> None:
         """The channel is closing: no more confirms."""
-        self._closed = True
         self._scope.cancel()
 
     async def run(self) -> None:
@@ -110,8 +108,8 @@ class ConfirmQueue:
 
     def _stored(self, stored: Any) -> None:
         """Done-callback of the head's send handle: in the producer's drain (trio thread)."""
-        if self._closed:
-            return
+        if self._scope.cancel_called:
+            return  # closed
         self._confirm_ready()
         if self._waiting:
             head = self._waiting[0][1]
