@@ -27,7 +27,7 @@ class Settles(Protocol):
 class ReceivedMessage(IncomingMessage):
     """One message a consumer received, to acknowledge or not."""
 
-    __slots__ = ("_id_bytes", "_owner", "_topic", "native_consumer", "place")
+    __slots__ = ("_id_bytes", "_owner", "native_consumer", "place", "topic")
 
     def __init__(
         self, native: Any, native_consumer: Any, owner: Settles, place: int | None = None
@@ -40,7 +40,10 @@ class ReceivedMessage(IncomingMessage):
         self._owner = owner
         # Its place in line in a consumer ordered by priority (put_back returns it there).
         self.place = place
-        self._topic: str | None = None
+        # The topic it came from (one TrioConsumer may read several). An attribute, read
+        # here: the delivery path asks for it five times per message (routing filter,
+        # redelivery key, outstanding counts, the consumer's furthest taken).
+        self.topic: str = str(native.topic_name())
         self._id_bytes: bytes | None = None
 
     @property
@@ -72,14 +75,6 @@ class ReceivedMessage(IncomingMessage):
     def batch_position(self) -> BatchPosition:
         """Its entry, index in the entry's batch and the batch's size."""
         return batch_position(self.id_bytes)
-
-    @property
-    def topic(self) -> str:
-        """The topic it came from (one TrioConsumer may read several)."""
-        # Asked for several times per delivery (routing filter, redelivery key): read once.
-        if self._topic is None:
-            self._topic = str(self.native.topic_name())
-        return self._topic
 
     def contents(self) -> tuple[str, bytes, dict[str, str]]:
         """``topic``, ``payload`` and ``properties`` at once: the delivery path reads all three."""
@@ -137,9 +132,8 @@ class ListenedMessage(ReceivedMessage):
         return self._id_bytes
 
     def contents(self) -> tuple[str, bytes, dict[str, str]]:
-        # One call into C for the three (and the topic kept for the later ``topic``s).
+        # One call into C for the three.
         contents: tuple[str, bytes, dict[str, str]] = self.native.contents()
-        self._topic = contents[0]
         if ESCAPED_KEY in contents[2]:  # a NUL in some (nul_properties.py)
             return contents[0], contents[1], restored(contents[2])
         return contents

@@ -22,6 +22,7 @@ from gateway.backend.pulsar.activation import lazy_exchange
 from gateway.backend.pulsar.queue_types.dispatch import keeps_log
 from gateway.backend.pulsar.resources import PulsarResources
 from gateway.backend.pulsar.zk_graph import ZooKeeperGraph
+from gateway.metadata.store import VhostView
 from gateway.model.entities import DEFAULT_EXCHANGE, Exchange, ExchangeType
 from gateway.model.graph import binding_passes
 from gateway.model.naming import topic_for
@@ -55,11 +56,12 @@ class PublishRoutes:
             return True
         return bool(self.catalog.routes(self.catalog.view, exchange, message))
 
-    def routes_now(self, exchange: Exchange, message: Message) -> bool | None:
-        """``routes`` when it need not wait: None if the key has to be prepared first."""
+    def routes_now(self, exchange: Exchange, message: Message, view: VhostView) -> bool | None:
+        """``routes`` in ``view`` when it need not wait: None if the key has to be prepared
+        first."""
         if self.unprepared(exchange, message.routing_key):
             return None
-        return bool(self.catalog.routes(self.catalog.view, exchange, message))
+        return bool(self.catalog.routes(view, exchange, message))
 
     def unprepared(self, exchange: Exchange, key: str) -> bool:
         """Whether ``exchange``'s ``key`` has a topic of its own that this replica has not

@@ -404,8 +404,8 @@ class PulsarVirtualHost(CatalogVirtualHost):
             return None  # declared elsewhere a moment ago? publish() asks ZooKeeper
         self.catalog.check_publishable(exchange)
         check_expiration(message)
-        outcome = self._sending.send_now(exchange, message, view)
-        return None if outcome is None else self._failures.outcome(outcome)
+        stored = self._sending.send_now(exchange, message, view)
+        return None if stored is None else self._failures.routed(stored)
 
     async def _ready_now(self, queue: str) -> int:
         """Declare-Ok's count of ``queue``, for reject-publish limits (length_limit.py)."""

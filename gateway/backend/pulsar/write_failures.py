@@ -78,6 +78,14 @@ class PublishFailures:
         self._raw: Stored | None = None
         self._translated = PublishOutcome(False)
 
+    def routed(self, stored: Stored) -> PublishOutcome:
+        """``outcome`` of a routed write, without making its untranslated outcome first: a
+        frozen dataclass per message published, when the messages of a group share one."""
+        last = self._translated
+        if stored is self._raw and last.routed:
+            return last  # the next message of the same group
+        return self.outcome(PublishOutcome(True, stored))
+
     def outcome(self, outcome: PublishOutcome) -> PublishOutcome:
         stored = outcome.stored
         last = self._translated

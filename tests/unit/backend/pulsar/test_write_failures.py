@@ -86,3 +86,15 @@ def test_one_group_keeps_one_stored() -> None:
     assert failures.outcome(PublishOutcome(True, other)).stored is not first.stored
     nothing = PublishOutcome(False, AlreadyStored())
     assert failures.outcome(nothing) is nothing
+
+
+def test_a_routed_write_shares_its_groups_outcome() -> None:
+    failures = PublishFailures()
+    group, other = Handle(), Handle()
+    first = failures.routed(group)
+    assert first.routed and isinstance(first.stored, AMQPStored)
+    assert failures.routed(group) is first
+    assert failures.outcome(PublishOutcome(True, group)) is first
+    unrouted = failures.outcome(PublishOutcome(False, group))
+    assert failures.routed(group) is not unrouted and failures.routed(group).routed
+    assert failures.routed(other).stored is not first.stored
