@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.amqp import commands as cmd
 from gateway.backend.message import Message as Message  # re-exported (moved there)
@@ -115,6 +115,19 @@ class Stored(Protocol):
     async def durable(self) -> None:
         """Return when every copy is durable; raise if any failed."""
         ...
+
+
+# ``add_done_callback`` of a ``Stored`` that reports its outcome: the callback is called with
+# the ``Stored`` once done (in the producer's drain, on the trio thread).
+DoneCallbacks = Callable[[Callable[[Any], None]], None]
+
+
+def done_callbacks(stored: Stored) -> DoneCallbacks | None:
+    """How to be told when ``stored`` is done, if it reports its outcome to callbacks (a
+    Pulsar send handle, gateway/pulsar/producer.py, whose ``error`` then says how it ended);
+    None for one that is only awaited (``durable``)."""
+    report: DoneCallbacks | None = getattr(stored, "add_done_callback", None)
+    return report
 
 
 class AlreadyStored:

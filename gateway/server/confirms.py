@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.backend.interface import AlreadyStored, Stored
+from gateway.backend.interface import AlreadyStored, Stored, done_callbacks
 from gateway.observability.counters import Histogram
 
 log = logging.getLogger("gateway.confirms")
@@ -94,12 +94,9 @@ class ConfirmQueue:
             while True:
                 self._work = trio.Event()
                 self._confirm_ready()
-                # A head left done is one only ``durable`` can tell the outcome of.
-                if self._waiting:
-                    head = self._waiting[0][1]
-                    if head.done() or not self._watch(head):
-                        await self._await_head(head)
-                        continue
+                if self._head_needs_task():
+                    await self._await_head(self._waiting[0][1])
+                    continue
                 if self._unflushed:
                     self._unflushed = False
                     await self._output.flush()
@@ -111,23 +108,28 @@ class ConfirmQueue:
         if self._scope.cancel_called:
             return  # closed
         self._confirm_ready()
-        if self._waiting:
-            head = self._waiting[0][1]
-            if head.done() or not self._watch(head):
-                self._work.set()
+        if self._head_needs_task():
+            self._work.set()
         if self._unflushed:
             if self._output.flush_now():
                 self._unflushed = False
             else:
                 self._work.set()
 
+    def _head_needs_task(self) -> bool:
+        """Whether the first message waiting is one only the task can confirm: its ``Stored``
+        reports to no callback, or is done already with an outcome only ``durable`` tells
+        (``_confirm_ready`` leaves no other done head). Otherwise its callback is set."""
+        if not self._waiting:
+            return False
+        head = self._waiting[0][1]
+        return head.done() or not self._watch(head)
+
     def _watch(self, head: Stored) -> bool:
         """Have the head's handle call back when done; False if it cannot (the task waits)."""
         if head is self._watched:
             return True
-        report: Callable[[Callable[[Any], None]], None] | None = getattr(
-            head, "add_done_callback", None
-        )
+        report = done_callbacks(head)
         if report is None:
             return False
         self._watched = head
@@ -205,7 +207,7 @@ def _outcome_now(stored: Stored) -> BaseException | _Unknown | None:
     handle's, or a message routed nowhere."""
     if type(stored) is AlreadyStored:
         return None
-    if not hasattr(stored, "add_done_callback"):
+    if done_callbacks(stored) is None:
         return _UNKNOWN
     error: BaseException | None = getattr(stored, "error", None)
     return error

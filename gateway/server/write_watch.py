@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from gateway.backend.interface import AlreadyStored, Stored
+from gateway.backend.interface import AlreadyStored, Stored, done_callbacks
 from gateway.backend.overflow import QueueFull
 
 log = logging.getLogger("gateway.session")
@@ -66,9 +66,7 @@ class WriteWatch:
         self.last = stored
         if type(stored) is AlreadyStored:
             return
-        report: Callable[[Callable[[Any], None]], None] | None = getattr(
-            stored, "add_done_callback", None
-        )
+        report = done_callbacks(stored)
         if report is not None:
             report(self._done)
         else:
