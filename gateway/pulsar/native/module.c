@@ -1,9 +1,8 @@
 /* _starlight_compiled: the per-message calls into pulsar-client, in C, for
    gateway/pulsar/consumer.py (listener.c: Listener, Message) and gateway/pulsar/producer.py
    (sender.c: Sender, Outgoing; doorbell.c: Doorbell); gateway/pulsar/compiled.py builds and
-   loads it
-   (docs/pulsar-layer.md). This file: the checks every entry point makes, the wake-up of
-   Python from a C++ thread, and the module.
+   loads it (docs/pulsar-layer.md). This file: the checks every entry point makes, the wake-up
+   of Python from a C++ thread (the listener's), and the module.
 
    pulsar-client's Python binding calls a Python message listener with the GIL for every
    message, and every accessor and acknowledgement afterwards is a pybind11 call (ack: one more
