@@ -345,7 +345,8 @@ class TrioConsumer(AsyncClosing):
 
     def receive_nowait(self) -> ReceivedMessage:
         """A buffered message, or ``trio.WouldBlock``; ClosedError once closed."""
-        self._check_open()
+        if self._closed:  # ``_check_open`` raises; not called per message while open
+            self._check_open()
         if not (self._buffer or self._ordered):
             raise trio.WouldBlock
         return self._take()
@@ -393,7 +394,8 @@ class TrioConsumer(AsyncClosing):
         An ack for a topic removed since (or failing in pulsar-client) is dropped: the message
         is redelivered, which is what AMQP promises for unacknowledged messages anyway.
         """
-        self._check_open()
+        if self._closed:  # as in ``receive_nowait``
+            self._check_open()
         message.send_acknowledgement()
         self.last_acknowledged = message
 

@@ -68,6 +68,7 @@ from gateway.pulsar.doorbell import doorbell
 from gateway.pulsar.errors import ClosedError, PulsarClientError, SendError
 from gateway.pulsar.group_flusher import group_flusher
 from gateway.pulsar.ids import MessageId
+from gateway.pulsar.inflight_slots import InFlightSlots
 from gateway.pulsar.nul_properties import with_escaped
 from gateway.pulsar.owner import ClientOwner
 
@@ -310,7 +311,7 @@ class TrioProducer(AsyncClosing):
         self._native = native  # _pulsar.Producer
         self.topic = topic
         self.options = options
-        self._slots = trio.Semaphore(options.max_pending_messages)
+        self._slots = InFlightSlots(options.max_pending_messages)
         self._completed: deque[SendHandle] = deque()
         # The compiled module's sender (module docstring), or None: all through the binding.
         wanted = options.compiled and client.options.compiled
@@ -363,7 +364,8 @@ class TrioProducer(AsyncClosing):
     ) -> SendHandle:
         """Start a send without waiting; ``trio.WouldBlock`` when the in-flight limit is hit."""
         self._check_open()
-        self._slots.acquire_nowait()
+        if not self._slots.take_nowait():
+            raise trio.WouldBlock
         return self._start(payload, properties, extras)
 
     async def submit(
@@ -406,19 +408,14 @@ class TrioProducer(AsyncClosing):
 
     async def _take_slot(self, *, always_yield: bool = False) -> None:
         """An in-flight slot, waiting for one if none is free (``always_yield``: through
-        ``acquire``, which yields even when one is); raises if the producer is closed, before
+        ``take``, which yields even when one is); raises if the producer is closed, before
         or while waiting."""
         self._check_open()
         await trio.lowlevel.checkpoint_if_cancelled()
-        if always_yield:
-            await self._slots.acquire()
-        else:
-            try:
-                self._slots.acquire_nowait()
-            except trio.WouldBlock:
-                await self._slots.acquire()
+        if always_yield or not self._slots.take_nowait():
+            await self._slots.take()
         if self._closed:
-            self._slots.release()
+            self._slots.give_back()
             self._check_open()
 
     def submit_grouped_nowait(
@@ -428,9 +425,7 @@ class TrioProducer(AsyncClosing):
         closed, has no free in-flight slot, or the message is not one to group."""
         if self._closed or len(payload) > GROUP_MAX_BYTES or self.options.chunking_enabled:
             return None
-        try:
-            self._slots.acquire_nowait()
-        except trio.WouldBlock:
+        if not self._slots.take_nowait():
             return None
         return self._add_to_group(payload, properties)
 
@@ -439,7 +434,7 @@ class TrioProducer(AsyncClosing):
         try:
             message, compiled = self._group_message(payload, properties)
         except BaseException:
-            self._slots.release()
+            self._slots.give_back()
             raise
         group = self._group
         if group is None or group.count >= GROUP_MAX_MESSAGES or group.compiled is not compiled:
@@ -538,7 +533,7 @@ class TrioProducer(AsyncClosing):
             message = _build(payload, properties, extras, sequence_id)
         except BaseException:
             self._pending.pop(handle._token, None)
-            self._slots.release()
+            self._slots.give_back()
             raise
         self._in_flight += 1
         self.last_used = trio.current_time()
@@ -551,7 +546,7 @@ class TrioProducer(AsyncClosing):
             # Not queued: nothing will call back.
             self._pending.pop(handle._token, None)
             self._in_flight -= 1
-            self._slots.release()
+            self._slots.give_back()
             raise
         self._last = handle
         return handle
@@ -576,12 +571,7 @@ class TrioProducer(AsyncClosing):
     def _complete(self, handle: SendHandle) -> None:
         count = handle.count
         self._in_flight -= count
-        slots = self._slots
-        if count == 1:
-            slots.release()
-        else:
-            for _ in range(count):
-                slots.release()
+        self._slots.give_back(count)
         try:
             handle._finish()
         except Exception:

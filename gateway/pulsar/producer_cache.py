@@ -239,7 +239,7 @@ class ProducerCache:
         """``submit`` when it need not wait (the topic's producer is open and has a free
         slot): the message joins its group; None, with nothing done, otherwise."""
         entry = self._entries.get(topic)
-        if type(entry) is TrioProducer and not entry.closed:
+        if type(entry) is TrioProducer:  # a closed one says None itself
             if self._large and topic in self._large:
                 return None  # maybe after a large message still in flight: ``submit`` waits
             # The producer stamps its last use itself when the message joins a group; the

@@ -74,11 +74,10 @@ class Redeliveries:
         key = key_of(queue, received)
         outstanding = self._outstanding
         elsewhere = self.elsewhere
-        before = (
-            key in outstanding
-            or (key in elsewhere if elsewhere else False)
-            or self._counted(key, received.redelivery_count)
-        )
+        before = key in outstanding or (key in elsewhere if elsewhere else False)
+        if not before:
+            count = received.redelivery_count  # 0 for nearly every first delivery
+            before = count > 0 and self._counted(key, count)
         outstanding[key] = self.generation
         outstanding.move_to_end(key)
         while len(outstanding) > self._limit:

@@ -29,7 +29,7 @@ import trio
 from gateway.amqp import commands as cmd
 from gateway.amqp.errors import AMQPError, ChannelError, ReplyCode
 from gateway.backend.catalog import Catalog, CatalogVirtualHost
-from gateway.backend.expiration_property import check_expiration
+from gateway.backend.expiration_property import check_expiration, has_expiration
 from gateway.backend.interface import (
     NO_QOS,
     ConsumerQos,
@@ -398,12 +398,14 @@ class PulsarVirtualHost(CatalogVirtualHost):
         return self._failures.outcome(outcome)
 
     def publish_now(self, message: Message, *, mandatory: bool = False) -> PublishOutcome | None:
-        view = self._view
-        exchange = self.catalog.exchange(view, message.exchange)
+        catalog = self.catalog
+        view = catalog.view
+        exchange = catalog.exchange(view, message.exchange)
         if exchange is None:
             return None  # declared elsewhere a moment ago? publish() asks ZooKeeper
-        self.catalog.check_publishable(exchange)
-        check_expiration(message)
+        catalog.check_publishable(exchange)
+        if has_expiration(message):  # nearly none has one: not asked twice per message
+            check_expiration(message)
         stored = self._sending.send_now(exchange, message, view)
         return None if stored is None else self._failures.routed(stored)
 

@@ -206,10 +206,10 @@ class ZooKeeperMetadataStore:
         return list(self._opened)
 
     def view(self, namespace: str) -> VhostView:
-        state = self._watcher.get(namespace)
-        if state is None or not state.loaded.is_set():
+        mirror = self._watcher.loaded_mirrors.get(namespace)
+        if mirror is None:
             raise KeyError(f"namespace {namespace!r} is not open")
-        return state.mirror.snapshot()
+        return mirror.snapshot()
 
     async def changed(self, namespace: str, since_version: int) -> VhostView:
         state = self._watcher.get(namespace)
