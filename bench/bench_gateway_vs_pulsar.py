@@ -6,10 +6,10 @@
 Same work on both sides, in a fresh Pulsar namespace (deleted afterwards, with the gateway's
 ZooKeeper metadata of it):
 
-* **raw**: pulsar-client's producer (``send_async``, with the gateway's producer settings: on
-  Pulsar's default broker one entry per message, as the gateway's; batching 1 ms, 1000
-  messages, 128 KiB where the gateway batches too, ``--batch-index-acks``, or with
-  ``--raw-batching always``), N messages of 1 KiB, timed until the last send callback;
+* **raw**: pulsar-client's producer (``send_async``, with the gateway's producer settings:
+  batching 1 ms, 1000 messages, 128 KiB, as the gateway's producers batch on every broker;
+  one entry per message with ``--raw-batching never`` or when the gateway does not batch,
+  ``--no-batching``), N messages of 1 KiB, timed until the last send callback;
   then a new Shared subscription from the earliest message, ``receive`` + ``acknowledge`` until
   N, timed from subscribe to the last ack.
 * **gateway**: ``starlight-rabbitmq`` started as a subprocess on a free loopback port. The
@@ -1192,10 +1192,10 @@ def raw_latency(
 
 
 def raw_batches(args: argparse.Namespace) -> bool:
-    """Whether the raw client's producers batch: as the gateway's do (only on a broker that keeps
-    batch-index acknowledgements), unless ``--raw-batching always`` (the baseline of the runs
-    before 2026-11-27: a raw client that batches against a gateway that cannot)."""
-    return bool(args.raw_batching == "always" or args.batch_index_acks)
+    """Whether the raw client's producers batch: as the gateway's do (on every broker, unless
+    ``--no-batching``), or never (``--raw-batching never``: one entry per message, which costs
+    the broker more per message than the gateway's batches)."""
+    return args.raw_batching == "as-gateway" and not args.no_batching
 
 
 class RawRunner:
@@ -1726,12 +1726,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--raw-batching",
-        choices=("as-gateway", "always"),
+        choices=("as-gateway", "never"),
         default="as-gateway",
-        help="the raw client's producers batch as the gateway's do (as-gateway: only with "
-        "--batch-index-acks; on Pulsar's default broker one entry per message, like the "
-        "gateway) or always (batched entries, which cost the broker less per message to store, "
-        "dispatch and acknowledge than the gateway's)",
+        help="the raw client's producers batch as the gateway's do (as-gateway: on every "
+        "broker, unless --no-batching) or never (one entry per message)",
     )
     parser.add_argument(
         "--profile",
