@@ -59,58 +59,61 @@ class Resources:
     lazy_subscriptions: bool = True
 
 
-def sending_with(catalog: Catalog, resources: Resources) -> tuple[Sending, PublishRoutes]:
-    async def subscribe(topic: str, queue: str) -> None:
-        raise AssertionError("send_now prepares nothing")
+@dataclass
+class Publisher:
+    """A ``Sending`` over the fakes, with ``orders``/``new`` prepared (its subscriptions
+    made, as ``PublishRoutes.prepare`` leaves a key)."""
 
-    routes = PublishRoutes(cast(Any, catalog), NAMESPACE, cast(Any, resources), subscribe)
-    sending = Sending(
-        cast(Any, catalog), NAMESPACE, cast(Any, resources), routes, cast(Any, Limits())
-    )
-    return sending, routes
+    catalog: Catalog = field(default_factory=Catalog)
+    resources: Resources = field(default_factory=Resources)
 
+    def __post_init__(self) -> None:
+        async def subscribe(topic: str, queue: str) -> None:
+            raise AssertionError("send_now prepares nothing")
 
-def publish(sending: Sending, exchange: Exchange, key: str, view: View) -> object | None:
-    message = Message(exchange.name, key, NO_PROPERTIES, b"body")
-    return sending.send_now(exchange, message, cast(Any, view))
+        catalog, resources = cast(Any, self.catalog), cast(Any, self.resources)
+        self.routes = PublishRoutes(catalog, NAMESPACE, resources, subscribe)
+        self.routes.prepared_keys.add(("orders", "new"))
+        self.sending = Sending(catalog, NAMESPACE, resources, self.routes, cast(Any, Limits()))
+
+    @property
+    def written(self) -> list[str]:
+        return self.resources.producers.written
+
+    def publish(self, exchange: Exchange, key: str, view: View) -> object | None:
+        message = Message(exchange.name, key, NO_PROPERTIES, b"body")
+        return self.sending.send_now(exchange, message, cast(Any, view))
 
 
 def test_a_routed_key_is_written_to_its_topic_and_decided_once_per_view() -> None:
-    catalog, resources = Catalog(), Resources()
-    sending, routes = sending_with(catalog, resources)
-    routes.prepared_keys.add(("orders", "new"))
+    publisher = Publisher()
     view = View(routed={("orders", "new")})
-    assert publish(sending, DIRECT, "new", view) is not None
-    assert publish(sending, DIRECT, "new", view) is not None
-    assert resources.producers.written == [topic_for(NAMESPACE, "orders", "new")] * 2
-    assert catalog.asked == 1
+    assert publisher.publish(DIRECT, "new", view) is not None
+    assert publisher.publish(DIRECT, "new", view) is not None
+    assert publisher.written == [topic_for(NAMESPACE, "orders", "new")] * 2
+    assert publisher.catalog.asked == 1
 
 
 def test_a_new_view_decides_again() -> None:
-    catalog, resources = Catalog(), Resources()
-    sending, routes = sending_with(catalog, resources)
-    routes.prepared_keys.add(("orders", "new"))
-    assert publish(sending, DIRECT, "new", View(routed={("orders", "new")})) is not None
+    publisher = Publisher()
+    assert publisher.publish(DIRECT, "new", View(routed={("orders", "new")})) is not None
     # The binding is gone in the next view: unroutable here, left to ``send``.
-    assert publish(sending, DIRECT, "new", View(routed=set())) is None
-    assert len(resources.producers.written) == 1
+    assert publisher.publish(DIRECT, "new", View(routed=set())) is None
+    assert len(publisher.written) == 1
 
 
 def test_a_key_the_leader_unregistered_is_prepared_again() -> None:
-    catalog, resources = Catalog(), Resources()
-    sending, routes = sending_with(catalog, resources)
-    routes.prepared_keys.add(("orders", "new"))
+    publisher = Publisher()
     view = View(routed={("orders", "new")})
-    assert publish(sending, DIRECT, "new", view) is not None
-    routes.forget_unregistered({})  # same view, but the key has to be prepared again
-    assert publish(sending, DIRECT, "new", view) is None
-    assert len(resources.producers.written) == 1
+    assert publisher.publish(DIRECT, "new", view) is not None
+    publisher.routes.forget_unregistered({})  # same view, but the key has to be prepared again
+    assert publisher.publish(DIRECT, "new", view) is None
+    assert len(publisher.written) == 1
 
 
 def test_a_headers_exchange_is_decided_for_each_message() -> None:
-    catalog, resources = Catalog(), Resources()
-    sending, _ = sending_with(catalog, resources)
+    publisher = Publisher()
     view = View(routed={("by-header", "")})
-    assert publish(sending, HEADERS, "", view) is not None
-    assert publish(sending, HEADERS, "", view) is not None
-    assert catalog.asked == 2
+    assert publisher.publish(HEADERS, "", view) is not None
+    assert publisher.publish(HEADERS, "", view) is not None
+    assert publisher.catalog.asked == 2
