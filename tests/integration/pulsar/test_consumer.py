@@ -354,6 +354,8 @@ async def test_async_iteration_ends_when_the_consumer_closes(
     assert seen == []
     with pytest.raises(ClosedError):
         await consumer.receive()
+    with pytest.raises(ClosedError):
+        consumer.receive_nowait()
 
 
 async def test_acks_right_before_close_are_not_lost(

@@ -257,6 +257,10 @@ async def test_grouped_submits_without_waiting_join_the_group_or_decline(
     ) as consumer:
         bodies = [(await consumer.receive()).payload for _ in range(3)]
     assert bodies == [b"m0", b"m1", b"m2"]
+    # Every slot is back once the groups are stored (a group gives back all of its own at
+    # once): three join at once again, and a fourth is declined.
+    again = [producer.submit_grouped_nowait(b"again") for _ in range(4)]
+    assert None not in again[:3] and again[3] is None
     await producer.aclose()
     assert producer.submit_grouped_nowait(b"closed") is None
 
